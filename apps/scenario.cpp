@@ -1,0 +1,102 @@
+#include "apps/scenario.hpp"
+
+#include <fmt/format.h>
+
+#include "config/library.hpp"
+#include "config/megatron_args.hpp"
+
+namespace megascope::cli {
+
+namespace {
+using Err = tl::unexpected<Error>;
+Error usage(const std::string& option, const std::string& message) { return Error{message, option, std::nullopt}; }
+}  // namespace
+
+Result<Scenario> load_scenario(const ScenarioOptions& o) {
+  Scenario sc;
+  ModelSpec model;
+  std::optional<ClusterSpec> cluster;
+  TrainingSpec training;
+  PlanSpec plan;
+  std::optional<int> gpus = o.gpus;
+  bool have_model = false, have_plan = false, have_training = false;
+
+  const bool nothing = !o.model && !o.cluster && !o.plan && !o.megatron_args;
+  if (o.example || nothing) {
+    const std::string path = o.example.value_or(default_example_path());
+    auto ex = load_example_toml(path);
+    if (!ex) return Err(ex.error());
+    auto m = resolve_model(ex->model);
+    if (!m) return Err(m.error());
+    auto c = resolve_cluster(ex->cluster);
+    if (!c) return Err(c.error());
+    model = *m;
+    cluster = *c;
+    training = ex->training;
+    plan = ex->plan;
+    if (!gpus) gpus = ex->gpus;
+    have_model = have_plan = have_training = true;
+    sc.source = o.example ? "example " + path : "the default example (" + path + ")";
+  }
+
+  if (o.megatron_args) {
+    if (o.model) return Err(usage("--model", "--megatron-args carries the model; do not give --model as well"));
+    if (o.plan) return Err(usage("--plan", "--megatron-args carries the plan; do not give --plan as well"));
+    auto launch = import_megatron_args(*o.megatron_args);
+    if (!launch) return Err(launch.error());
+    model = launch->model;
+    training = launch->training;
+    plan = launch->plan;
+    have_model = have_plan = have_training = true;
+    if (!launch->ignored.empty())
+      sc.notes.push_back(fmt::format("Megatron flags accepted but not modelled: {}",
+                                     fmt::join(launch->ignored, " ")));
+    for (const auto& w : launch->warnings) sc.notes.push_back(w);
+  }
+  if (o.model) {
+    auto m = resolve_model(*o.model);
+    if (!m) return Err(m.error());
+    model = *m;
+    have_model = true;
+  }
+  if (o.cluster) {
+    auto c = resolve_cluster(*o.cluster);
+    if (!c) return Err(c.error());
+    cluster = *c;
+  }
+  if (o.plan) {
+    auto p = resolve_plan(*o.plan);
+    if (!p) return Err(p.error());
+    plan = *p;
+    have_plan = true;
+  }
+  if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));
+  if (!cluster) return Err(usage("--cluster", "a cluster is required: --cluster NAME|FILE"));
+  if (!have_plan) return Err(usage("--plan", "a plan is required: --plan \"tp=8,pp=2,...\"|FILE"));
+  if (o.global_batch) training.global_batch_size = *o.global_batch;
+  if (o.seq_len) training.seq_length = *o.seq_len;
+  if (!have_training && !o.global_batch)
+    return Err(usage("--global-batch", "the global batch size is required: --global-batch B"));
+  if (training.global_batch_size < 1)
+    return Err(usage("--global-batch", "the launch line has no --global-batch-size; give --global-batch B"));
+
+  if (o.nodes) {
+    if (*o.nodes < 1) return Err(usage("--nodes", fmt::format("must be >= 1, found {}", *o.nodes)));
+    cluster->num_nodes = *o.nodes;
+    if (gpus && *gpus > cluster->total_devices() && o.gpus)
+      return Err(usage("--gpus", fmt::format("{} GPUs do not fit in {} nodes of {}", *gpus, *o.nodes,
+                                             cluster->node.devices_per_node)));
+    if (!o.gpus) gpus = cluster->total_devices();
+  } else if (gpus) {
+    auto c = with_device_count(*cluster, *gpus);
+    if (!c) return Err(c.error());
+    cluster = *c;
+  }
+  auto setup = validate_setup(model, *cluster, training, plan, gpus.value_or(0));
+  if (!setup) return Err(setup.error());
+  sc.setup = *setup;
+  if (sc.source.empty()) sc.source = "command line";
+  return sc;
+}
+
+}  // namespace megascope::cli

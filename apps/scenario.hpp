@@ -1,0 +1,35 @@
+// Scenario: the model, cluster, training setup and plan a command works on,
+// resolved from command-line options (shipped names, files, inline plans,
+// Megatron-LM launch lines or an [example] file) and validated into a Setup.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/result.hpp"
+#include "core/setup.hpp"
+
+namespace megascope::cli {
+
+struct ScenarioOptions {
+  std::optional<std::string> example;         // [example] file; default when nothing else is given
+  std::optional<std::string> model;
+  std::optional<std::string> cluster;
+  std::optional<std::string> plan;
+  std::optional<std::string> megatron_args;   // replaces model, plan and batch
+  std::optional<int> nodes;
+  std::optional<int> gpus;
+  std::optional<std::int64_t> global_batch;
+  std::optional<std::int64_t> seq_len;
+};
+
+struct Scenario {
+  Setup setup;
+  std::string source;                          // "default example (...)", "--model ...", ...
+  std::vector<std::string> notes;              // e.g. Megatron flags accepted but not modelled
+};
+
+Result<Scenario> load_scenario(const ScenarioOptions& o);
+
+}  // namespace megascope::cli

@@ -1,0 +1,35 @@
+# Probe the optional toolchains. Sets MEGASCOPE_HAVE_CUDA, MEGASCOPE_HAVE_QT
+# and MEGASCOPE_HAVE_MPI. "AUTO" uses what is there; "ON" fails if missing;
+# "OFF" skips. The folders that need them (kernels/, exec/, gui/) read these.
+include(CheckLanguage)
+
+set(MEGASCOPE_HAVE_CUDA OFF)
+if(NOT MEGASCOPE_CUDA STREQUAL "OFF")
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    set(MEGASCOPE_HAVE_CUDA ON)
+  elseif(MEGASCOPE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MEGASCOPE_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+
+set(MEGASCOPE_HAVE_QT OFF)
+if(NOT MEGASCOPE_QT STREQUAL "OFF")
+  find_package(Qt6 QUIET COMPONENTS Widgets Charts Test)
+  if(Qt6_FOUND)
+    set(MEGASCOPE_HAVE_QT ON)
+  elseif(MEGASCOPE_QT STREQUAL "ON")
+    message(FATAL_ERROR "MEGASCOPE_QT=ON but Qt 6 (Widgets, Charts, Test) was not found")
+  endif()
+endif()
+
+find_package(MPI QUIET COMPONENTS CXX)
+set(MEGASCOPE_HAVE_MPI ${MPI_CXX_FOUND})

@@ -1,0 +1,256 @@
+#include "config/plan_settings.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace megascope {
+
+namespace {
+
+std::string field_of(std::string_view key) { return "plan." + std::string(key); }
+
+std::string_view trim(std::string_view s) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::string known_keys_list() {
+  std::string out;
+  for (const auto& k : plan_keys()) {
+    if (!out.empty()) out += ", ";
+    out += k;
+  }
+  return out;
+}
+
+// A plain positive decimal integer that fits in an int: digits only, no sign,
+// no spaces, no exponent, not zero.
+Result<int> positive_int(std::string_view key, std::string_view value) {
+  bool digits = !value.empty() &&
+                std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) {
+    long long v = 0;
+    for (char c : value) {
+      v = v * 10 + (c - '0');
+      if (v > INT_MAX) {
+        return fail(field_of(key), fmt::format("{} must be a positive integer no larger than {}, found '{}'",
+                                               key, INT_MAX, value));
+      }
+    }
+    if (v > 0) return static_cast<int>(v);
+  }
+  return fail(field_of(key), fmt::format("{} must be a positive integer, found '{}'", key, value));
+}
+
+Result<bool> boolean(std::string_view key, std::string_view value) {
+  if (value == "on" || value == "true" || value == "1") return true;
+  if (value == "off" || value == "false" || value == "0") return false;
+  return fail(field_of(key),
+              fmt::format("{} must be a boolean (on, off, true, false, 1, 0), found '{}'", key, value));
+}
+
+template <class Enum, class Parse>
+Result<Enum> enumeration(std::string_view key, std::string_view value, Parse parse, const char* accepted) {
+  if (auto v = parse(value)) return *v;
+  return fail(field_of(key), fmt::format("{} must be one of {}, found '{}'", key, accepted, value));
+}
+
+std::optional<CpCommType> parse_cp_comm_lenient(std::string_view s) {
+  if (s == "all_gather") return CpCommType::all_gather;  // Megatron's spelling
+  return parse_cp_comm(s);
+}
+
+const char* on_off(bool b) { return b ? "on" : "off"; }
+
+}  // namespace
+
+const std::vector<std::string>& plan_keys() {
+  static const std::vector<std::string> keys = {
+      "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
+      "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "schedule", "attention", "cp_comm", "first_stage_layers", "last_stage_layers"};
+  return keys;
+}
+
+Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::string_view value) {
+  // Integers.
+  auto set_int = [&](int& target) -> Result<void> {
+    auto v = positive_int(key, value);
+    if (!v) return tl::unexpected(v.error());
+    target = *v;
+    return {};
+  };
+  auto set_opt_int = [&](std::optional<int>& target) -> Result<void> {
+    auto v = positive_int(key, value);
+    if (!v) return tl::unexpected(v.error());
+    target = *v;
+    return {};
+  };
+  auto set_bool = [&](bool& target) -> Result<void> {
+    auto v = boolean(key, value);
+    if (!v) return tl::unexpected(v.error());
+    target = *v;
+    return {};
+  };
+
+  if (key == "tp") return set_int(plan.tp);
+  if (key == "pp") return set_int(plan.pp);
+  if (key == "vpp") return set_opt_int(plan.vpp);
+  if (key == "dp") return set_opt_int(plan.dp);
+  if (key == "cp") return set_int(plan.cp);
+  if (key == "ep") return set_int(plan.ep);
+  if (key == "etp") return set_opt_int(plan.etp);
+  if (key == "mbs") return set_int(plan.micro_batch_size);
+  if (key == "recompute_layers") return set_opt_int(plan.recompute.num_layers);
+  if (key == "first_stage_layers") return set_opt_int(plan.first_stage_layers);
+  if (key == "last_stage_layers") return set_opt_int(plan.last_stage_layers);
+
+  if (key == "sp") return set_bool(plan.sequence_parallel);
+  if (key == "distopt") return set_bool(plan.distributed_optimizer);
+  if (key == "overlap_grad_reduce") return set_bool(plan.overlap_grad_reduce);
+  if (key == "overlap_param_gather") return set_bool(plan.overlap_param_gather);
+  if (key == "tp_comm_overlap") return set_bool(plan.tp_comm_overlap);
+
+  if (key == "recompute") {
+    auto v = enumeration<RecomputeGranularity>(key, value, parse_recompute_granularity, "none, selective, full");
+    if (!v) return tl::unexpected(v.error());
+    plan.recompute.granularity = *v;
+    return {};
+  }
+  if (key == "recompute_method") {
+    auto v = enumeration<RecomputeMethod>(key, value, parse_recompute_method, "uniform, block");
+    if (!v) return tl::unexpected(v.error());
+    plan.recompute.method = *v;
+    return {};
+  }
+  if (key == "schedule") {
+    auto v = enumeration<Schedule>(key, value, parse_schedule, schedule_names());
+    if (!v) return tl::unexpected(v.error());
+    plan.schedule = *v;
+    return {};
+  }
+  if (key == "attention") {
+    auto v = enumeration<AttentionKernel>(key, value, parse_attention_kernel, "flash, unfused");
+    if (!v) return tl::unexpected(v.error());
+    plan.attention = *v;
+    return {};
+  }
+  if (key == "cp_comm") {
+    auto v = enumeration<CpCommType>(key, value, parse_cp_comm_lenient, "p2p, all-gather");
+    if (!v) return tl::unexpected(v.error());
+    plan.cp_comm = *v;
+    return {};
+  }
+  return fail(field_of(key), fmt::format("unknown plan key '{}'; known keys: {}", key, known_keys_list()));
+}
+
+Result<PlanSpec> parse_inline_plan(std::string_view text) {
+  if (trim(text).empty())
+    return fail("plan", "the inline plan is empty; expected key=value items separated by commas, "
+                        "e.g. tp=8,pp=2,mbs=1");
+  PlanSpec plan;
+  std::set<std::string, std::less<>> seen;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    const std::string_view item = trim(text.substr(start, comma - start));
+    start = comma + 1;
+
+    if (item.empty())
+      return fail("plan", fmt::format("empty item in the inline plan '{}'; expected key=value items "
+                                      "separated by single commas",
+                                      text));
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return fail("plan", fmt::format("expected key=value in the inline plan, found '{}'", item));
+    const std::string_view key = trim(item.substr(0, eq));
+    const std::string_view value = trim(item.substr(eq + 1));
+    if (key.empty())
+      return fail("plan", fmt::format("missing key before '=' in the inline plan item '{}'", item));
+    if (seen.count(key) != 0)
+      return fail(field_of(key), fmt::format("key '{}' is given twice in the inline plan", key));
+    seen.emplace(key);
+    if (auto r = apply_plan_setting(plan, key, value); !r) return tl::unexpected(r.error());
+  }
+  return plan;
+}
+
+std::string format_inline_plan(const PlanSpec& plan) {
+  const PlanSpec d;
+  std::vector<std::string> items;
+  auto add = [&](std::string_view key, const std::string& value) {
+    items.push_back(fmt::format("{}={}", key, value));
+  };
+  auto add_int = [&](std::string_view key, int v, int dv) {
+    if (v != dv) add(key, std::to_string(v));
+  };
+  auto add_opt = [&](std::string_view key, const std::optional<int>& v) {
+    if (v) add(key, std::to_string(*v));
+  };
+  auto add_bool = [&](std::string_view key, bool v, bool dv) {
+    if (v != dv) add(key, on_off(v));
+  };
+
+  for (const auto& key : plan_keys()) {
+    if (key == "tp") add_int(key, plan.tp, d.tp);
+    else if (key == "pp") add_int(key, plan.pp, d.pp);
+    else if (key == "vpp") add_opt(key, plan.vpp);
+    else if (key == "dp") add_opt(key, plan.dp);
+    else if (key == "cp") add_int(key, plan.cp, d.cp);
+    else if (key == "ep") add_int(key, plan.ep, d.ep);
+    else if (key == "etp") add_opt(key, plan.etp);
+    else if (key == "mbs") add_int(key, plan.micro_batch_size, d.micro_batch_size);
+    else if (key == "sp") add_bool(key, plan.sequence_parallel, d.sequence_parallel);
+    else if (key == "recompute") {
+      if (plan.recompute.granularity != d.recompute.granularity)
+        add(key, to_string(plan.recompute.granularity));
+    } else if (key == "recompute_method") {
+      if (plan.recompute.method) add(key, to_string(*plan.recompute.method));
+    } else if (key == "recompute_layers") add_opt(key, plan.recompute.num_layers);
+    else if (key == "distopt") add_bool(key, plan.distributed_optimizer, d.distributed_optimizer);
+    else if (key == "overlap_grad_reduce") add_bool(key, plan.overlap_grad_reduce, d.overlap_grad_reduce);
+    else if (key == "overlap_param_gather") add_bool(key, plan.overlap_param_gather, d.overlap_param_gather);
+    else if (key == "tp_comm_overlap") add_bool(key, plan.tp_comm_overlap, d.tp_comm_overlap);
+    else if (key == "schedule") {
+      if (plan.schedule != d.schedule) add(key, to_string(plan.schedule));
+    } else if (key == "attention") {
+      if (plan.attention != d.attention) add(key, to_string(plan.attention));
+    } else if (key == "cp_comm") {
+      if (plan.cp_comm != d.cp_comm) add(key, to_string(plan.cp_comm));
+    } else if (key == "first_stage_layers") add_opt(key, plan.first_stage_layers);
+    else if (key == "last_stage_layers") add_opt(key, plan.last_stage_layers);
+  }
+  // The all-default plan would format as "", which parse_inline_plan rejects;
+  // "tp=1" keeps parse(format(p)) == p true for every plan.
+  if (items.empty()) return "tp=1";
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += ',';
+    out += item;
+  }
+  return out;
+}
+
+bool operator==(const Recompute& a, const Recompute& b) {
+  return a.granularity == b.granularity && a.method == b.method && a.num_layers == b.num_layers;
+}
+
+bool operator==(const PlanSpec& a, const PlanSpec& b) {
+  return a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.first_stage_layers == b.first_stage_layers &&
+         a.last_stage_layers == b.last_stage_layers && a.dp == b.dp && a.cp == b.cp && a.ep == b.ep &&
+         a.etp == b.etp && a.micro_batch_size == b.micro_batch_size &&
+         a.sequence_parallel == b.sequence_parallel && a.recompute == b.recompute &&
+         a.distributed_optimizer == b.distributed_optimizer && a.overlap_grad_reduce == b.overlap_grad_reduce &&
+         a.overlap_param_gather == b.overlap_param_gather && a.tp_comm_overlap == b.tp_comm_overlap &&
+         a.schedule == b.schedule && a.attention == b.attention && a.cp_comm == b.cp_comm;
+}
+
+}  // namespace megascope

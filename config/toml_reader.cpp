@@ -1,0 +1,174 @@
+#include "config/toml_reader.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace megascope {
+
+namespace {
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
+  }
+}
+}  // namespace
+
+SourceLocation location_of(const toml::node& node, const std::string& file) {
+  SourceLocation loc{file, std::nullopt, std::nullopt};
+  const auto& src = node.source();
+  if (src.begin.line > 0) {
+    loc.line = static_cast<int>(src.begin.line);
+    loc.column = static_cast<int>(src.begin.column);
+  }
+  return loc;
+}
+
+TomlReader::TomlReader(const toml::table& table, std::string prefix, std::string file,
+                       std::shared_ptr<std::optional<Error>> first_error)
+    : table_(table), prefix_(std::move(prefix)), file_(std::move(file)),
+      first_error_(first_error ? std::move(first_error) : std::make_shared<std::optional<Error>>()) {}
+
+std::string TomlReader::field(std::string_view key) const {
+  return prefix_.empty() ? std::string(key) : prefix_ + "." + std::string(key);
+}
+
+void TomlReader::fail_at_node(const toml::node& node, std::string_view key, const std::string& message) {
+  if (first_error_->has_value()) return;
+  *first_error_ = Error{message, field(key), location_of(node, file_)};
+}
+
+void TomlReader::fail_at(std::string_view key, const std::string& message) {
+  if (first_error_->has_value()) return;
+  if (const toml::node* n = table_.get(key)) return fail_at_node(*n, key, message);
+  *first_error_ = Error{message, field(key), location_of(table_, file_)};
+}
+
+void TomlReader::wrong_type(std::string_view key, const toml::node& node, const char* expected) {
+  fail_at_node(node, key, fmt::format("expected {}, found {}", expected, type_name(node)));
+}
+
+const toml::node* TomlReader::lookup(std::string_view key, bool required) {
+  read_.insert(std::string(key));
+  const toml::node* n = table_.get(key);
+  if (!n && required) {
+    if (!first_error_->has_value())
+      *first_error_ = Error{fmt::format("required key is missing from [{}]", prefix_), field(key),
+                            location_of(table_, file_)};
+  }
+  return n;
+}
+
+std::optional<std::int64_t> TomlReader::opt_integer(std::string_view key) {
+  const toml::node* n = lookup(key, false);
+  if (!n) return std::nullopt;
+  if (auto v = n->value_exact<std::int64_t>()) return *v;
+  wrong_type(key, *n, "an integer");
+  return std::nullopt;
+}
+
+std::int64_t TomlReader::integer(std::string_view key) {
+  if (!lookup(key, true)) return 0;
+  return opt_integer(key).value_or(0);
+}
+
+std::optional<double> TomlReader::opt_number(std::string_view key) {
+  const toml::node* n = lookup(key, false);
+  if (!n) return std::nullopt;
+  if (auto v = n->value_exact<double>()) return *v;
+  if (auto i = n->value_exact<std::int64_t>()) return static_cast<double>(*i);
+  wrong_type(key, *n, "a number");
+  return std::nullopt;
+}
+
+double TomlReader::number(std::string_view key) {
+  if (!lookup(key, true)) return 0;
+  return opt_number(key).value_or(0);
+}
+
+std::optional<bool> TomlReader::opt_boolean(std::string_view key) {
+  const toml::node* n = lookup(key, false);
+  if (!n) return std::nullopt;
+  if (auto v = n->value_exact<bool>()) return *v;
+  wrong_type(key, *n, "a boolean (true or false)");
+  return std::nullopt;
+}
+
+bool TomlReader::boolean(std::string_view key) {
+  if (!lookup(key, true)) return false;
+  return opt_boolean(key).value_or(false);
+}
+
+std::optional<std::string> TomlReader::opt_string(std::string_view key) {
+  const toml::node* n = lookup(key, false);
+  if (!n) return std::nullopt;
+  if (auto v = n->value_exact<std::string>()) return *v;
+  wrong_type(key, *n, "a string");
+  return std::nullopt;
+}
+
+std::string TomlReader::string(std::string_view key) {
+  if (!lookup(key, true)) return {};
+  return opt_string(key).value_or(std::string{});
+}
+
+const toml::array* TomlReader::opt_array(std::string_view key) {
+  const toml::node* n = lookup(key, false);
+  if (!n) return nullptr;
+  if (const toml::array* a = n->as_array()) return a;
+  wrong_type(key, *n, "an array");
+  return nullptr;
+}
+
+const toml::node* TomlReader::opt_node(std::string_view key) { return lookup(key, false); }
+
+std::optional<TomlReader> TomlReader::table(std::string_view key, bool required) {
+  const toml::node* n = lookup(key, required);
+  if (!n) return std::nullopt;
+  const toml::table* t = n->as_table();
+  if (!t) {
+    wrong_type(key, *n, "a table");
+    return std::nullopt;
+  }
+  return TomlReader(*t, field(key), file_, first_error_);
+}
+
+std::optional<Error> TomlReader::finish() {
+  if (first_error_->has_value()) return *first_error_;
+  for (auto&& [k, node] : table_) {
+    if (!read_.count(k.str())) {
+      fail_at_node(node, k.str(), fmt::format("unknown key in [{}]", prefix_));
+      break;
+    }
+  }
+  return *first_error_;
+}
+
+Result<toml::table> parse_toml_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return tl::unexpected(Error{fmt::format("cannot read file: {}", std::strerror(errno)), "",
+                                SourceLocation{path, std::nullopt, std::nullopt}});
+  std::stringstream buf;
+  buf << in.rdbuf();
+  try {
+    return toml::parse(buf.str(), path);
+  } catch (const toml::parse_error& e) {
+    SourceLocation loc{path, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column)};
+    return tl::unexpected(Error{fmt::format("TOML syntax error: {}", e.description()), "", loc});
+  }
+}
+
+}  // namespace megascope

@@ -1,0 +1,155 @@
+#include "core/accounting/activations.hpp"
+
+#include <numeric>
+
+namespace megascope {
+
+namespace {
+
+struct Shape {
+  double T;        // tokens of one micro-batch on one CP rank: s/cp * b
+  double s_full;   // keys one query attends to: the whole sequence
+  double h;
+  double t;        // tensor-parallel size
+  double sp;       // divisor of replicated tensors: tp with SP, else 1
+  bool hidden_dropout;
+  bool attention_dropout;
+};
+
+Shape shape_of(const Setup& st) {
+  Shape sh{};
+  sh.T = static_cast<double>(st.seq_length) / st.plan.cp * st.plan.micro_batch_size;
+  sh.s_full = static_cast<double>(st.seq_length);
+  sh.h = static_cast<double>(st.model.hidden_size);
+  sh.t = st.plan.tp;
+  sh.sp = st.sequence_parallel ? st.plan.tp : 1.0;
+  sh.hidden_dropout = st.model.hidden_dropout > 0;
+  sh.attention_dropout = st.model.attention_dropout > 0;
+  return sh;
+}
+
+constexpr double kAct = 2.0;   // bytes per activation element (bf16/fp16)
+
+}  // namespace
+
+LayerActivations layer_activations(const Setup& st, int layer) {
+  const ModelSpec& m = st.model;
+  const Shape x = shape_of(st);
+  const bool selective = st.plan.recompute.granularity == RecomputeGranularity::selective;
+  const bool flash = st.plan.attention == AttentionKernel::flash;
+  LayerActivations out;
+  auto add = [&](const char* name, double bytes) {
+    if (bytes > 0) out.terms.push_back({name, bytes});
+  };
+  auto add_w = [&](double bytes) { out.weight_grad_state += bytes; };
+
+  // --- attention block ---
+  add("ln1_input", kAct * x.T * x.h / x.sp);
+  add("qkv_input", kAct * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
+  add_w(kAct * x.T * x.h);                     // the W pass needs the gathered input
+  double heads = m.num_attention_heads / x.t;  // query heads per rank
+  double core_out_width = 0;                   // width of the attention output per rank
+  if (m.mla) {
+    const MlaSpec& a = *m.mla;
+    const double dqk = static_cast<double>(a.qk_head_dim + a.qk_rope_head_dim);
+    const double rkv = static_cast<double>(a.kv_lora_rank);
+    if (a.q_lora_rank) {
+      const double rq = static_cast<double>(*a.q_lora_rank);
+      add("q_latent", 2.0 * kAct * x.T * rq);  // norm input and up-projection input
+      add_w(kAct * x.T * rq);
+    }
+    add("kv_latent", 2.0 * kAct * x.T * rkv);
+    add_w(kAct * x.T * rkv);
+    add("q", kAct * x.T * heads * dqk);
+    add("k", kAct * x.T * heads * dqk);
+    add("v", kAct * x.T * heads * static_cast<double>(a.v_head_dim));
+    core_out_width = heads * static_cast<double>(a.v_head_dim);
+  } else {
+    const double d = static_cast<double>(m.kv_channels);
+    const double kv_heads = m.num_query_groups >= st.plan.tp ? m.num_query_groups / x.t : 1.0;
+    add("q", kAct * x.T * heads * d);
+    add("k", kAct * x.T * kv_heads * d);
+    add("v", kAct * x.T * kv_heads * d);
+    core_out_width = heads * d;
+    add_w(kAct * x.T * d * (heads + 2.0 * kv_heads));   // gradient of the QKV output
+  }
+  if (st.plan.cp > 1 && st.plan.cp_comm == CpCommType::all_gather) {
+    // The gathered keys and values of the whole sequence are kept for backward.
+    const double kv_width = m.mla ? heads * static_cast<double>(m.mla->qk_head_dim + m.mla->qk_rope_head_dim +
+                                                                m.mla->v_head_dim)
+                                  : 2.0 * (m.num_query_groups >= st.plan.tp ? m.num_query_groups / x.t : 1.0) *
+                                        static_cast<double>(m.kv_channels);
+    add("gathered_kv", kAct * x.T * (st.plan.cp - 1) * kv_width);
+  }
+  if (!selective) {
+    const double scores = heads * x.T * x.s_full;   // a/t x (s/cp) x s x b
+    if (flash) {
+      add("softmax_lse", 4.0 * heads * x.T);        // fp32 log-sum-exp per query and head
+    } else {
+      add("softmax_output", kAct * scores);
+      if (x.attention_dropout) {
+        add("attention_dropout_mask", 1.0 * scores);
+        add("attention_dropout_output", kAct * scores);
+      }
+    }
+  }
+  add("proj_input", kAct * x.T * core_out_width);
+  add_w(kAct * x.T * core_out_width + kAct * x.T * x.h);   // input and output gradient of the projection
+  if (x.hidden_dropout) add("attn_residual_dropout_mask", 1.0 * x.T * x.h / x.sp);
+  add("ln2_input", kAct * x.T * x.h / x.sp);
+
+  // --- MLP block ---
+  const double up = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  add("fc1_input", kAct * x.T * x.h / x.sp);
+  auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local) {
+    add(act_name, kAct * tokens * up * f_local);
+    add(fc2_name, kAct * tokens * f_local);
+    add_w(kAct * tokens * x.h + kAct * tokens * up * f_local);   // fc1 input + output gradient
+    add_w(kAct * tokens * f_local + kAct * tokens * x.h);        // fc2 input + output gradient
+  };
+  if (!m.is_moe_layer(layer)) {
+    mlp("activation_input", "fc2_input", x.T, static_cast<double>(m.ffn_hidden_size) / x.t);
+  } else {
+    const MoeSpec& e = *m.moe;
+    // Tokens this rank routes (SP shards them over TP), then, after the EP
+    // all-to-all and the ETP all-gather, the tokens its local experts process
+    // under balanced routing: routed * k * etp.
+    const double routed = x.T / x.sp;
+    const double expert_tokens = routed * e.top_k * st.etp;
+    add("router_probs", 4.0 * routed * e.num_experts);      // fp32 softmax output
+    add("expert_fc1_input", kAct * expert_tokens * x.h);
+    mlp("expert_activation_input", "expert_fc2_input", expert_tokens,
+        static_cast<double>(e.expert_ffn_hidden) / st.etp);
+    add("expert_output", kAct * expert_tokens * x.h);       // needed for the gradient of the gate weights
+    if (e.shared_expert_ffn_hidden > 0)
+      mlp("shared_activation_input", "shared_fc2_input", x.T, static_cast<double>(e.shared_expert_ffn_hidden) / x.t);
+  }
+  if (x.hidden_dropout) add("mlp_residual_dropout_mask", 1.0 * x.T * x.h / x.sp);
+
+  out.stored = 0;
+  for (const ActivationTerm& term : out.terms) out.stored += term.bytes;
+  out.checkpoint = kAct * x.T * x.h / x.sp;   // the layer input (SP-sharded under SP)
+  return out;
+}
+
+EdgeActivations edge_activations(const Setup& st) {
+  const Shape x = shape_of(st);
+  EdgeActivations e;
+  e.embedding.push_back({"input_ids", 8.0 * x.T});   // int64 token ids, every TP rank
+  if (x.hidden_dropout) e.embedding.push_back({"embedding_dropout_mask", 1.0 * x.T * x.h / x.sp});
+  e.output.push_back({"final_norm_input", kAct * x.T * x.h / x.sp});
+  e.output.push_back({"output_layer_input", kAct * x.T * x.h / x.sp});
+  e.output.push_back({"logits_fp32", 4.0 * x.T * static_cast<double>(st.padded_vocab) / x.t});
+  return e;
+}
+
+double EdgeActivations::embedding_bytes() const {
+  return std::accumulate(embedding.begin(), embedding.end(), 0.0,
+                         [](double a, const ActivationTerm& t) { return a + t.bytes; });
+}
+double EdgeActivations::output_bytes() const {
+  return std::accumulate(output.begin(), output.end(), 0.0,
+                         [](double a, const ActivationTerm& t) { return a + t.bytes; });
+}
+
+}  // namespace megascope

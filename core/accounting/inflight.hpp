@@ -1,0 +1,35 @@
+// How many micro-batches' activations each model chunk of each pipeline rank
+// holds at that rank's peak, per schedule (closed forms):
+//
+//   gpipe        every forward before any backward: m
+//   1f1b         rank r holds min(p - r, m)                      (Narayanan 2021)
+//   interleaved  Megatron warm-up 2(p - r - 1) + (v - 1)p forwards, plus the
+//                first steady-state forward, spread over chunks in Megatron's
+//                order (p micro-batches per chunk in turn); on rank 0 this gives
+//                L (1 + (p-1)/(p v)) layers' worth (Korthikanti 2022, 4.2.3)
+//   zb-h1        as 1F1B for full activations, plus r micro-batches waiting
+//                for their weight gradients (Qi et al. 2024, Table 2:
+//                (p - i + 1) M_B + (i - 1) M_W for worker i = r + 1)
+//   zb-v         V shape: chunk 0 is stage r, chunk 1 stage 2p-1-r of a 2p-stage
+//                pipeline; 2p - r - 1 and r + 1 micro-batches (p M_B per rank)
+//   dualpipe     rank r is stage r of one direction and stage p-1-r of the
+//                other: p - r and r + 1 ((p + 1) M_B, DualPipe README table)
+//   dualpipev    as a 2p-stage 1F1B folded in a V: 2p - r and r + 1
+// Every count is capped by the micro-batches that reach the chunk.
+#pragma once
+
+#include <vector>
+
+#include "core/setup.hpp"
+
+namespace megascope {
+
+struct ChunkInflight {
+  int full = 0;               // micro-batches with all activations kept
+  int weight_grad_only = 0;   // micro-batches past B waiting for W (zero-bubble)
+};
+
+// inflight[r][c] for pipeline rank r and chunk c of Setup::chunks.
+std::vector<std::vector<ChunkInflight>> inflight_microbatches(const Setup& s);
+
+}  // namespace megascope

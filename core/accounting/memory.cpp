@@ -1,0 +1,138 @@
+#include "core/accounting/memory.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "core/accounting/inflight.hpp"
+#include "core/accounting/params.hpp"
+
+namespace megascope {
+
+BytesPerParam bytes_per_param(const Setup& s) {
+  BytesPerParam b;
+  const TrainingSpec& t = s.training;
+  b.weights = bytes_of(t.params_dtype) + (t.precision == Precision::fp8 ? 1.0 : 0.0);
+  b.grads = bytes_of(t.grad_dtype);
+  b.optimizer = 8.0;                                             // Adam m and v, fp32
+  if (t.params_dtype != Dtype::fp32) b.optimizer += 4.0;         // fp32 master weights
+  if (t.grad_dtype != Dtype::fp32) b.optimizer += 4.0;           // fp32 gradient copy
+  return b;
+}
+
+namespace {
+
+// Number of communicators of size > 1 a rank belongs to.
+int communicator_count(const Setup& s) {
+  const PlanSpec& p = s.plan;
+  int n = 0;
+  n += p.tp > 1;
+  n += p.cp > 1;
+  n += s.dp * p.cp > 1;            // gradient reduction over DP x CP
+  n += p.pp > 1;                   // pipeline point-to-point
+  if (s.model.moe) {
+    n += p.ep > 1;
+    n += s.etp > 1 && s.etp != p.tp;
+    n += s.edp > 1 && s.edp != s.dp * p.cp;
+  }
+  if (p.pp > 1 && s.model.tied_embeddings) n += 1;   // embedding group of the first and last stage
+  return n;
+}
+
+void add_term(std::map<std::string, double>& acc, std::vector<std::string>& order, const std::string& name,
+              double bytes) {
+  if (!acc.count(name)) order.push_back(name);
+  acc[name] += bytes;
+}
+
+}  // namespace
+
+MemoryReport memory_report(const Setup& s) {
+  MemoryReport rep;
+  rep.capacity_bytes = s.cluster.device.memory_bytes;
+  const BytesPerParam bpp = bytes_per_param(s);
+  const bool distopt = s.plan.distributed_optimizer;
+  const double dense_shard = distopt ? s.dp * s.plan.cp : 1.0;
+  const double expert_shard = distopt ? s.edp : 1.0;
+  const auto inflight = inflight_microbatches(s);
+  const EdgeActivations edges = edge_activations(s);
+  const Recompute& rc = s.plan.recompute;
+  const bool full = rc.granularity == RecomputeGranularity::full;
+
+  std::vector<LayerActivations> per_layer;
+  per_layer.reserve(static_cast<std::size_t>(s.model.num_layers));
+  for (int l = 0; l < s.model.num_layers; ++l) per_layer.push_back(layer_activations(s, l));
+
+  for (int r = 0; r < s.plan.pp; ++r) {
+    StageMemory st;
+    st.stage = r;
+    const ParamSplit params = rank_params(s, r);
+    st.params = params.total();
+    st.weights_bytes = params.total() * bpp.weights;
+    st.grads_bytes = params.total() * bpp.grads;
+    st.optimizer_bytes = params.dense * bpp.optimizer / dense_shard + params.expert * bpp.optimizer / expert_shard;
+
+    std::map<std::string, double> acc;
+    std::vector<std::string> order;
+    double working_set = 0;   // full recompute: activations of the group being recomputed
+    const auto& chunks = s.chunks[static_cast<std::size_t>(r)];
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const ChunkLayers& ch = chunks[c];
+      const ChunkInflight in = inflight[static_cast<std::size_t>(r)][c];
+      st.inflight_microbatches += in.full;
+      const int recomputed = !full ? 0 : (*rc.method == RecomputeMethod::uniform ? ch.count
+                                                                                  : std::min(ch.count, *rc.num_layers));
+      double group = 0;
+      for (int i = 0; i < ch.count; ++i) {
+        const LayerActivations& la = per_layer[static_cast<std::size_t>(ch.first + i)];
+        if (i < recomputed) {
+          // uniform: one checkpoint (the group's input) per group of recompute_layers;
+          // block: every recomputed layer is checkpointed on its own.
+          const bool group_starts = *rc.method == RecomputeMethod::block || i % *rc.num_layers == 0;
+          if (group_starts) add_term(acc, order, "recompute_checkpoints", in.full * la.checkpoint);
+          group += la.stored;
+          const bool group_ends = *rc.method == RecomputeMethod::block || (i + 1) % *rc.num_layers == 0 ||
+                                  i + 1 == recomputed;
+          if (group_ends) {
+            working_set = std::max(working_set, group);
+            group = 0;
+          }
+        } else {
+          for (const ActivationTerm& t : la.terms) add_term(acc, order, t.name, in.full * t.bytes);
+        }
+        if (in.weight_grad_only > 0) add_term(acc, order, "weight_grad_state", in.weight_grad_only * la.weight_grad_state);
+      }
+      if (ch.virtual_stage == 0)
+        for (const ActivationTerm& t : edges.embedding) add_term(acc, order, t.name, in.full * t.bytes);
+      if (ch.virtual_stage == s.virtual_stages - 1) {
+        for (const ActivationTerm& t : edges.output) add_term(acc, order, t.name, in.full * t.bytes);
+        if (s.model.mtp_num_layers > 0) {
+          const LayerActivations& last = per_layer.back();
+          add_term(acc, order, "mtp_layers",
+                   in.full * s.model.mtp_num_layers * (last.stored + edges.output_bytes()));
+        }
+      }
+    }
+    if (working_set > 0) add_term(acc, order, "recompute_working_set", working_set);
+    for (const std::string& name : order) {
+      st.activation_terms.push_back({name, acc[name]});
+      st.activations_bytes += acc[name];
+    }
+
+    const RuntimeOverheads& o = s.training.overheads;
+    st.other_terms.push_back({"cuda_context", o.cuda_context_bytes});
+    st.other_terms.push_back({"nccl_buffers", o.nccl_bytes_per_group * communicator_count(s)});
+    st.other_terms.push_back({"fragmentation", o.fragmentation_fraction * (st.activations_bytes + st.grads_bytes)});
+    for (const ActivationTerm& t : st.other_terms) st.other_bytes += t.bytes;
+
+    st.total_bytes = st.weights_bytes + st.grads_bytes + st.optimizer_bytes + st.activations_bytes + st.other_bytes;
+    if (st.total_bytes > rep.peak_bytes) {
+      rep.peak_bytes = st.total_bytes;
+      rep.peak_stage = r;
+    }
+    rep.stages.push_back(std::move(st));
+  }
+  rep.fits = rep.peak_bytes <= rep.capacity_bytes;
+  return rep;
+}
+
+}  // namespace megascope

@@ -1,0 +1,81 @@
+#include "core/cluster.hpp"
+
+#include <fmt/format.h>
+
+namespace megascope {
+
+namespace {
+Result<void> positive(const std::string& field, double v) {
+  if (!(v > 0)) return fail("cluster." + field, fmt::format("must be positive, found {}", v));
+  return {};
+}
+}  // namespace
+
+Result<ClusterSpec> validate_cluster(ClusterSpec c) {
+  const DeviceSpec& d = c.device;
+  for (auto [field, v] : {std::pair<const char*, double>{"device.peak_bf16_tflops", d.peak_bf16_flops},
+                          {"device.peak_fp32_tflops", d.peak_fp32_flops},
+                          {"device.memory_GiB", d.memory_bytes},
+                          {"device.memory_bandwidth_TBps", d.memory_bandwidth_Bps},
+                          {"node.devices", static_cast<double>(c.node.devices_per_node)},
+                          {"num_nodes", static_cast<double>(c.num_nodes)}}) {
+    if (auto r = positive(field, v); !r) return tl::unexpected(r.error());
+  }
+  if (d.peak_fp8_flops && !(*d.peak_fp8_flops > 0))
+    return fail("cluster.device.peak_fp8_tflops", "must be positive when given (omit it when the device has no FP8)");
+  if (c.node.devices_per_node > 1 && c.node.scale_up != ScaleUpKind::none &&
+      !(c.node.scale_up_bandwidth_Bps > 0))
+    return fail("cluster.node.scale_up_bandwidth_GBps",
+                "must be positive for a node with more than one device");
+  if (c.scale_up_domain == 0) c.scale_up_domain = c.node.devices_per_node;
+  if (c.scale_up_domain < c.node.devices_per_node || c.scale_up_domain % c.node.devices_per_node != 0)
+    return fail("cluster.scale_up_domain",
+                fmt::format("must be a whole number of nodes ({} devices each), found {}",
+                            c.node.devices_per_node, c.scale_up_domain));
+  if (c.node.nics_per_node < 0)
+    return fail("cluster.node.nics", fmt::format("must be >= 0, found {}", c.node.nics_per_node));
+  if (c.node.nics_per_node > 0 && !(c.node.nic_bandwidth_Bps > 0))
+    return fail("cluster.node.nic_bandwidth_Gbps", "must be positive when the node has NICs");
+  if (c.total_devices() > c.scale_up_domain && c.node.nics_per_node == 0)
+    return fail("cluster.node.nics",
+                fmt::format("{} devices span more than one scale-up domain of {} but the nodes have no NICs",
+                            c.total_devices(), c.scale_up_domain));
+  if (c.scale_out.tiers < 1 || c.scale_out.tiers > 4)
+    return fail("cluster.scale_out.tiers", fmt::format("must be 1 to 4, found {}", c.scale_out.tiers));
+  if (!(c.scale_out.oversubscription >= 1.0))
+    return fail("cluster.scale_out.oversubscription",
+                fmt::format("is a down:up ratio and must be >= 1, found {}", c.scale_out.oversubscription));
+  if (c.scale_out.switch_radix < 2)
+    return fail("cluster.scale_out.switch_radix", fmt::format("must be >= 2, found {}", c.scale_out.switch_radix));
+  return c;
+}
+
+Result<ClusterSpec> with_device_count(ClusterSpec c, int devices) {
+  if (devices < 1) return fail("gpus", fmt::format("must be >= 1, found {}", devices));
+  const int per = c.node.devices_per_node;
+  if (per <= 0) return fail("cluster.node.devices", "must be positive");
+  c.num_nodes = (devices + per - 1) / per;
+  return c;
+}
+
+const char* to_string(DeviceKind k) { return k == DeviceKind::gpu ? "gpu" : "cpu"; }
+const char* to_string(ScaleUpKind k) {
+  switch (k) {
+    case ScaleUpKind::nvswitch: return "nvswitch";
+    case ScaleUpKind::nvlink_mesh: return "nvlink-mesh";
+    case ScaleUpKind::pcie: return "pcie";
+    case ScaleUpKind::none: return "none";
+  }
+  return "?";
+}
+const char* to_string(Fabric f) {
+  switch (f) {
+    case Fabric::infiniband: return "infiniband";
+    case Fabric::roce: return "roce";
+    case Fabric::ethernet: return "ethernet";
+    case Fabric::none: return "none";
+  }
+  return "?";
+}
+
+}  // namespace megascope

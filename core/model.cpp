@@ -1,0 +1,110 @@
+#include "core/model.hpp"
+
+#include <fmt/format.h>
+
+namespace megascope {
+
+bool ModelSpec::is_moe_layer(int layer) const {
+  return moe && layer >= 0 && layer < static_cast<int>(moe->moe_layers.size()) &&
+         moe->moe_layers[static_cast<std::size_t>(layer)];
+}
+
+int ModelSpec::num_moe_layers() const {
+  if (!moe) return 0;
+  int n = 0;
+  for (bool b : moe->moe_layers) n += b ? 1 : 0;
+  return n;
+}
+
+std::int64_t ModelSpec::padded_vocab(int tp) const {
+  // Megatron: _vocab_size_with_padding, multiple = make_vocab_size_divisible_by * tp.
+  const std::int64_t multiple = static_cast<std::int64_t>(make_vocab_size_divisible_by) * tp;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+namespace {
+Result<void> positive(const std::string& field, std::int64_t v) {
+  if (v <= 0) return fail("model." + field, fmt::format("must be a positive integer, found {}", v));
+  return {};
+}
+Result<void> probability(const std::string& field, double v) {
+  if (!(v >= 0.0 && v < 1.0))
+    return fail("model." + field, fmt::format("must be a probability in [0, 1), found {}", v));
+  return {};
+}
+}  // namespace
+
+Result<ModelSpec> validate_model(ModelSpec m) {
+  for (auto [field, v] : {std::pair<const char*, std::int64_t>{"num_layers", m.num_layers},
+                          {"hidden_size", m.hidden_size},
+                          {"ffn_hidden_size", m.ffn_hidden_size},
+                          {"num_attention_heads", m.num_attention_heads},
+                          {"num_query_groups", m.num_query_groups},
+                          {"kv_channels", m.kv_channels},
+                          {"vocab_size", m.vocab_size},
+                          {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+                          {"seq_length", m.seq_length}}) {
+    if (auto r = positive(field, v); !r) return tl::unexpected(r.error());
+  }
+  if (auto r = probability("hidden_dropout", m.hidden_dropout); !r) return tl::unexpected(r.error());
+  if (auto r = probability("attention_dropout", m.attention_dropout); !r) return tl::unexpected(r.error());
+  if (m.num_query_groups > m.num_attention_heads || m.num_attention_heads % m.num_query_groups != 0)
+    return fail("model.num_query_groups",
+                fmt::format("num_attention_heads ({}) must be a multiple of num_query_groups ({}): "
+                            "each KV head serves a whole number of query heads",
+                            m.num_attention_heads, m.num_query_groups));
+  if (m.mtp_num_layers < 0)
+    return fail("model.mtp_num_layers", fmt::format("must be >= 0, found {}", m.mtp_num_layers));
+  if (m.add_bias_linear) m.add_qkv_bias = true;
+
+  if (m.moe) {
+    MoeSpec& e = *m.moe;
+    if (e.num_experts < 1)
+      return fail("model.moe.num_experts", fmt::format("must be >= 1, found {}", e.num_experts));
+    if (e.top_k < 1 || e.top_k > e.num_experts)
+      return fail("model.moe.top_k", fmt::format("must be in [1, num_experts = {}], found {}",
+                                                 e.num_experts, e.top_k));
+    if (e.expert_ffn_hidden <= 0)
+      return fail("model.moe.expert_ffn_hidden_size",
+                  fmt::format("must be a positive integer, found {}", e.expert_ffn_hidden));
+    if (e.shared_expert_ffn_hidden < 0)
+      return fail("model.moe.shared_expert_ffn_hidden_size",
+                  fmt::format("must be >= 0, found {}", e.shared_expert_ffn_hidden));
+    if (static_cast<int>(e.moe_layers.size()) != m.num_layers)
+      return fail("model.moe.layers",
+                  fmt::format("the MoE layer pattern has {} entries but the model has {} layers",
+                              e.moe_layers.size(), m.num_layers));
+    bool any = false;
+    for (bool b : e.moe_layers) any = any || b;
+    if (!any) return fail("model.moe.layers", "no layer is an MoE layer; drop the [moe] table for a dense model");
+  }
+  if (m.mla) {
+    const MlaSpec& a = *m.mla;
+    if (a.q_lora_rank && *a.q_lora_rank <= 0)
+      return fail("model.mla.q_lora_rank", fmt::format("must be positive when set, found {}", *a.q_lora_rank));
+    for (auto [field, v] : {std::pair<const char*, std::int64_t>{"kv_lora_rank", a.kv_lora_rank},
+                            {"qk_head_dim", a.qk_head_dim},
+                            {"qk_rope_head_dim", a.qk_rope_head_dim},
+                            {"v_head_dim", a.v_head_dim}}) {
+      if (v <= 0) return fail(std::string("model.mla.") + field,
+                              fmt::format("must be a positive integer, found {}", v));
+    }
+    if (m.num_query_groups != m.num_attention_heads)
+      return fail("model.num_query_groups",
+                  "MLA models have one latent KV per head: num_query_groups must equal num_attention_heads");
+  }
+  return m;
+}
+
+const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }
+const char* to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(PositionEmbedding p) {
+  switch (p) {
+    case PositionEmbedding::learned: return "learned";
+    case PositionEmbedding::rope: return "rope";
+    case PositionEmbedding::none: return "none";
+  }
+  return "?";
+}
+
+}  // namespace megascope

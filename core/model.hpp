@@ -1,0 +1,81 @@
+// ModelSpec: the shape of a GPT/Llama-family decoder-only transformer, dense
+// or mixture-of-experts, with standard, grouped-query or multi-latent (MLA)
+// attention. A plain value type; validate_model() checks the rules that do
+// not depend on the parallel plan (those live in validate.hpp).
+//
+// Not covered: encoder-decoder models, hybrid Mamba/linear-attention layers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+
+namespace megascope {
+
+enum class Activation { gelu, swiglu };
+enum class Norm { layernorm, rmsnorm };
+enum class PositionEmbedding { learned, rope, none };
+
+// Mixture of experts (Megatron's --num-experts and friends).
+struct MoeSpec {
+  int num_experts = 0;                   // routed experts E
+  int top_k = 0;                         // routed experts per token k
+  std::int64_t expert_ffn_hidden = 0;    // f_e, FFN width of one routed expert
+  std::int64_t shared_expert_ffn_hidden = 0;  // f_sh, total width of the shared experts (0: none)
+  std::vector<bool> moe_layers;          // one entry per layer: true where the layer is MoE
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3).
+struct MlaSpec {
+  std::optional<std::int64_t> q_lora_rank;  // r_q; absent: queries are a plain projection
+  std::int64_t kv_lora_rank = 0;            // r_kv
+  std::int64_t qk_head_dim = 0;             // d_qk, the non-rotary part of a query/key head
+  std::int64_t qk_rope_head_dim = 0;        // d_rope
+  std::int64_t v_head_dim = 0;              // d_v
+};
+
+struct ModelSpec {
+  std::string name;                       // for reports
+  int num_layers = 0;                     // L, transformer layers (without MTP)
+  std::int64_t hidden_size = 0;           // h
+  std::int64_t ffn_hidden_size = 0;       // f, dense MLP width (SwiGLU: width of one of the two halves)
+  int num_attention_heads = 0;            // a
+  int num_query_groups = 0;               // g, KV heads (g == a: MHA; g == 1: MQA)
+  std::int64_t kv_channels = 0;           // d, head dimension (q = d*a)
+  std::int64_t vocab_size = 0;            // tokenizer vocabulary, before Megatron's padding
+  int make_vocab_size_divisible_by = 128; // Megatron pads the vocab to a multiple of this x TP
+  std::int64_t seq_length = 0;            // default training sequence length (max positions for learned)
+  Activation activation = Activation::gelu;
+  Norm norm = Norm::layernorm;
+  PositionEmbedding position_embedding = PositionEmbedding::learned;
+  bool add_bias_linear = true;            // biases on all linear layers (GPT); false for Llama
+  bool add_qkv_bias = false;              // biases on QKV only (Qwen2); implied by add_bias_linear
+  bool tied_embeddings = true;            // output layer shares the input embedding
+  bool qk_layernorm = false;              // norms on queries and keys per head (Qwen3, OLMo2)
+  double hidden_dropout = 0.0;            // dropout after attention/MLP and on the embedding
+  double attention_dropout = 0.0;         // dropout on attention probabilities
+  int mtp_num_layers = 0;                 // DeepSeek-V3 multi-token-prediction layers
+  std::optional<MoeSpec> moe;
+  std::optional<MlaSpec> mla;
+
+  // Derived shapes (valid after validate_model).
+  [[nodiscard]] std::int64_t q_width() const { return kv_channels * num_attention_heads; }
+  [[nodiscard]] std::int64_t kv_width() const { return kv_channels * num_query_groups; }
+  [[nodiscard]] bool is_moe_layer(int layer) const;
+  [[nodiscard]] int num_moe_layers() const;
+  // Megatron's padded vocabulary for a tensor-parallel size.
+  [[nodiscard]] std::int64_t padded_vocab(int tp) const;
+};
+
+// Checks the model on its own: positive sizes, heads vs query groups, MoE and
+// MLA consistency. Errors name the field ("model.num_query_groups").
+Result<ModelSpec> validate_model(ModelSpec m);
+
+const char* to_string(Activation a);
+const char* to_string(Norm n);
+const char* to_string(PositionEmbedding p);
+
+}  // namespace megascope

@@ -1,0 +1,63 @@
+#include "core/plan.hpp"
+
+namespace megascope {
+
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::gpipe: return "gpipe";
+    case Schedule::one_f_one_b: return "1f1b";
+    case Schedule::interleaved: return "interleaved";
+    case Schedule::zb_h1: return "zb-h1";
+    case Schedule::zb_v: return "zb-v";
+    case Schedule::dualpipe: return "dualpipe";
+    case Schedule::dualpipev: return "dualpipev";
+  }
+  return "?";
+}
+const char* schedule_names() { return "gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe, dualpipev"; }
+
+std::optional<Schedule> parse_schedule(std::string_view s) {
+  for (Schedule v : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
+                     Schedule::zb_v, Schedule::dualpipe, Schedule::dualpipev})
+    if (s == to_string(v)) return v;
+  return std::nullopt;
+}
+
+const char* to_string(RecomputeGranularity g) {
+  switch (g) {
+    case RecomputeGranularity::none: return "none";
+    case RecomputeGranularity::selective: return "selective";
+    case RecomputeGranularity::full: return "full";
+  }
+  return "?";
+}
+std::optional<RecomputeGranularity> parse_recompute_granularity(std::string_view s) {
+  for (auto v : {RecomputeGranularity::none, RecomputeGranularity::selective, RecomputeGranularity::full})
+    if (s == to_string(v)) return v;
+  return std::nullopt;
+}
+
+const char* to_string(RecomputeMethod m) { return m == RecomputeMethod::uniform ? "uniform" : "block"; }
+std::optional<RecomputeMethod> parse_recompute_method(std::string_view s) {
+  for (auto v : {RecomputeMethod::uniform, RecomputeMethod::block})
+    if (s == to_string(v)) return v;
+  return std::nullopt;
+}
+
+const char* to_string(AttentionKernel k) { return k == AttentionKernel::flash ? "flash" : "unfused"; }
+std::optional<AttentionKernel> parse_attention_kernel(std::string_view s) {
+  for (auto v : {AttentionKernel::flash, AttentionKernel::unfused})
+    if (s == to_string(v)) return v;
+  return std::nullopt;
+}
+
+const char* to_string(CpCommType c) { return c == CpCommType::p2p ? "p2p" : "all-gather"; }
+std::optional<CpCommType> parse_cp_comm(std::string_view s) {
+  if (s == "p2p" || s == "ring") return CpCommType::p2p;
+  if (s == "all-gather" || s == "allgather") return CpCommType::all_gather;
+  return std::nullopt;
+}
+
+int default_vpp(Schedule s) { return (s == Schedule::zb_v || s == Schedule::dualpipev) ? 2 : 1; }
+
+}  // namespace megascope

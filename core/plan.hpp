@@ -1,0 +1,66 @@
+// PlanSpec: how one iteration is split over the devices (Megatron-LM style
+// 5-D parallelism) and which memory/overlap options are on.
+//
+// Fields left unset (std::nullopt) are derived by validate_setup() from the
+// rest: dp from the device count, vpp from the schedule, etp from tp. The
+// derived values live in Setup, never written back into the user's plan.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace megascope {
+
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe, dualpipev };
+enum class RecomputeGranularity { none, selective, full };
+enum class RecomputeMethod { uniform, block };
+enum class AttentionKernel { flash, unfused };      // fused (flash/cuDNN) or score matrices kept
+enum class CpCommType { p2p, all_gather };          // ring exchange of KV blocks, or all-gather KV
+
+struct Recompute {
+  RecomputeGranularity granularity = RecomputeGranularity::none;
+  std::optional<RecomputeMethod> method;            // full only
+  std::optional<int> num_layers;                    // full only: layers per group (uniform) or per stage (block)
+};
+
+struct PlanSpec {
+  int tp = 1;                                       // tensor parallel
+  int pp = 1;                                       // pipeline parallel (devices in a pipeline)
+  std::optional<int> vpp;                           // model chunks per pipeline rank (interleaving)
+  std::optional<int> first_stage_layers;            // uneven PP: layers on the first stage
+  std::optional<int> last_stage_layers;             // uneven PP: layers on the last stage
+  std::optional<int> dp;                            // data parallel; absent: devices / (tp*pp*cp)
+  int cp = 1;                                       // context parallel
+  int ep = 1;                                       // expert parallel
+  std::optional<int> etp;                           // expert tensor parallel; absent: tp
+  int micro_batch_size = 1;                         // sequences per micro-batch
+  bool sequence_parallel = false;                   // SP with TP
+  Recompute recompute;
+  bool distributed_optimizer = false;               // ZeRO-1: optimizer state sharded over DP x CP
+  bool overlap_grad_reduce = false;                 // DP gradient reduce overlapped with backward
+  bool overlap_param_gather = false;                // distopt parameter all-gather overlapped with forward
+  bool tp_comm_overlap = false;                     // TP communication overlapped with GEMMs
+  Schedule schedule = Schedule::one_f_one_b;
+  AttentionKernel attention = AttentionKernel::flash;
+  CpCommType cp_comm = CpCommType::p2p;
+};
+
+const char* to_string(Schedule s);
+const char* to_string(RecomputeGranularity g);
+const char* to_string(RecomputeMethod m);
+const char* to_string(AttentionKernel k);
+const char* to_string(CpCommType c);
+std::optional<Schedule> parse_schedule(std::string_view s);
+std::optional<RecomputeGranularity> parse_recompute_granularity(std::string_view s);
+std::optional<RecomputeMethod> parse_recompute_method(std::string_view s);
+std::optional<AttentionKernel> parse_attention_kernel(std::string_view s);
+std::optional<CpCommType> parse_cp_comm(std::string_view s);
+// The accepted spellings, for error messages: "gpipe, 1f1b, interleaved, ...".
+const char* schedule_names();
+
+// Model chunks per pipeline rank a schedule implies when vpp is not given:
+// 2 for the V-shaped schedules (zb-v, dualpipev), otherwise 1.
+int default_vpp(Schedule s);
+
+}  // namespace megascope

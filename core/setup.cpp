@@ -1,0 +1,310 @@
+// validate_setup: every cross-field rule of Megatron-LM that a plan must obey
+// (arguments.py validate_args, TransformerConfig.__post_init__, parallel_state
+// and the schedules), plus the rules of the schedules Megatron does not ship
+// (zero-bubble, DualPipe). Each rule is one `if` with a message that names the
+// fields and the rule; docs/validation-rules.md lists them.
+#include "core/setup.hpp"
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+namespace megascope {
+
+namespace {
+
+using Err = tl::unexpected<Error>;
+
+// Layers held by each pipeline rank, before splitting into chunks.
+Result<std::vector<int>> layers_per_rank(const ModelSpec& m, const PlanSpec& p, int pp, int vpp) {
+  const int L = m.num_layers;
+  std::vector<int> n(static_cast<std::size_t>(pp), 0);
+  const bool uneven = p.first_stage_layers || p.last_stage_layers;
+  if (!uneven) {
+    if (L % pp != 0)
+      return fail("plan.pp", fmt::format("num_layers ({}) must be divisible by pp ({}) for an even split; "
+                                         "set first_stage_layers/last_stage_layers for an uneven one",
+                                         L, pp));
+    std::fill(n.begin(), n.end(), L / pp);
+  } else {
+    if (pp < 2)
+      return fail("plan.first_stage_layers", "uneven pipeline stages need pp >= 2");
+    int rest = L;
+    int middle = pp;
+    if (p.first_stage_layers) {
+      if (*p.first_stage_layers < 1)
+        return fail("plan.first_stage_layers", fmt::format("must be >= 1, found {}", *p.first_stage_layers));
+      n.front() = *p.first_stage_layers;
+      rest -= n.front();
+      --middle;
+    }
+    if (p.last_stage_layers) {
+      if (*p.last_stage_layers < 1)
+        return fail("plan.last_stage_layers", fmt::format("must be >= 1, found {}", *p.last_stage_layers));
+      n.back() = *p.last_stage_layers;
+      rest -= n.back();
+      --middle;
+    }
+    if (rest < 0 || (middle == 0) != (rest == 0))
+      return fail("plan.first_stage_layers",
+                  fmt::format("the first/last stage layers leave {} layers for {} middle stages "
+                              "(num_layers = {}, pp = {})", rest, middle, L, pp));
+    if (middle > 0) {
+      if (rest % middle != 0)
+        return fail("plan.first_stage_layers",
+                    fmt::format("the {} remaining layers must divide evenly over the {} middle stages", rest,
+                                middle));
+      for (int r = 0; r < pp; ++r) {
+        const bool fixed = (r == 0 && p.first_stage_layers) || (r == pp - 1 && p.last_stage_layers);
+        if (!fixed) n[static_cast<std::size_t>(r)] = rest / middle;
+      }
+    }
+  }
+  for (int r = 0; r < pp; ++r) {
+    if (n[static_cast<std::size_t>(r)] % vpp != 0)
+      return fail(uneven && (r == 0 || r == pp - 1) ? (r == 0 ? "plan.first_stage_layers" : "plan.last_stage_layers")
+                                                    : "plan.vpp",
+                  fmt::format("pipeline rank {} holds {} layers, which must divide into vpp = {} equal chunks",
+                              r, n[static_cast<std::size_t>(r)], vpp));
+  }
+  return n;
+}
+
+// Which virtual stage (position in the model's forward order) chunk c of
+// pipeline rank r is, for each schedule's way of placing chunks.
+int virtual_stage_of(Schedule s, int pp, int rank, int chunk) {
+  switch (s) {
+    case Schedule::zb_v:
+    case Schedule::dualpipev:
+      return chunk == 0 ? rank : 2 * pp - 1 - rank;      // V shape: down then back up
+    case Schedule::dualpipe:
+      return chunk == 0 ? rank : pp - 1 - rank;          // both directions of a pp-stage split
+    default:
+      return chunk * pp + rank;                          // Megatron's interleaving
+  }
+}
+
+}  // namespace
+
+int Setup::layers_on_rank(int pp_rank) const {
+  int n = 0;
+  for (const ChunkLayers& c : chunks.at(static_cast<std::size_t>(pp_rank))) n += c.count;
+  return n;
+}
+
+bool Setup::holds_embedding(int pp_rank) const {
+  for (const ChunkLayers& c : chunks.at(static_cast<std::size_t>(pp_rank)))
+    if (c.virtual_stage == 0) return true;
+  return false;
+}
+
+bool Setup::holds_output(int pp_rank) const {
+  for (const ChunkLayers& c : chunks.at(static_cast<std::size_t>(pp_rank)))
+    if (c.virtual_stage == virtual_stages - 1) return true;
+  return false;
+}
+
+Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& cluster_in,
+                             const TrainingSpec& training_in, const PlanSpec& p, int devices) {
+  auto model = validate_model(model_in);
+  if (!model) return Err(model.error());
+  auto cluster = validate_cluster(cluster_in);
+  if (!cluster) return Err(cluster.error());
+  auto training = validate_training(training_in);
+  if (!training) return Err(training.error());
+  const ModelSpec& m = *model;
+
+  Setup s;
+  s.model = m;
+  s.cluster = *cluster;
+  s.training = *training;
+  s.plan = p;
+
+  // Sizes.
+  for (auto [field, v] : {std::pair<const char*, int>{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"ep", p.ep},
+                          {"mbs", p.micro_batch_size}}) {
+    if (v < 1) return fail(std::string("plan.") + field, fmt::format("must be >= 1, found {}", v));
+  }
+  for (auto [field, v] : {std::pair<const char*, std::optional<int>>{"vpp", p.vpp}, {"dp", p.dp}, {"etp", p.etp}}) {
+    if (v && *v < 1) return fail(std::string("plan.") + field, fmt::format("must be >= 1, found {}", *v));
+  }
+
+  // World size and data parallelism (Megatron: world % (tp*pp*cp) == 0, dp = world / (tp*pp*cp)).
+  const int model_parallel = p.tp * p.pp * p.cp;
+  const int available = s.cluster.total_devices();
+  if (devices == 0) devices = p.dp ? *p.dp * model_parallel : available;
+  if (devices > available)
+    return fail("gpus", fmt::format("the plan needs {} devices but cluster '{}' has {} ({} nodes x {})", devices,
+                                    s.cluster.name, available, s.cluster.num_nodes,
+                                    s.cluster.node.devices_per_node));
+  if (devices % model_parallel != 0)
+    return fail("plan.tp", fmt::format("the device count ({}) must be divisible by tp x pp x cp = {} x {} x {} = {}",
+                                       devices, p.tp, p.pp, p.cp, model_parallel));
+  s.world = devices;
+  s.dp = devices / model_parallel;
+  if (p.dp && *p.dp != s.dp)
+    return fail("plan.dp", fmt::format("tp x pp x dp x cp = {} x {} x {} x {} = {} must equal the device count {}",
+                                       p.tp, p.pp, *p.dp, p.cp, model_parallel * *p.dp, devices));
+
+  // Tensor parallelism (TransformerConfig, ColumnParallelLinear).
+  if (m.num_attention_heads % p.tp != 0)
+    return fail("plan.tp", fmt::format("num_attention_heads ({}) must be a multiple of tp ({})",
+                                       m.num_attention_heads, p.tp));
+  if (m.num_query_groups % p.tp != 0 && p.tp % m.num_query_groups != 0)
+    return fail("plan.tp", fmt::format("num_query_groups ({}) must be a multiple or a divisor of tp ({})",
+                                       m.num_query_groups, p.tp));
+  if (m.ffn_hidden_size % p.tp != 0)
+    return fail("plan.tp", fmt::format("ffn_hidden_size ({}) must be divisible by tp ({})", m.ffn_hidden_size, p.tp));
+
+  // Sequence length, context and sequence parallelism.
+  s.seq_length = s.training.seq_length.value_or(m.seq_length);
+  if (m.position_embedding == PositionEmbedding::learned && s.seq_length > m.seq_length)
+    return fail("training.seq_length",
+                fmt::format("{} exceeds the model's learned position embeddings ({}): "
+                            "max_position_embeddings must be >= seq_length", s.seq_length, m.seq_length));
+  if (p.cp > 1 && s.seq_length % (2 * p.cp) != 0)
+    return fail("plan.cp", fmt::format("seq_length ({}) must be a multiple of 2 x cp = {} (load-balanced causal CP)",
+                                       s.seq_length, 2 * p.cp));
+  s.sequence_parallel = p.sequence_parallel && p.tp > 1;
+  if (p.sequence_parallel && p.tp == 1)
+    s.warnings.push_back("sp=on has no effect with tp = 1; Megatron-LM disables it, and so does Megascope");
+  if (s.sequence_parallel && (s.seq_length / p.cp) % p.tp != 0)
+    return fail("plan.sp", fmt::format("with sequence parallelism the per-CP-rank sequence ({} / cp {} = {}) must "
+                                       "be divisible by tp ({})", s.seq_length, p.cp, s.seq_length / p.cp, p.tp));
+  if (p.tp_comm_overlap && !s.sequence_parallel)
+    return fail("plan.tp_comm_overlap",
+                "tensor-parallel communication overlap needs sequence parallelism (sp=on and tp > 1)");
+
+  // Batch (microbatch calculator).
+  const std::int64_t per_step = static_cast<std::int64_t>(p.micro_batch_size) * s.dp;
+  if (s.training.global_batch_size % per_step != 0)
+    return fail("training.global_batch_size",
+                fmt::format("global batch ({}) must be divisible by micro-batch size x dp = {} x {} = {}",
+                            s.training.global_batch_size, p.micro_batch_size, s.dp, per_step));
+  s.num_microbatches = static_cast<int>(s.training.global_batch_size / per_step);
+
+  // Experts (parallel_state: expert grid folded onto the same world).
+  s.etp = p.etp.value_or(p.tp);
+  if (!m.moe) {
+    if (p.ep > 1) return fail("plan.ep", fmt::format("ep = {} needs an MoE model; '{}' is dense", p.ep, m.name));
+    if (p.etp && *p.etp != p.tp)
+      return fail("plan.etp", fmt::format("etp = {} only applies to MoE layers; '{}' is dense", *p.etp, m.name));
+  } else {
+    const MoeSpec& e = *m.moe;
+    if (e.num_experts % p.ep != 0)
+      return fail("plan.ep", fmt::format("num_experts ({}) must be a multiple of ep ({})", e.num_experts, p.ep));
+    if (e.expert_ffn_hidden % s.etp != 0)
+      return fail("plan.etp", fmt::format("expert ffn size ({}) must be divisible by etp ({})",
+                                          e.expert_ffn_hidden, s.etp));
+    if (e.shared_expert_ffn_hidden % p.tp != 0)
+      return fail("plan.tp", fmt::format("shared-expert ffn size ({}) must be divisible by tp ({})",
+                                         e.shared_expert_ffn_hidden, p.tp));
+    const int stage_ranks = p.tp * p.cp * s.dp;
+    if (stage_ranks % (s.etp * p.ep) != 0)
+      return fail("plan.ep", fmt::format("etp x ep = {} x {} must divide the tp x cp x dp = {} ranks of a pipeline "
+                                         "stage (experts live inside DP x CP)", s.etp, p.ep, stage_ranks));
+    if (p.ep > 1 && p.tp > 1 && !s.sequence_parallel)
+      return fail("plan.sp", "expert parallelism with tensor parallelism needs sequence parallelism (sp=on)");
+    if (m.add_bias_linear && s.etp > 1)
+      return fail("plan.etp", "MoE layers with linear biases need etp = 1 (Megatron: bias only with ETP == 1)");
+    if (p.ep > 1 && s.training.params_dtype == Dtype::fp16)
+      return fail("plan.ep", "expert parallelism is not supported with fp16 parameters; use bf16");
+  }
+  s.edp = s.world / (s.etp * p.ep * p.pp);
+
+  // Optimizer and overlap.
+  if (p.overlap_param_gather && !p.distributed_optimizer)
+    return fail("plan.overlap_param_gather", "needs the distributed optimizer (distopt=on)");
+  if (p.overlap_param_gather && !p.overlap_grad_reduce)
+    return fail("plan.overlap_param_gather", "needs overlap_grad_reduce=on as well (Megatron rule)");
+
+  // Recomputation (TransformerConfig).
+  const Recompute& rc = p.recompute;
+  if (rc.granularity != RecomputeGranularity::full) {
+    if (rc.method)
+      return fail("plan.recompute_method",
+                  fmt::format("only applies to recompute=full (recompute is {})", to_string(rc.granularity)));
+    if (rc.num_layers)
+      return fail("plan.recompute_layers",
+                  fmt::format("only applies to recompute=full (recompute is {})", to_string(rc.granularity)));
+  } else {
+    if (!rc.method) return fail("plan.recompute_method", "recompute=full needs recompute_method (uniform or block)");
+    if (!rc.num_layers) return fail("plan.recompute_layers", "recompute=full needs recompute_layers");
+  }
+
+  // Precision.
+  if (s.training.precision == Precision::fp8 && !s.cluster.device.peak_fp8_flops)
+    return fail("training.precision", fmt::format("fp8 needs FP8 tensor cores; {} has none", s.cluster.device.name));
+
+  // Pipeline schedule and virtual stages.
+  const Schedule sch = p.schedule;
+  s.vpp = p.vpp.value_or(default_vpp(sch));
+  if (sch == Schedule::interleaved) {
+    if (!p.vpp || *p.vpp < 2) return fail("plan.vpp", "the interleaved schedule needs vpp >= 2");
+    if (p.pp < 2) return fail("plan.pp", "the interleaved schedule needs pp >= 2");
+    if (s.num_microbatches % p.pp != 0)
+      return fail("training.global_batch_size",
+                  fmt::format("the interleaved schedule needs the micro-batch count ({}) to be a multiple of pp "
+                              "({}) (Megatron's default microbatch_group_size_per_vp_stage = pp)",
+                              s.num_microbatches, p.pp));
+  } else if (sch == Schedule::zb_v || sch == Schedule::dualpipev) {
+    if (s.vpp != 2)
+      return fail("plan.vpp", fmt::format("{} places exactly 2 chunks per rank in a V shape; vpp must be 2, found {}",
+                                          to_string(sch), s.vpp));
+  } else if (s.vpp != 1) {
+    return fail("plan.vpp", fmt::format("schedule {} runs one model chunk per rank; use schedule=interleaved for "
+                                        "vpp = {}", to_string(sch), s.vpp));
+  }
+  const bool pipelined = sch != Schedule::gpipe && sch != Schedule::one_f_one_b;
+  if (pipelined && p.pp < 2)
+    return fail("plan.schedule", fmt::format("schedule {} needs pp >= 2", to_string(sch)));
+  if (sch == Schedule::dualpipe) {
+    if (p.pp % 2 != 0) return fail("plan.pp", fmt::format("dualpipe needs an even pp, found {}", p.pp));
+    if (s.num_microbatches % 2 != 0 || s.num_microbatches < 2 * p.pp)
+      return fail("training.global_batch_size",
+                  fmt::format("dualpipe needs an even micro-batch count >= 2 x pp = {}, found {}", 2 * p.pp,
+                              s.num_microbatches));
+  }
+  if (sch == Schedule::dualpipev && s.num_microbatches < 2 * p.pp)
+    return fail("training.global_batch_size",
+                fmt::format("dualpipev needs at least 2 x pp = {} micro-batches, found {}", 2 * p.pp,
+                            s.num_microbatches));
+  const bool uneven = p.first_stage_layers || p.last_stage_layers;
+  if (uneven && (sch == Schedule::zb_v || sch == Schedule::dualpipe || sch == Schedule::dualpipev))
+    return fail("plan.first_stage_layers", fmt::format("uneven stages are not supported with {}", to_string(sch)));
+
+  // Layer layout.
+  const int split_vpp = sch == Schedule::dualpipe ? 1 : s.vpp;
+  auto per_rank = layers_per_rank(m, p, p.pp, split_vpp);
+  if (!per_rank) return Err(per_rank.error());
+  const int chunks_per_rank = sch == Schedule::dualpipe ? 2 : s.vpp;
+  s.virtual_stages = p.pp * split_vpp;
+  // Layers of each virtual stage in forward order.
+  std::vector<int> stage_layers(static_cast<std::size_t>(s.virtual_stages), 0);
+  for (int r = 0; r < p.pp; ++r)
+    for (int c = 0; c < split_vpp; ++c)
+      stage_layers[static_cast<std::size_t>(virtual_stage_of(sch, p.pp, r, c))] =
+          (*per_rank)[static_cast<std::size_t>(r)] / split_vpp;
+  std::vector<int> stage_first(stage_layers.size(), 0);
+  std::exclusive_scan(stage_layers.begin(), stage_layers.end(), stage_first.begin(), 0);
+  s.chunks.assign(static_cast<std::size_t>(p.pp), {});
+  for (int r = 0; r < p.pp; ++r) {
+    for (int c = 0; c < chunks_per_rank; ++c) {
+      const int vs = virtual_stage_of(sch, p.pp, r, c);
+      s.chunks[static_cast<std::size_t>(r)].push_back(
+          ChunkLayers{stage_first[static_cast<std::size_t>(vs)], stage_layers[static_cast<std::size_t>(vs)], vs});
+    }
+  }
+  if (rc.granularity == RecomputeGranularity::full) {
+    int most = 0;
+    for (int r = 0; r < p.pp; ++r) most = std::max(most, s.layers_on_rank(r) / chunks_per_rank);
+    if (*rc.num_layers < 1 || *rc.num_layers > most)
+      return fail("plan.recompute_layers", fmt::format("must be between 1 and the layers per model chunk ({}), "
+                                                       "found {}", most, *rc.num_layers));
+  }
+
+  s.padded_vocab = m.padded_vocab(p.tp);
+  return s;
+}
+
+}  // namespace megascope

@@ -1,0 +1,62 @@
+// Setup: a model, a cluster, a training setup and a plan that passed every
+// cross-field rule Megatron-LM enforces, plus the values derived from them
+// (data-parallel size, micro-batch count, padded vocab, layer placement).
+//
+// validate_setup() is the one place those rules live; each failure names the
+// fields involved and the rule. See docs/validation-rules.md for the list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/model.hpp"
+#include "core/plan.hpp"
+#include "core/result.hpp"
+#include "core/training.hpp"
+
+namespace megascope {
+
+// The layers one model chunk holds: [first, first + count) in model order.
+struct ChunkLayers {
+  int first = 0;
+  int count = 0;
+  int virtual_stage = 0;        // position of the chunk in the forward order of the model
+};
+
+struct Setup {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TrainingSpec training;
+  PlanSpec plan;                // as the user gave it
+
+  // Derived (never stored in the user's plan).
+  int world = 0;                // devices used = tp * pp * dp * cp
+  int dp = 0;
+  int vpp = 1;                  // chunks per pipeline rank in the model split
+  int etp = 1;                  // expert tensor parallel
+  int edp = 1;                  // expert data parallel = world / (etp * ep * pp)
+  bool sequence_parallel = false;  // effective SP (off when tp == 1)
+  std::int64_t seq_length = 0;  // tokens per sequence
+  int num_microbatches = 0;     // m = global batch / (micro-batch * dp)
+  std::int64_t padded_vocab = 0;
+  int virtual_stages = 0;       // model split: pp * vpp (dualpipe: pp)
+  // chunks[r] lists the chunks pipeline rank r holds, in chunk order.
+  std::vector<std::vector<ChunkLayers>> chunks;
+  std::vector<std::string> warnings;  // accepted but noteworthy (e.g. SP disabled at tp = 1)
+
+  [[nodiscard]] int layers_on_rank(int pp_rank) const;
+  [[nodiscard]] bool holds_embedding(int pp_rank) const;     // first virtual stage
+  [[nodiscard]] bool holds_output(int pp_rank) const;        // last virtual stage (output layer + loss)
+  [[nodiscard]] std::int64_t tokens_per_iteration() const {
+    return training.global_batch_size * seq_length;
+  }
+};
+
+// Validates each spec and every cross-field rule. `devices` is the number of
+// devices the plan runs on (<= the cluster's); 0 means all of the cluster.
+Result<Setup> validate_setup(const ModelSpec& model, const ClusterSpec& cluster,
+                             const TrainingSpec& training, const PlanSpec& plan, int devices = 0);
+
+}  // namespace megascope

@@ -1,0 +1,47 @@
+#include "core/training.hpp"
+
+#include <fmt/format.h>
+
+namespace megascope {
+
+Result<TrainingSpec> validate_training(TrainingSpec t) {
+  if (t.global_batch_size < 1)
+    return fail("training.global_batch_size", fmt::format("must be >= 1, found {}", t.global_batch_size));
+  if (t.seq_length && *t.seq_length < 1)
+    return fail("training.seq_length", fmt::format("must be >= 1, found {}", *t.seq_length));
+  if (t.params_dtype == Dtype::fp8)
+    return fail("training.params_dtype", "fp8 is a GEMM precision, not a parameter dtype; use precision = \"fp8\"");
+  if (t.grad_dtype == Dtype::fp8)
+    return fail("training.grad_dtype", "gradients cannot be fp8; use fp32, bf16 or fp16");
+  const RuntimeOverheads& o = t.overheads;
+  if (o.cuda_context_bytes < 0)
+    return fail("training.overheads.cuda_context_GiB", "must be >= 0");
+  if (o.nccl_bytes_per_group < 0)
+    return fail("training.overheads.nccl_per_group_GiB", "must be >= 0");
+  if (!(o.fragmentation_fraction >= 0 && o.fragmentation_fraction < 1))
+    return fail("training.overheads.fragmentation", "must be in [0, 1)");
+  return t;
+}
+
+double bytes_of(Dtype d) {
+  switch (d) {
+    case Dtype::fp32: return 4;
+    case Dtype::bf16: return 2;
+    case Dtype::fp16: return 2;
+    case Dtype::fp8: return 1;
+  }
+  return 0;
+}
+
+const char* to_string(Precision p) { return p == Precision::bf16 ? "bf16" : "fp8"; }
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::fp32: return "fp32";
+    case Dtype::bf16: return "bf16";
+    case Dtype::fp16: return "fp16";
+    case Dtype::fp8: return "fp8";
+  }
+  return "?";
+}
+
+}  // namespace megascope

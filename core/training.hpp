@@ -1,0 +1,38 @@
+// TrainingSpec: what one iteration processes and in which number formats,
+// plus the runtime memory overheads the accounting adds on top of tensors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/result.hpp"
+
+namespace megascope {
+
+enum class Precision { bf16, fp8 };          // GEMM precision of the run
+enum class Dtype { fp32, bf16, fp16, fp8 };
+
+// Memory the runtime takes beyond the model's tensors. Stated assumptions,
+// each configurable; see docs/accounting.md for where the defaults come from.
+struct RuntimeOverheads {
+  double cuda_context_bytes = 0.5 * 1024 * 1024 * 1024;      // CUDA context + cuBLAS workspaces
+  double nccl_bytes_per_group = 0.25 * 1024 * 1024 * 1024;   // buffers per communicator of size > 1
+  double fragmentation_fraction = 0.05;                      // allocator slack on activations + grads
+};
+
+struct TrainingSpec {
+  std::int64_t global_batch_size = 0;        // B, sequences per iteration
+  std::optional<std::int64_t> seq_length;    // s; absent: the model's seq_length
+  Precision precision = Precision::bf16;
+  Dtype params_dtype = Dtype::bf16;          // dtype of the model weights used by the GEMMs
+  Dtype grad_dtype = Dtype::fp32;            // dtype of the main gradients (Megatron: fp32 by default)
+  RuntimeOverheads overheads;
+};
+
+Result<TrainingSpec> validate_training(TrainingSpec t);
+
+[[nodiscard]] double bytes_of(Dtype d);
+const char* to_string(Precision p);
+const char* to_string(Dtype d);
+
+}  // namespace megascope

@@ -1,0 +1,924 @@
+#include "config/megatron_args.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "config/plan_settings.hpp"
+#include "core/cluster.hpp"
+#include "core/setup.hpp"
+
+using namespace megascope;
+
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+Error import_error(std::string_view line) {
+  auto r = import_megatron_args(line);
+  REQUIRE_FALSE(r.has_value());
+  return r.error();
+}
+
+MegatronLaunch import_ok(std::string_view line) {
+  auto r = import_megatron_args(line);
+  if (!r) FAIL(r.error().field << ": " << r.error().message);
+  return *r;
+}
+
+// A minimal valid model line to which single flags are appended.
+const std::string kSmall =
+    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+    "--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 ";
+
+// 530B, Narayanan et al. 2021, Table 1 style (interleaved: 105 / 35 = 3 layers per stage, 1 per chunk).
+const char* const k530B =
+    "python pretrain_gpt.py --num-layers 105 --hidden-size 20480 --num-attention-heads 128 "
+    "--seq-length 2048 --max-position-embeddings 2048 --tensor-model-parallel-size 8 "
+    "--pipeline-model-parallel-size 35 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 "
+    "--global-batch-size 2520 --vocab-file x --merge-file y --tokenizer-type GPT2BPETokenizer --lr 6e-5 "
+    "--min-lr 6e-6 --lr-decay-style cosine --lr-warmup-samples 183105 --train-samples 146484375 "
+    "--weight-decay 0.1 --clip-grad 1.0 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 --fp16 "
+    "--data-path 0.5 /data/a_text_document 0.5 /data/b_text_document --split 949,50,1 --log-interval 1 "
+    "--save-interval 1000 --eval-interval 1000 --eval-iters 10 --save /ckpt --load /ckpt --DDP-impl local "
+    "--no-masked-softmax-fusion --seed 1234";
+
+// Llama-3-70B style, behind a torchrun launcher, written as a shell script.
+const char* const kLlama70B = R"(CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc_per_node 8 --nnodes 32 \
+    --node_rank 0 --master_addr "node-0" --master_port 6000 --rdzv_backend c10d \
+    pretrain_gpt.py \
+    --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 \
+    --num-attention-heads 64 --group-query-attention --num-query-groups 8 \
+    --swiglu --normalization RMSNorm --norm-epsilon 1e-5 \
+    --position-embedding-type rope --rotary-base 500000 --use-rope-scaling \
+    --untie-embeddings-and-output-weights --disable-bias-linear \
+    --vocab-size 128256 --tokenizer-type HuggingFaceTokenizer --tokenizer-model 'meta-llama/Meta-Llama-3-70B' \
+    --seq-length 8192 --max-position-embeddings 8192 \
+    --hidden-dropout 0.0 --attention-dropout 0.0 \
+    --micro-batch-size 1 --global-batch-size 1024 --bf16 \
+    --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 \
+    --num-layers-per-virtual-pipeline-stage 5 --context-parallel-size 2 \
+    --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+    --tp-comm-overlap --recompute-activations --use-flash-attn \
+    --transformer-impl transformer_engine --use-mcore-models --attention-softmax-in-fp32 \
+    --lr=1.5e-4 --train-iters 1000 --mock-data   # a comment
+)";
+
+// DeepSeek-V3 style MoE with MLA and MTP.
+const char* const kDeepSeek =
+    "torchrun --nproc_per_node 8 pretrain_gpt.py "
+    "--num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 "
+    "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 "
+    "--qk-pos-emb-head-dim 64 --v-head-dim 128 --kv-channels 128 "
+    "--num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048 "
+    "--moe-shared-expert-intermediate-size 2048 --moe-layer-freq \"([0]*3+[1]*58)\" "
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias "
+    "--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4 --moe-grouped-gemm "
+    "--moe-token-dispatcher-type alltoall --moe-router-dtype fp32 "
+    "--mtp-num-layers 1 --swiglu --normalization RMSNorm --position-embedding-type rope "
+    "--untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 129280 "
+    "--seq-length 4096 --max-position-embeddings 4096 --hidden-dropout 0 --attention-dropout 0 "
+    "--micro-batch-size 1 --global-batch-size 8192 --bf16 --fp8-format hybrid --fp8-recipe blockwise "
+    "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 16 "
+    "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2 "
+    "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1 --sequence-parallel "
+    "--use-distributed-optimizer --recompute-granularity full --recompute-method uniform "
+    "--recompute-num-layers 1 --cp-comm-type all_gather";
+
+ClusterSpec test_cluster() {
+  ClusterSpec c;
+  c.name = "test-h100";
+  c.device.name = "H100";
+  c.device.peak_bf16_flops = 989e12;
+  c.device.peak_fp8_flops = 1979e12;
+  c.device.peak_fp32_flops = 67e12;
+  c.device.memory_bytes = 80e9;
+  c.device.memory_bandwidth_Bps = 3.35e12;
+  c.node.devices_per_node = 8;
+  c.node.scale_up = ScaleUpKind::nvswitch;
+  c.node.scale_up_bandwidth_Bps = 450e9;
+  c.node.scale_up_latency_s = 3e-6;
+  c.node.pcie_bandwidth_Bps = 64e9;
+  c.node.nics_per_node = 8;
+  c.node.nic_bandwidth_Bps = 50e9;
+  c.scale_out.latency_s = 5e-6;
+  c.num_nodes = 512;
+  return c;
+}
+
+void check_same_model(const ModelSpec& a, const ModelSpec& b) {
+  CHECK(a.num_layers == b.num_layers);
+  CHECK(a.hidden_size == b.hidden_size);
+  CHECK(a.ffn_hidden_size == b.ffn_hidden_size);
+  CHECK(a.num_attention_heads == b.num_attention_heads);
+  CHECK(a.num_query_groups == b.num_query_groups);
+  CHECK(a.kv_channels == b.kv_channels);
+  CHECK(a.vocab_size == b.vocab_size);
+  CHECK(a.make_vocab_size_divisible_by == b.make_vocab_size_divisible_by);
+  CHECK(a.seq_length == b.seq_length);
+  CHECK(a.activation == b.activation);
+  CHECK(a.norm == b.norm);
+  CHECK(a.position_embedding == b.position_embedding);
+  CHECK(a.add_bias_linear == b.add_bias_linear);
+  CHECK(a.add_qkv_bias == b.add_qkv_bias);
+  CHECK(a.tied_embeddings == b.tied_embeddings);
+  CHECK(a.qk_layernorm == b.qk_layernorm);
+  CHECK(a.hidden_dropout == b.hidden_dropout);
+  CHECK(a.attention_dropout == b.attention_dropout);
+  CHECK(a.mtp_num_layers == b.mtp_num_layers);
+  REQUIRE(a.moe.has_value() == b.moe.has_value());
+  if (a.moe) {
+    CHECK(a.moe->num_experts == b.moe->num_experts);
+    CHECK(a.moe->top_k == b.moe->top_k);
+    CHECK(a.moe->expert_ffn_hidden == b.moe->expert_ffn_hidden);
+    CHECK(a.moe->shared_expert_ffn_hidden == b.moe->shared_expert_ffn_hidden);
+    CHECK(a.moe->moe_layers == b.moe->moe_layers);
+  }
+  REQUIRE(a.mla.has_value() == b.mla.has_value());
+  if (a.mla) {
+    CHECK(a.mla->q_lora_rank == b.mla->q_lora_rank);
+    CHECK(a.mla->kv_lora_rank == b.mla->kv_lora_rank);
+    CHECK(a.mla->qk_head_dim == b.mla->qk_head_dim);
+    CHECK(a.mla->qk_rope_head_dim == b.mla->qk_rope_head_dim);
+    CHECK(a.mla->v_head_dim == b.mla->v_head_dim);
+  }
+}
+
+// Exports the setup, imports the line and compares model, training and plan.
+void check_round_trip(const Setup& s) {
+  auto line = export_megatron_args(s);
+  if (!line) FAIL(line.error().field << ": " << line.error().message);
+  INFO(*line);
+  const MegatronLaunch back = import_ok(*line);
+  check_same_model(back.model, s.model);
+  CHECK(back.training.global_batch_size == s.training.global_batch_size);
+  CHECK(back.training.seq_length == s.seq_length);
+  CHECK(back.training.precision == s.training.precision);
+  CHECK(back.training.params_dtype == s.training.params_dtype);
+  CHECK(back.training.grad_dtype == s.training.grad_dtype);
+  PlanSpec expected = s.plan;
+  expected.dp.reset();
+  CHECK(format_inline_plan(back.plan) == format_inline_plan(expected));
+  CHECK(back.plan == expected);
+  CHECK(back.ignored.empty());
+}
+
+Setup validated(const ModelSpec& m, const TrainingSpec& t, const PlanSpec& p) {
+  auto s = validate_setup(m, test_cluster(), t, p);
+  if (!s) FAIL(s.error().field << ": " << s.error().message);
+  return *s;
+}
+
+}  // namespace
+
+TEST_CASE("The 530B launch line imports as GPT-3 style model, fp16 training and an interleaved 8x35 plan",
+          "[config]") {
+  const MegatronLaunch l = import_ok(k530B);
+  const ModelSpec& m = l.model;
+  CHECK(m.num_layers == 105);
+  CHECK(m.hidden_size == 20480);
+  CHECK(m.ffn_hidden_size == 4 * 20480);
+  CHECK(m.num_attention_heads == 128);
+  CHECK(m.num_query_groups == 128);
+  CHECK(m.kv_channels == 160);
+  CHECK(m.vocab_size == 50257);
+  CHECK(m.make_vocab_size_divisible_by == 128);
+  CHECK(m.seq_length == 2048);
+  CHECK(m.activation == Activation::gelu);
+  CHECK(m.norm == Norm::layernorm);
+  CHECK(m.position_embedding == PositionEmbedding::learned);
+  CHECK(m.add_bias_linear);
+  CHECK(m.add_qkv_bias);
+  CHECK(m.tied_embeddings);
+  CHECK_FALSE(m.qk_layernorm);
+  CHECK(m.hidden_dropout == 0.1);
+  CHECK(m.attention_dropout == 0.1);
+  CHECK(m.mtp_num_layers == 0);
+  CHECK_FALSE(m.moe.has_value());
+  CHECK_FALSE(m.mla.has_value());
+  CHECK(m.padded_vocab(8) == 51200);
+
+  CHECK(l.training.global_batch_size == 2520);
+  CHECK(l.training.seq_length == 2048);
+  CHECK(l.training.precision == Precision::bf16);
+  CHECK(l.training.params_dtype == Dtype::fp16);
+  // fp16 without --accumulate-allreduce-grads-in-fp32: Megatron's grad buffer is fp16.
+  CHECK(l.training.grad_dtype == Dtype::fp16);
+
+  const PlanSpec& p = l.plan;
+  CHECK(p.tp == 8);
+  CHECK(p.pp == 35);
+  CHECK(p.vpp == 3);
+  CHECK(p.schedule == Schedule::interleaved);
+  CHECK_FALSE(p.dp.has_value());
+  CHECK(p.cp == 1);
+  CHECK(p.ep == 1);
+  CHECK_FALSE(p.etp.has_value());
+  CHECK(p.micro_batch_size == 1);
+  CHECK_FALSE(p.sequence_parallel);
+  CHECK(p.recompute == Recompute{});
+  CHECK_FALSE(p.distributed_optimizer);
+  CHECK_FALSE(p.overlap_grad_reduce);
+  CHECK_FALSE(p.overlap_param_gather);
+  CHECK_FALSE(p.tp_comm_overlap);
+  CHECK(p.attention == AttentionKernel::flash);
+  CHECK(p.cp_comm == CpCommType::p2p);
+  CHECK_FALSE(p.first_stage_layers.has_value());
+  CHECK_FALSE(p.last_stage_layers.has_value());
+
+  for (const char* flag : {"--vocab-file", "--merge-file", "--tokenizer-type", "--lr", "--min-lr", "--data-path",
+                           "--split", "--save", "--load", "--DDP-impl", "--seed", "--no-masked-softmax-fusion"})
+    CHECK(contains(l.ignored, flag));
+  CHECK_FALSE(contains(l.ignored, "--num-layers"));
+  REQUIRE(l.warnings.size() == 1);
+  REQUIRE_THAT(l.warnings[0], Catch::Contains("50257"));
+}
+
+TEST_CASE("The Llama-3-70B launch line behind torchrun imports GQA, SwiGLU, RMSNorm, RoPE and the full plan",
+          "[config]") {
+  const MegatronLaunch l = import_ok(kLlama70B);
+  const ModelSpec& m = l.model;
+  CHECK(m.num_layers == 80);
+  CHECK(m.hidden_size == 8192);
+  CHECK(m.ffn_hidden_size == 28672);
+  CHECK(m.num_attention_heads == 64);
+  CHECK(m.num_query_groups == 8);
+  CHECK(m.kv_channels == 128);
+  CHECK(m.vocab_size == 128256);
+  CHECK(m.make_vocab_size_divisible_by == 128);
+  CHECK(m.seq_length == 8192);
+  CHECK(m.activation == Activation::swiglu);
+  CHECK(m.norm == Norm::rmsnorm);
+  CHECK(m.position_embedding == PositionEmbedding::rope);
+  CHECK_FALSE(m.add_bias_linear);
+  CHECK_FALSE(m.add_qkv_bias);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK_FALSE(m.qk_layernorm);
+  CHECK(m.hidden_dropout == 0.0);
+  CHECK(m.attention_dropout == 0.0);
+  CHECK(m.mtp_num_layers == 0);
+  CHECK_FALSE(m.moe.has_value());
+  CHECK_FALSE(m.mla.has_value());
+
+  CHECK(l.training.global_batch_size == 1024);
+  CHECK(l.training.seq_length == 8192);
+  CHECK(l.training.precision == Precision::bf16);
+  CHECK(l.training.params_dtype == Dtype::bf16);
+  CHECK(l.training.grad_dtype == Dtype::fp32);
+
+  const PlanSpec& p = l.plan;
+  CHECK(p.tp == 8);
+  CHECK(p.pp == 4);
+  CHECK(p.vpp == 4);  // 80 / 4 = 20 layers per stage, 5 per chunk
+  CHECK(p.schedule == Schedule::interleaved);
+  CHECK(p.cp == 2);
+  CHECK(p.ep == 1);
+  CHECK_FALSE(p.etp.has_value());
+  CHECK_FALSE(p.dp.has_value());
+  CHECK(p.micro_batch_size == 1);
+  CHECK(p.sequence_parallel);
+  CHECK(p.distributed_optimizer);
+  CHECK(p.overlap_grad_reduce);
+  CHECK(p.overlap_param_gather);
+  CHECK(p.tp_comm_overlap);
+  CHECK(p.recompute.granularity == RecomputeGranularity::selective);
+  CHECK(p.attention == AttentionKernel::flash);
+
+  for (const char* flag : {"--norm-epsilon", "--rotary-base", "--use-rope-scaling", "--tokenizer-type",
+                           "--tokenizer-model", "--transformer-impl", "--lr", "--train-iters", "--mock-data"})
+    CHECK(contains(l.ignored, flag));
+  CHECK(l.warnings.empty());
+}
+
+TEST_CASE("The DeepSeek-V3 launch line imports MLA, MoE with the ([0]*3+[1]*58) layer pattern and MTP",
+          "[config]") {
+  const MegatronLaunch l = import_ok(kDeepSeek);
+  const ModelSpec& m = l.model;
+  CHECK(m.num_layers == 61);
+  CHECK(m.hidden_size == 7168);
+  CHECK(m.ffn_hidden_size == 18432);
+  CHECK(m.num_attention_heads == 128);
+  CHECK(m.num_query_groups == 128);
+  CHECK(m.kv_channels == 128);
+  CHECK(m.vocab_size == 129280);
+  CHECK(m.seq_length == 4096);
+  CHECK(m.activation == Activation::swiglu);
+  CHECK(m.norm == Norm::rmsnorm);
+  CHECK(m.position_embedding == PositionEmbedding::rope);
+  CHECK_FALSE(m.add_bias_linear);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK(m.hidden_dropout == 0.0);
+  CHECK(m.attention_dropout == 0.0);
+  CHECK(m.mtp_num_layers == 1);
+
+  REQUIRE(m.moe.has_value());
+  CHECK(m.moe->num_experts == 256);
+  CHECK(m.moe->top_k == 8);
+  CHECK(m.moe->expert_ffn_hidden == 2048);
+  CHECK(m.moe->shared_expert_ffn_hidden == 2048);
+  REQUIRE(m.moe->moe_layers.size() == 61);
+  CHECK(m.num_moe_layers() == 58);
+  CHECK_FALSE(m.is_moe_layer(0));
+  CHECK_FALSE(m.is_moe_layer(2));
+  CHECK(m.is_moe_layer(3));
+  CHECK(m.is_moe_layer(60));
+
+  REQUIRE(m.mla.has_value());
+  CHECK(m.mla->q_lora_rank == 1536);
+  CHECK(m.mla->kv_lora_rank == 512);
+  CHECK(m.mla->qk_head_dim == 128);
+  CHECK(m.mla->qk_rope_head_dim == 64);
+  CHECK(m.mla->v_head_dim == 128);
+
+  CHECK(l.training.global_batch_size == 8192);
+  CHECK(l.training.seq_length == 4096);
+  CHECK(l.training.precision == Precision::fp8);
+  CHECK(l.training.params_dtype == Dtype::bf16);
+  CHECK(l.training.grad_dtype == Dtype::fp32);
+
+  const PlanSpec& p = l.plan;
+  CHECK(p.tp == 2);
+  CHECK(p.pp == 16);
+  CHECK_FALSE(p.vpp.has_value());
+  CHECK(p.schedule == Schedule::one_f_one_b);
+  CHECK(p.first_stage_layers == 3);
+  CHECK(p.last_stage_layers == 2);
+  CHECK(p.ep == 64);
+  CHECK(p.etp == 1);
+  CHECK(p.cp == 1);
+  CHECK(p.cp_comm == CpCommType::all_gather);
+  CHECK(p.sequence_parallel);
+  CHECK(p.distributed_optimizer);
+  CHECK(p.recompute.granularity == RecomputeGranularity::full);
+  CHECK(p.recompute.method == RecomputeMethod::uniform);
+  CHECK(p.recompute.num_layers == 1);
+
+  for (const char* flag : {"--moe-router-score-function", "--moe-router-enable-expert-bias",
+                           "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-grouped-gemm",
+                           "--moe-token-dispatcher-type", "--moe-router-dtype", "--fp8-recipe"})
+    CHECK(contains(l.ignored, flag));
+}
+
+TEST_CASE("Megatron's defaults fill the flags a line leaves out", "[config]") {
+  const MegatronLaunch l = import_ok(kSmall);
+  CHECK(l.model.ffn_hidden_size == 4096);
+  CHECK(l.model.kv_channels == 64);
+  CHECK(l.model.num_query_groups == 16);
+  CHECK(l.model.hidden_dropout == 0.1);
+  CHECK(l.model.attention_dropout == 0.1);
+  CHECK(l.model.make_vocab_size_divisible_by == 128);
+  CHECK(l.plan == PlanSpec{});
+  CHECK(l.ignored.empty());
+
+  // SwiGLU: int((4h * 2/3) / 64) * 64, as Megatron computes it (a repeated flag: the last one wins).
+  CHECK(import_ok(kSmall + "--swiglu --hidden-size 4096").model.ffn_hidden_size == 10880);
+  CHECK(import_ok(kSmall + "--swiglu --hidden-size 5120 --num-attention-heads 40").model.ffn_hidden_size ==
+        13632);
+  // GQA without --num-query-groups is one query group (MQA).
+  CHECK(import_ok(kSmall + "--group-query-attention").model.num_query_groups == 1);
+  // MoE defaults: top-2, expert width = ffn, every layer MoE.
+  const MegatronLaunch moe = import_ok(kSmall + "--num-experts 8");
+  REQUIRE(moe.model.moe.has_value());
+  CHECK(moe.model.moe->top_k == 2);
+  CHECK(moe.model.moe->expert_ffn_hidden == 4096);
+  CHECK(moe.model.moe->shared_expert_ffn_hidden == 0);
+  CHECK(moe.model.num_moe_layers() == 4);
+  // MLA defaults.
+  const MegatronLaunch mla = import_ok(kSmall + "--multi-latent-attention");
+  REQUIRE(mla.model.mla.has_value());
+  CHECK_FALSE(mla.model.mla->q_lora_rank.has_value());
+  CHECK(mla.model.mla->kv_lora_rank == 32);
+  CHECK(mla.model.mla->qk_head_dim == 128);
+  CHECK(mla.model.mla->qk_rope_head_dim == 64);
+  CHECK(mla.model.mla->v_head_dim == 128);
+}
+
+TEST_CASE("model.seq_length is --max-position-embeddings when given, else --seq-length", "[config]") {
+  const MegatronLaunch a = import_ok(kSmall + "--max-position-embeddings 4096");
+  CHECK(a.model.seq_length == 4096);
+  CHECK(a.training.seq_length == 1024);
+  const MegatronLaunch b = import_ok(
+      "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 512 --vocab-size 1000 "
+      "--micro-batch-size 1 --global-batch-size 4");
+  CHECK(b.model.seq_length == 512);
+  CHECK(b.training.seq_length == 512);
+  CHECK(b.training.params_dtype == Dtype::fp32);
+  REQUIRE(b.warnings.size() == 1);
+  REQUIRE_THAT(b.warnings[0], Catch::Contains("fp32"));
+}
+
+TEST_CASE("Both --flag value and --flag=value are read", "[config]") {
+  const MegatronLaunch l = import_ok(
+      "--num-layers=4 --hidden-size=1024 --num-attention-heads 16 --seq-length=1024 --vocab-size=32000 "
+      "--micro-batch-size=2 --global-batch-size 8 --bf16 --tensor-model-parallel-size=2 --data-path=a");
+  CHECK(l.model.num_layers == 4);
+  CHECK(l.plan.micro_batch_size == 2);
+  CHECK(l.plan.tp == 2);
+  CHECK(contains(l.ignored, "--data-path"));
+}
+
+TEST_CASE("Launcher tokens before the training script are skipped", "[config]") {
+  const MegatronLaunch a = import_ok("torchrun --nproc_per_node 8 --nnodes 2 --node_rank 0 --master_addr 10.0.0.1 "
+                                     "--master_port 29500 --rdzv_id 7 --rdzv_endpoint 10.0.0.1:29400 "
+                                     "/opt/megatron/pretrain_gpt.py " +
+                                     kSmall);
+  CHECK(a.model.num_layers == 4);
+  const MegatronLaunch b = import_ok("python -u -m torch.distributed.run --nproc-per-node=8 pretrain_gpt.py " + kSmall);
+  CHECK(b.model.num_layers == 4);
+  // A .py file given as a flag's value is not taken for the script.
+  const MegatronLaunch v = import_ok(kSmall + "--tokenizer-model tok.py --data-path a.py");
+  CHECK(v.model.num_layers == 4);
+  CHECK(contains(v.ignored, "--tokenizer-model"));
+  // Without a script name, words before the first --flag are skipped.
+  const MegatronLaunch c = import_ok("megatron train " + kSmall);
+  CHECK(c.model.num_layers == 4);
+}
+
+TEST_CASE("Quotes and backslash-newline continuations are read as a shell would", "[config]") {
+  const MegatronLaunch l = import_ok(
+      "--num-layers \"4\" --hidden-size '1024' \\\n --num-attention-heads 1\\6 --seq-length 1024 \\\r\n"
+      "--vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 --wandb-exp-name \"my run\" "
+      "--tensorboard-dir 'a b'");
+  CHECK(l.model.num_layers == 4);
+  CHECK(l.model.hidden_size == 1024);
+  CHECK(l.model.num_attention_heads == 16);
+  CHECK(contains(l.ignored, "--wandb-exp-name"));
+  CHECK(contains(l.ignored, "--tensorboard-dir"));
+}
+
+TEST_CASE("An unterminated quote is an error", "[config]") {
+  const Error e = import_error(kSmall + "--wandb-project 'oops");
+  CHECK(e.field == "megatron");
+  REQUIRE_THAT(e.message, Catch::Contains("unterminated single quote"));
+  const Error d = import_error(kSmall + "--wandb-project \"oops");
+  REQUIRE_THAT(d.message, Catch::Contains("unterminated double quote"));
+}
+
+TEST_CASE("An unknown flag is an error naming it, with a suggestion when one is close", "[config]") {
+  const Error e = import_error(kSmall + "--num-layerz 4");
+  CHECK(e.field == "megatron.--num-layerz");
+  REQUIRE_THAT(e.message, Catch::Contains("unknown Megatron-LM flag --num-layerz"));
+  REQUIRE_THAT(e.message, Catch::Contains("did you mean --num-layers?"));
+
+  const Error far = import_error(kSmall + "--frobnicate");
+  CHECK(far.field == "megatron.--frobnicate");
+  REQUIRE_THAT(far.message, Catch::Contains("unknown Megatron-LM flag --frobnicate"));
+  CHECK_THAT(far.message, !Catch::Contains("did you mean"));
+
+  // A launcher flag with no script name in the line.
+  const Error launcher = import_error("torchrun --nproc_per_node 8 " + kSmall);
+  CHECK(launcher.field == "megatron.--nproc_per_node");
+}
+
+TEST_CASE("A flag that needs a value and has none is an error", "[config]") {
+  const Error end = import_error(kSmall + "--hidden-dropout");
+  CHECK(end.field == "megatron.--hidden-dropout");
+  REQUIRE_THAT(end.message, Catch::Contains("--hidden-dropout needs a value"));
+
+  const Error next = import_error("--lr --num-layers 4");
+  CHECK(next.field == "megatron.--lr");
+  REQUIRE_THAT(next.message, Catch::Contains("--lr needs a value"));
+
+  const Error list = import_error(kSmall + "--cp-comm-type");
+  CHECK(list.field == "megatron.--cp-comm-type");
+  REQUIRE_THAT(list.message, Catch::Contains("at least one value"));
+}
+
+TEST_CASE("A switch given a value is an error", "[config]") {
+  const Error e = import_error(kSmall + "--swiglu=true");
+  CHECK(e.field == "megatron.--swiglu");
+  REQUIRE_THAT(e.message, Catch::Contains("takes no value"));
+}
+
+TEST_CASE("A stray word between flags is an error", "[config]") {
+  const Error e = import_error(kSmall + "--swiglu extra");
+  CHECK(e.field == "megatron");
+  REQUIRE_THAT(e.message, Catch::Contains("unexpected argument 'extra'"));
+}
+
+TEST_CASE("A non-integer where an integer is needed is an error naming the flag", "[config]") {
+  const Error e = import_error(kSmall + "--tensor-model-parallel-size 8x");
+  CHECK(e.field == "megatron.--tensor-model-parallel-size");
+  REQUIRE_THAT(e.message, Catch::Contains("--tensor-model-parallel-size expects an integer, found '8x'"));
+
+  const Error f = import_error(kSmall + "--num-layers 1.5");
+  CHECK(f.field == "megatron.--num-layers");
+  REQUIRE_THAT(f.message, Catch::Contains("expects an integer, found '1.5'"));
+
+  const Error z = import_error(kSmall + "--pipeline-model-parallel-size 0");
+  CHECK(z.field == "megatron.--pipeline-model-parallel-size");
+  REQUIRE_THAT(z.message, Catch::Contains("must be a positive integer"));
+
+  const Error d = import_error(kSmall + "--hidden-dropout high");
+  CHECK(d.field == "megatron.--hidden-dropout");
+  REQUIRE_THAT(d.message, Catch::Contains("expects a number, found 'high'"));
+}
+
+TEST_CASE("Missing shape, sequence and batch flags are errors naming the flag", "[config]") {
+  const Error layers = import_error("--hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 10 "
+                                    "--micro-batch-size 1 --global-batch-size 8");
+  CHECK(layers.field == "megatron.--num-layers");
+  REQUIRE_THAT(layers.message, Catch::Contains("--num-layers is required"));
+
+  const Error gbs = import_error("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+                                 "--vocab-size 10 --micro-batch-size 1");
+  CHECK(gbs.field == "megatron.--global-batch-size");
+  REQUIRE_THAT(gbs.message, Catch::Contains("device count"));
+
+  const Error seq = import_error("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --vocab-size 10 "
+                                 "--micro-batch-size 1 --global-batch-size 8");
+  CHECK(seq.field == "megatron.--seq-length");
+
+  const Error none = import_error("torchrun pretrain_gpt.py");
+  CHECK(none.field == "megatron");
+  REQUIRE_THAT(none.message, Catch::Contains("no Megatron-LM flags"));
+}
+
+TEST_CASE("A missing vocabulary size is an error unless the tokenizer is GPT-2 BPE", "[config]") {
+  const std::string base = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+                           "--micro-batch-size 1 --global-batch-size 8 --bf16 ";
+  const Error hf = import_error(base + "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x");
+  CHECK(hf.field == "megatron.--vocab-size");
+  REQUIRE_THAT(hf.message, Catch::Contains("HuggingFaceTokenizer"));
+
+  const Error bare = import_error(base);
+  CHECK(bare.field == "megatron.--vocab-size");
+  REQUIRE_THAT(bare.message, Catch::Contains("--vocab-size is required"));
+
+  const MegatronLaunch gpt2 = import_ok(base + "--tokenizer-type GPT2BPETokenizer --vocab-file v --merge-file m");
+  CHECK(gpt2.model.vocab_size == 50257);
+  REQUIRE(gpt2.warnings.size() == 1);
+  REQUIRE_THAT(gpt2.warnings[0], Catch::Contains("GPT2BPETokenizer"));
+
+  const MegatronLaunch merges = import_ok(base + "--vocab-file v --merge-file m");
+  CHECK(merges.model.vocab_size == 50257);
+  REQUIRE_THAT(merges.warnings.at(0), Catch::Contains("--merge-file"));
+}
+
+TEST_CASE("--moe-layer-freq accepts an integer frequency and 0/1 list expressions", "[config]") {
+  auto pattern = [](const std::string& freq, int layers) {
+    const MegatronLaunch l = import_ok("--num-layers " + std::to_string(layers) +
+                                       " --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+                                       "--vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+                                       "--num-experts 8 --moe-layer-freq " +
+                                       freq);
+    REQUIRE(l.model.moe.has_value());
+    return l.model.moe->moe_layers;
+  };
+  CHECK(pattern("2", 6) == std::vector<bool>{true, false, true, false, true, false});
+  CHECK(pattern("3", 4) == std::vector<bool>{true, false, false, true});
+  CHECK(pattern("[1,0,1,0]", 4) == std::vector<bool>{true, false, true, false});
+  CHECK(pattern("'[0, 1, 1]'", 3) == std::vector<bool>{false, true, true});
+  CHECK(pattern("'([1]*3+[0]*1)*2'", 8) == std::vector<bool>{true, true, true, false, true, true, true, false});
+  CHECK(pattern("'([0]+[1]*3)'", 4) == std::vector<bool>{false, true, true, true});
+  CHECK(pattern("'2*[1,0]'", 4) == std::vector<bool>{true, false, true, false});
+}
+
+TEST_CASE("A malformed or mismatched --moe-layer-freq is an error", "[config]") {
+  const std::string moe = kSmall + "--num-experts 8 --moe-layer-freq ";
+  const Error length = import_error(moe + "'([0]*1+[1]*5)'");
+  CHECK(length.field == "megatron.--moe-layer-freq");
+  REQUIRE_THAT(length.message, Catch::Contains("lists 6 layers but --num-layers is 4"));
+
+  const Error value = import_error(moe + "[1,2,1,1]");
+  CHECK(value.field == "megatron.--moe-layer-freq");
+  REQUIRE_THAT(value.message, Catch::Contains("0 (dense) or 1 (MoE)"));
+
+  const Error syntax = import_error(moe + "'([0]*3+'");
+  CHECK(syntax.field == "megatron.--moe-layer-freq");
+  REQUIRE_THAT(syntax.message, Catch::Contains("cannot read"));
+
+  const Error zero = import_error(moe + "0");
+  CHECK(zero.field == "megatron.--moe-layer-freq");
+
+  const Error dense = import_error(moe + "[0,0,0,0]");
+  CHECK(dense.field == "model.moe.layers");
+}
+
+TEST_CASE("Virtual pipeline flags give vpp and the interleaved schedule, with Megatron's divisibility rules",
+          "[config]") {
+  const std::string base = "--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+                           "--vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 ";
+  const MegatronLaunch v = import_ok(base + "--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 3");
+  CHECK(v.plan.vpp == 3);
+  CHECK(v.plan.schedule == Schedule::interleaved);
+
+  const MegatronLaunch n = import_ok(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 6");
+  CHECK_FALSE(n.plan.vpp.has_value());  // one chunk per rank: plain 1F1B
+  CHECK(n.plan.schedule == Schedule::one_f_one_b);
+
+  const Error pp = import_error(base + "--pipeline-model-parallel-size 5 --num-layers-per-virtual-pipeline-stage 1");
+  CHECK(pp.field == "megatron.--num-layers-per-virtual-pipeline-stage");
+  REQUIRE_THAT(pp.message, Catch::Contains("--num-layers (24) must be divisible by --pipeline-model-parallel-size (5)"));
+
+  const Error chunk = import_error(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 4");
+  CHECK(chunk.field == "megatron.--num-layers-per-virtual-pipeline-stage");
+  REQUIRE_THAT(chunk.message, Catch::Contains("the 6 layers of a pipeline stage"));
+
+  const Error both = import_error(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
+                                         "--num-virtual-stages-per-pipeline-rank 3");
+  CHECK(both.field == "megatron.--num-layers-per-virtual-pipeline-stage");
+  REQUIRE_THAT(both.message, Catch::Contains("only one of"));
+}
+
+TEST_CASE("Expert parallelism without --num-experts is an error", "[config]") {
+  const Error e = import_error(kSmall + "--expert-model-parallel-size 4");
+  CHECK(e.field == "megatron.--num-experts");
+  REQUIRE_THAT(e.message, Catch::Contains("--num-experts"));
+}
+
+TEST_CASE("All-to-all context parallelism and other unmodelled Megatron features are errors", "[config]") {
+  const Error a2a = import_error(kSmall + "--context-parallel-size 2 --cp-comm-type a2a");
+  CHECK(a2a.field == "megatron.--cp-comm-type");
+  REQUIRE_THAT(a2a.message, Catch::Contains("not modelled"));
+
+  const Error fsdp = import_error(kSmall + "--use-torch-fsdp2");
+  CHECK(fsdp.field == "megatron.--use-torch-fsdp2");
+  REQUIRE_THAT(fsdp.message, Catch::Contains("not modelled"));
+
+  const Error rope = import_error(kSmall + "--position-embedding-type mrope");
+  CHECK(rope.field == "megatron.--position-embedding-type");
+
+  const Error opt = import_error(kSmall + "--optimizer sgd");
+  CHECK(opt.field == "megatron.--optimizer");
+
+  const Error both = import_error(kSmall + "--fp16");
+  CHECK(both.field == "megatron.--fp16");
+  REQUIRE_THAT(both.message, Catch::Contains("cannot both"));
+
+  const Error norm = import_error(kSmall + "--normalization BatchNorm");
+  CHECK(norm.field == "megatron.--normalization");
+  REQUIRE_THAT(norm.message, Catch::Contains("LayerNorm, RMSNorm"));
+}
+
+TEST_CASE("Gradient dtype follows Megatron's rules for bf16 and fp16", "[config]") {
+  CHECK(import_ok(kSmall).training.grad_dtype == Dtype::fp32);
+  CHECK(import_ok(kSmall + "--grad-reduce-in-bf16").training.grad_dtype == Dtype::bf16);
+  const std::string fp16 =
+      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 32000 "
+      "--micro-batch-size 1 --global-batch-size 8 --fp16 ";
+  CHECK(import_ok(fp16).training.grad_dtype == Dtype::fp16);
+  CHECK(import_ok(fp16 + "--accumulate-allreduce-grads-in-fp32").training.grad_dtype == Dtype::fp32);
+}
+
+TEST_CASE("Attention backends map to the flash or unfused kernel", "[config]") {
+  CHECK(import_ok(kSmall).plan.attention == AttentionKernel::flash);
+  CHECK(import_ok(kSmall + "--use-flash-attn").plan.attention == AttentionKernel::flash);
+  for (const char* b : {"flash", "fused", "auto"})
+    CHECK(import_ok(kSmall + "--attention-backend " + b).plan.attention == AttentionKernel::flash);
+  for (const char* b : {"unfused", "local"})
+    CHECK(import_ok(kSmall + "--attention-backend " + b).plan.attention == AttentionKernel::unfused);
+}
+
+TEST_CASE("The old --checkpoint-activations flag imports as full recompute of one layer per group", "[config]") {
+  const MegatronLaunch l = import_ok(kSmall + "--checkpoint-activations");
+  CHECK(l.plan.recompute.granularity == RecomputeGranularity::full);
+  CHECK(l.plan.recompute.method == RecomputeMethod::uniform);
+  CHECK(l.plan.recompute.num_layers == 1);
+}
+
+TEST_CASE("MoE and MLA flags without --num-experts or --multi-latent-attention are listed as ignored", "[config]") {
+  const MegatronLaunch l = import_ok(kSmall + "--moe-router-topk 4 --kv-lora-rank 512 --num-query-groups 4");
+  CHECK_FALSE(l.model.moe.has_value());
+  CHECK_FALSE(l.model.mla.has_value());
+  CHECK(l.model.num_query_groups == 16);
+  CHECK(contains(l.ignored, "--moe-router-topk"));
+  CHECK(contains(l.ignored, "--kv-lora-rank"));
+  CHECK(contains(l.ignored, "--num-query-groups"));
+  REQUIRE(l.warnings.size() == 1);
+  REQUIRE_THAT(l.warnings[0], Catch::Contains("--group-query-attention"));
+}
+
+TEST_CASE("A model Megatron accepts but validate_model rejects is an error naming the model field", "[config]") {
+  const Error e = import_error(kSmall + "--group-query-attention --num-query-groups 5");
+  CHECK(e.field == "model.num_query_groups");
+}
+
+TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives back the model, training and plan",
+          "[config]") {
+  ModelSpec m;
+  m.name = "gpt-530b";
+  m.num_layers = 105;
+  m.hidden_size = 20480;
+  m.ffn_hidden_size = 81920;
+  m.num_attention_heads = 128;
+  m.num_query_groups = 128;
+  m.kv_channels = 160;
+  m.vocab_size = 50257;
+  m.seq_length = 2048;
+  m.hidden_dropout = 0.1;
+  m.attention_dropout = 0.1;
+  TrainingSpec t;
+  t.global_batch_size = 2520;
+  t.params_dtype = Dtype::fp16;
+  t.grad_dtype = Dtype::fp32;
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 35;
+  p.vpp = 3;
+  p.dp = 9;
+  p.schedule = Schedule::interleaved;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--fp16 --accumulate-allreduce-grads-in-fp32"));
+  REQUIRE_THAT(line, Catch::Contains("--num-virtual-stages-per-pipeline-rank 3"));
+  CHECK_THAT(line, !Catch::Contains("--hidden-dropout"));
+}
+
+TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",
+          "[config]") {
+  ModelSpec m;
+  m.name = "llama3-70b";
+  m.num_layers = 80;
+  m.hidden_size = 8192;
+  m.ffn_hidden_size = 28672;
+  m.num_attention_heads = 64;
+  m.num_query_groups = 8;
+  m.kv_channels = 128;
+  m.vocab_size = 128256;
+  m.seq_length = 8192;
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position_embedding = PositionEmbedding::rope;
+  m.add_bias_linear = false;
+  m.tied_embeddings = false;
+  TrainingSpec t;
+  t.global_batch_size = 1024;
+  t.grad_dtype = Dtype::bf16;
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 4;
+  p.vpp = 4;
+  p.cp = 2;
+  p.schedule = Schedule::interleaved;
+  p.sequence_parallel = true;
+  p.distributed_optimizer = true;
+  p.overlap_grad_reduce = true;
+  p.overlap_param_gather = true;
+  p.tp_comm_overlap = true;
+  p.recompute.granularity = RecomputeGranularity::selective;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--group-query-attention --num-query-groups 8"));
+  REQUIRE_THAT(line, Catch::Contains("--hidden-dropout 0 --attention-dropout 0"));
+  REQUIRE_THAT(line, Catch::Contains("--bf16 --grad-reduce-in-bf16"));
+}
+
+TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and uneven stages round-trips",
+          "[config]") {
+  ModelSpec m;
+  m.name = "deepseek-like";
+  m.num_layers = 61;
+  m.hidden_size = 7168;
+  m.ffn_hidden_size = 18432;
+  m.num_attention_heads = 128;
+  m.num_query_groups = 128;
+  m.kv_channels = 128;
+  m.vocab_size = 129280;
+  m.seq_length = 4096;
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position_embedding = PositionEmbedding::rope;
+  m.add_bias_linear = false;
+  m.tied_embeddings = false;
+  m.mtp_num_layers = 1;
+  MoeSpec e;
+  e.num_experts = 256;
+  e.top_k = 8;
+  e.expert_ffn_hidden = 2048;
+  e.shared_expert_ffn_hidden = 2048;
+  e.moe_layers.assign(61, true);
+  for (int i = 0; i < 3; ++i) e.moe_layers[static_cast<std::size_t>(i)] = false;
+  m.moe = e;
+  MlaSpec a;
+  a.q_lora_rank = 1536;
+  a.kv_lora_rank = 512;
+  a.qk_head_dim = 128;
+  a.qk_rope_head_dim = 64;
+  a.v_head_dim = 128;
+  m.mla = a;
+  TrainingSpec t;
+  t.global_batch_size = 64;
+  t.precision = Precision::fp8;
+  PlanSpec p;
+  p.tp = 2;
+  p.pp = 4;
+  p.first_stage_layers = 13;
+  p.last_stage_layers = 12;
+  p.ep = 8;
+  p.etp = 1;
+  p.dp = 4;
+  p.sequence_parallel = true;
+  p.distributed_optimizer = true;
+  p.recompute = Recompute{RecomputeGranularity::full, RecomputeMethod::uniform, 1};
+  p.cp_comm = CpCommType::all_gather;
+  p.attention = AttentionKernel::unfused;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq '([0]*3+[1]*58)'"));
+  REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
+  REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
+}
+
+TEST_CASE("Exporting and importing a small GPT with learned positions and unusual options round-trips",
+          "[config]") {
+  ModelSpec m;
+  m.name = "small";
+  m.num_layers = 6;
+  m.hidden_size = 768;
+  m.ffn_hidden_size = 3000;
+  m.num_attention_heads = 12;
+  m.num_query_groups = 4;
+  m.kv_channels = 80;
+  m.vocab_size = 50000;
+  m.make_vocab_size_divisible_by = 64;
+  m.seq_length = 2048;
+  m.add_bias_linear = false;
+  m.add_qkv_bias = true;
+  m.qk_layernorm = true;
+  m.hidden_dropout = 0.05;
+  m.attention_dropout = 0.0;
+  MoeSpec e;
+  e.num_experts = 4;
+  e.top_k = 1;
+  e.expert_ffn_hidden = 1000;
+  e.moe_layers = {true, false, true, false, true, false};
+  m.moe = e;
+  TrainingSpec t;
+  t.global_batch_size = 16;
+  t.seq_length = 1024;
+  t.params_dtype = Dtype::fp32;
+  PlanSpec p;
+  p.ep = 2;
+  p.dp = 8;
+  p.micro_batch_size = 2;
+  p.recompute = Recompute{RecomputeGranularity::full, RecomputeMethod::block, 2};
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq 2"));
+  REQUIRE_THAT(line, Catch::Contains("--kv-channels 80"));
+  REQUIRE_THAT(line, Catch::Contains("--seq-length 1024 --max-position-embeddings 2048"));
+
+  // A pattern that is not a frequency is written as runs.
+  Setup runs = s;
+  runs.model.moe->moe_layers = {false, true, true, false, false, true};
+  const std::string runs_line = *export_megatron_args(runs);
+  REQUIRE_THAT(runs_line, Catch::Contains("--moe-layer-freq '([0]*1+[1]*2+[0]*2+[1]*1)'"));
+  CHECK(import_ok(runs_line).model.moe->moe_layers == runs.model.moe->moe_layers);
+}
+
+TEST_CASE("Exporting a hand-built setup uses its derived vpp and etp", "[config]") {
+  Setup s;
+  s.model = import_ok(kSmall).model;
+  s.training.global_batch_size = 8;
+  s.plan.tp = 2;
+  s.plan.pp = 4;
+  s.plan.schedule = Schedule::interleaved;
+  s.vpp = 2;
+  s.etp = 2;
+  s.seq_length = 1024;
+  auto line = export_megatron_args(s);
+  REQUIRE(line.has_value());
+  REQUIRE_THAT(*line, Catch::Contains("--num-virtual-stages-per-pipeline-rank 2"));
+  CHECK_THAT(*line, !Catch::Contains("--expert-tensor-parallel-size"));
+  const MegatronLaunch back = import_ok(*line);
+  CHECK(back.plan.vpp == 2);
+  CHECK(back.plan.schedule == Schedule::interleaved);
+}
+
+TEST_CASE("Exporting a zero-bubble, DualPipe or GPipe plan fails on plan.schedule", "[config]") {
+  for (Schedule sch : {Schedule::zb_v, Schedule::zb_h1, Schedule::dualpipe, Schedule::dualpipev, Schedule::gpipe}) {
+    Setup s;
+    s.model = import_ok(kSmall).model;
+    s.training.global_batch_size = 8;
+    s.plan.pp = 4;
+    s.plan.schedule = sch;
+    s.vpp = default_vpp(sch);
+    s.seq_length = 1024;
+    auto r = export_megatron_args(s);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().field == "plan.schedule");
+    REQUIRE_THAT(r.error().message, Catch::Contains("Megatron-LM has no flag"));
+    REQUIRE_THAT(r.error().message, Catch::Contains(to_string(sch)));
+  }
+}
+
+TEST_CASE("Exporting gradient dtypes Megatron cannot express fails on training.grad_dtype", "[config]") {
+  Setup s;
+  s.model = import_ok(kSmall).model;
+  s.training.global_batch_size = 8;
+  s.training.params_dtype = Dtype::bf16;
+  s.training.grad_dtype = Dtype::fp16;
+  s.seq_length = 1024;
+  auto r = export_megatron_args(s);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().field == "training.grad_dtype");
+}

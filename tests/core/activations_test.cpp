@@ -1,0 +1,125 @@
+// Activation memory against Korthikanti et al. 2022 (Table 2 and Eq. 5/6 and
+// the derived reference table), tensor by tensor.
+#include <catch2/catch.hpp>
+
+#include "core/accounting/activations.hpp"
+#include "core/accounting/memory.hpp"
+#include "models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::test;
+
+namespace {
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+double edge_terms(const StageMemory& st) {
+  double e = 0;
+  for (const auto& t : st.activation_terms)
+    if (t.name == "input_ids" || t.name == "embedding_dropout_mask" || t.name == "final_norm_input" ||
+        t.name == "output_layer_input" || t.name == "logits_fp32")
+      e += t.bytes;
+  return e;
+}
+
+double term(const StageMemory& st, const std::string& name) {
+  for (const auto& t : st.activation_terms)
+    if (t.name == name) return t.bytes;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("Per-layer activations equal every row of Korthikanti Table 2 for the paper's four models", "[core]") {
+  for (const auto& row : read_csv("korthikanti2022_activation_memory_derived.csv")) {
+    INFO(row.at("model"));
+    const int L = static_cast<int>(num(row, "L")), a = static_cast<int>(num(row, "a"));
+    const auto h = static_cast<std::int64_t>(num(row, "h"));
+    const int b = static_cast<int>(num(row, "b")), t = static_cast<int>(num(row, "t"));
+    const ModelSpec m = gpt(L, h, a);
+    const std::string mbs = ",mbs=" + std::to_string(b);
+    auto per_layer = [&](const std::string& plan, int tp) {
+      return layer_activations(make_setup(m, "dgx-a100", plan + mbs, b, tp), 0);
+    };
+    const std::string tps = "tp=" + std::to_string(t);
+    CHECK(per_layer("tp=1,attention=unfused", 1).stored / GiB == Approx(num(row, "per_layer_no_parallel_GiB")).margin(6e-5));
+    CHECK(per_layer(tps + ",attention=unfused", t).stored / GiB == Approx(num(row, "per_layer_tp_GiB")).margin(6e-5));
+    CHECK(per_layer(tps + ",sp=on,attention=unfused", t).stored / GiB == Approx(num(row, "per_layer_tp_sp_GiB")).margin(6e-5));
+    CHECK(per_layer(tps + ",recompute=selective", t).stored / GiB ==
+          Approx(num(row, "per_layer_tp_selective_GiB")).margin(6e-5));
+    CHECK(per_layer(tps + ",sp=on,recompute=selective", t).stored / GiB ==
+          Approx(num(row, "per_layer_tp_sp_selective_GiB")).margin(6e-5));
+    CHECK(per_layer(tps, t).checkpoint / GiB == Approx(num(row, "per_layer_full_recompute_GiB")).margin(6e-5));
+  }
+}
+
+TEST_CASE("First-stage activations equal Korthikanti Eq. 5/6 with the interleaving factor, edge terms aside", "[core]") {
+  for (const auto& row : read_csv("korthikanti2022_activation_memory_derived.csv")) {
+    INFO(row.at("model"));
+    const int L = static_cast<int>(num(row, "L")), a = static_cast<int>(num(row, "a"));
+    const auto h = static_cast<std::int64_t>(num(row, "h"));
+    const int b = static_cast<int>(num(row, "b")), t = static_cast<int>(num(row, "t"));
+    const int p = static_cast<int>(num(row, "p")), v = static_cast<int>(num(row, "interleave_chunks"));
+    const ModelSpec m = gpt(L, h, a);
+    std::string base = fmt::format("tp={},pp={},mbs={}", t, p, b);
+    if (v > 1) base += fmt::format(",vpp={},schedule=interleaved", v);
+    const std::int64_t batch = static_cast<std::int64_t>(b) * p * 4;   // m = 4p micro-batches
+    auto stage0 = [&](const std::string& extra) {
+      return memory_report(make_setup(m, "dgx-a100", base + extra, batch, t * p)).stages.at(0);
+    };
+    const StageMemory tp_only = stage0(",attention=unfused");
+    CHECK((tp_only.activations_bytes - edge_terms(tp_only)) / GiB == Approx(num(row, "first_stage_tp_GiB")).margin(0.006));
+    const StageMemory tp_sp = stage0(",sp=on,attention=unfused");
+    CHECK((tp_sp.activations_bytes - edge_terms(tp_sp)) / GiB == Approx(num(row, "first_stage_tp_sp_GiB")).margin(0.006));
+    const StageMemory sel = stage0(",sp=on,recompute=selective");
+    CHECK((sel.activations_bytes - edge_terms(sel)) / GiB ==
+          Approx(num(row, "first_stage_tp_sp_selective_GiB")).margin(0.006));
+    const StageMemory full = stage0(",recompute=full,recompute_method=uniform,recompute_layers=1");
+    CHECK(term(full, "recompute_checkpoints") / GiB == Approx(num(row, "first_stage_full_recompute_GiB")).margin(0.006));
+  }
+}
+
+TEST_CASE("Selective recomputation removes exactly the 5as/h attention-score term", "[core]") {
+  // GPT-3: 5as/h = 80 (Korthikanti section 5); per layer the unfused tp=8 cost
+  // is sbh(10 + 24/8 + 80/8) and selective leaves sbh(10 + 24/8).
+  const ModelSpec m = gpt(96, 12288, 96);
+  const double sbh = 2048.0 * 12288.0;
+  const auto full = layer_activations(make_setup(m, "dgx-a100", "tp=8,attention=unfused", 8, 8), 0);
+  const auto sel = layer_activations(make_setup(m, "dgx-a100", "tp=8,recompute=selective", 8, 8), 0);
+  CHECK(full.stored == Approx(sbh * (10 + 3 + 10)));
+  CHECK(sel.stored == Approx(sbh * (10 + 3)));
+}
+
+TEST_CASE("Flash attention keeps only the fp32 log-sum-exp instead of the score matrices", "[core]") {
+  const ModelSpec m = gpt(24, 2048, 16);
+  const auto flash = layer_activations(make_setup(m, "dgx-a100", "tp=1", 1, 1), 0);
+  const auto sel = layer_activations(make_setup(m, "dgx-a100", "tp=1,recompute=selective", 1, 1), 0);
+  CHECK(flash.stored - sel.stored == Approx(4.0 * 16 * 2048));   // a x s x b x 4 bytes
+}
+
+TEST_CASE("GQA, SwiGLU and context parallelism scale the tensors they touch", "[core]") {
+  ModelSpec m = gpt(8, 4096, 32, 51200, 4096);
+  m.hidden_dropout = m.attention_dropout = 0;
+  const double T = 4096.0, h = 4096.0;
+  const auto mha = layer_activations(make_setup(m, "dgx-h100", "tp=1,recompute=selective", 1, 1, 4096), 0);
+  m.num_query_groups = 8;   // K and V shrink 4x: 2 x 2T(h - h/4) fewer bytes
+  const auto gqa = layer_activations(make_setup(m, "dgx-h100", "tp=1,recompute=selective", 1, 1, 4096), 0);
+  CHECK(mha.stored - gqa.stored == Approx(2.0 * 2.0 * T * (h - h / 4)));
+  m.activation = Activation::swiglu;  // the activation input doubles: + 2 T f
+  const auto swiglu = layer_activations(make_setup(m, "dgx-h100", "tp=1,recompute=selective", 1, 1, 4096), 0);
+  CHECK(swiglu.stored - gqa.stored == Approx(2.0 * T * 4 * h));
+  const auto cp2 = layer_activations(make_setup(m, "dgx-h100", "tp=1,cp=2,recompute=selective", 2, 2, 4096), 0);
+  CHECK(cp2.stored == Approx(swiglu.stored / 2));
+}
+
+TEST_CASE("MoE layers keep the routed tokens' expert activations, k copies per token", "[core]") {
+  const ModelSpec m = shipped_model("mixtral-8x7b");
+  const auto s1 = make_setup(m, "dgx-h100", "tp=1,ep=1,recompute=selective", 1, 1);
+  const auto s2 = make_setup(m, "dgx-h100", "tp=1,ep=2,recompute=selective", 2, 2);
+  const auto a1 = layer_activations(s1, 0), a2 = layer_activations(s2, 0);
+  // Balanced routing: each EP rank processes its own tokens x top-k, whatever ep is.
+  CHECK(a1.stored == Approx(a2.stored));
+  double expert_fc1 = 0;
+  for (const auto& t : a1.terms)
+    if (t.name == "expert_fc1_input") expert_fc1 = t.bytes;
+  CHECK(expert_fc1 == Approx(2.0 * 4096 * 2 * 4096));   // 2 bytes x s x top-2 x h
+}

@@ -1,0 +1,232 @@
+// Every validation rule has a negative test that checks the field and the
+// message (docs/validation-rules.md lists the rules).
+#include <catch2/catch.hpp>
+
+#include "models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::test;
+
+namespace {
+
+void expect_error(const Result<Setup>& r, const std::string& field, const std::string& words) {
+  INFO("expected an error on " << field << " saying: " << words);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().field == field);
+  CHECK_THAT(r.error().message, Catch::Contains(words));
+}
+
+const ModelSpec& dense() {
+  static const ModelSpec m = gpt(24, 2048, 16);   // 16 heads, f 8192, seq 2048
+  return m;
+}
+const ModelSpec& moe() {
+  static const ModelSpec m = shipped_model("mixtral-8x7b");   // 8 experts, 8 KV groups, seq 4096
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("A valid plan derives dp, the micro-batch count, the padded vocab and the layer layout", "[core]") {
+  const Setup s = make_setup(dense(), "dgx-a100", "tp=2,pp=4,vpp=3,schedule=interleaved,mbs=2", 64, 32);
+  CHECK(s.dp == 4);
+  CHECK(s.num_microbatches == 8);
+  CHECK(s.padded_vocab == 51200);   // multiple of 128 x 2
+  CHECK(s.virtual_stages == 12);
+  CHECK(s.chunks[1][2].first == 18);   // chunk 2 of rank 1 = virtual stage 2 x 4 + 1 = 9: layers 18, 19
+  CHECK(s.chunks[1][2].count == 2);
+  CHECK(s.chunks[1][2].virtual_stage == 9);
+}
+
+TEST_CASE("Sizes below one are rejected with the plan key named", "[core]") {
+  PlanSpec p;
+  p.pp = 0;
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  expect_error(validate_setup(dense(), shipped_cluster("dgx-a100"), t, p, 8), "plan.pp", "must be >= 1, found 0");
+  p.pp = 1;
+  p.vpp = 0;
+  expect_error(validate_setup(dense(), shipped_cluster("dgx-a100"), t, p, 8), "plan.vpp", "must be >= 1, found 0");
+}
+
+TEST_CASE("The device count must fit the cluster and be divisible by tp x pp x cp", "[core]") {
+  auto p = parse_inline_plan("tp=8");
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  ClusterSpec c = shipped_cluster("dgx-a100");
+  c.num_nodes = 1;
+  expect_error(validate_setup(dense(), c, t, *p, 16), "gpus", "needs 16 devices");
+  expect_error(try_setup(dense(), "dgx-a100", "tp=4,pp=2", 12, 12), "plan.tp", "divisible by tp x pp x cp");
+  expect_error(try_setup(dense(), "dgx-a100", "tp=2,dp=3", 12, 8), "plan.dp", "must equal the device count 8");
+}
+
+TEST_CASE("Tensor parallelism must divide heads, query groups (or be divided by them) and the FFN", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "tp=3", 3, 3), "plan.tp", "num_attention_heads (16) must be a multiple of tp (3)");
+  ModelSpec m = dense();
+  m.num_query_groups = 4;
+  CHECK(try_setup(m, "dgx-a100", "tp=8", 8, 8).has_value());   // 4 groups divide tp = 8: KV heads replicated
+  m.num_query_groups = 16;
+  m.num_attention_heads = 48;
+  m.kv_channels = 64;
+  expect_error(try_setup(m, "dgx-a100", "tp=6", 6, 6), "plan.tp", "num_query_groups (16) must be a multiple or a divisor of tp (6)");
+  ModelSpec f = dense();
+  f.ffn_hidden_size = 8190;
+  expect_error(try_setup(f, "dgx-a100", "tp=4", 4, 4), "plan.tp", "ffn_hidden_size (8190) must be divisible by tp (4)");
+}
+
+TEST_CASE("Sequence rules: learned positions bound the length, CP needs 2 x cp | s, SP needs tp | s/cp", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1", 1, 1, 4096), "training.seq_length", "max_position_embeddings");
+  expect_error(try_setup(dense(), "dgx-a100", "cp=3", 3, 3, 1802), "plan.cp", "multiple of 2 x cp = 6");
+  ModelSpec m = dense();
+  m.position_embedding = PositionEmbedding::rope;
+  expect_error(try_setup(m, "dgx-a100", "tp=4,sp=on,cp=2", 8, 8, 4100), "plan.sp", "divisible by tp (4)");
+}
+
+TEST_CASE("Sequence parallelism at tp = 1 is switched off with a warning, as Megatron-LM does", "[core]") {
+  const Setup s = make_setup(dense(), "dgx-a100", "tp=1,sp=on", 8, 8);
+  CHECK_FALSE(s.sequence_parallel);
+  REQUIRE(s.warnings.size() == 1);
+  CHECK_THAT(s.warnings[0], Catch::Contains("no effect with tp = 1"));
+}
+
+TEST_CASE("TP communication overlap needs sequence parallelism", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "tp=2,tp_comm_overlap=on", 8, 8), "plan.tp_comm_overlap", "needs sequence parallelism");
+}
+
+TEST_CASE("The global batch must be a multiple of micro-batch size x dp", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1,mbs=2", 12, 8), "training.global_batch_size",
+               "global batch (12) must be divisible by micro-batch size x dp = 2 x 8 = 16");
+}
+
+TEST_CASE("Expert rules: MoE only, experts divisible by ep, ffn by etp, EP x ETP inside DP x CP, SP with EP and TP", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "ep=2", 8, 8), "plan.ep", "needs an MoE model");
+  expect_error(try_setup(dense(), "dgx-a100", "tp=2,etp=1", 8, 8), "plan.etp", "only applies to MoE layers");
+  expect_error(try_setup(moe(), "dgx-h100", "ep=3", 6, 6), "plan.ep", "num_experts (8) must be a multiple of ep (3)");
+  ModelSpec odd = moe();
+  odd.moe->expert_ffn_hidden = 14335;
+  expect_error(try_setup(odd, "dgx-h100", "tp=2", 8, 8), "plan.etp", "must be divisible by etp (2)");
+  ModelSpec shared = moe();
+  shared.moe->shared_expert_ffn_hidden = 1001;
+  expect_error(try_setup(shared, "dgx-h100", "tp=2,sp=on", 8, 8), "plan.tp", "shared-expert ffn size (1001)");
+  expect_error(try_setup(moe(), "dgx-h100", "tp=2,ep=8,sp=on", 8, 8), "plan.ep", "experts live inside DP x CP");
+  expect_error(try_setup(moe(), "dgx-h100", "tp=2,ep=2", 8, 8), "plan.sp", "needs sequence parallelism");
+  ModelSpec biased = moe();
+  biased.add_bias_linear = true;
+  expect_error(try_setup(biased, "dgx-h100", "tp=2,sp=on", 8, 8), "plan.etp", "need etp = 1");
+  auto s = try_setup(moe(), "dgx-h100", "ep=2", 8, 8);
+  REQUIRE(s);
+  CHECK(s->edp == 4);
+}
+
+TEST_CASE("Expert parallelism is refused with fp16 parameters", "[core]") {
+  auto p = parse_inline_plan("ep=2");
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  t.params_dtype = Dtype::fp16;
+  expect_error(validate_setup(moe(), shipped_cluster("dgx-h100"), t, *p, 8), "plan.ep", "fp16");
+}
+
+TEST_CASE("Overlapped parameter gather needs the distributed optimizer and overlapped gradient reduce", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "overlap_param_gather=on,overlap_grad_reduce=on", 8, 8),
+               "plan.overlap_param_gather", "distributed optimizer");
+  expect_error(try_setup(dense(), "dgx-a100", "overlap_param_gather=on,distopt=on", 8, 8), "plan.overlap_param_gather",
+               "overlap_grad_reduce");
+}
+
+TEST_CASE("Recomputation: method and layer count only with full, both required with full, layers in range", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_method=block", 8, 8), "plan.recompute_method",
+               "only applies to recompute=full");
+  expect_error(try_setup(dense(), "dgx-a100", "recompute_layers=2", 8, 8), "plan.recompute_layers", "only applies to recompute=full");
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=full,recompute_layers=2", 8, 8), "plan.recompute_method", "needs recompute_method");
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=full,recompute_method=block", 8, 8), "plan.recompute_layers",
+               "needs recompute_layers");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,recompute=full,recompute_method=block,recompute_layers=7", 8, 8),
+               "plan.recompute_layers", "between 1 and the layers per model chunk (6)");
+}
+
+TEST_CASE("FP8 needs a device with FP8 tensor cores", "[core]") {
+  auto p = parse_inline_plan("tp=1");
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  t.precision = Precision::fp8;
+  expect_error(validate_setup(dense(), shipped_cluster("dgx-a100"), t, *p, 8), "training.precision", "has none");
+  CHECK(validate_setup(dense(), shipped_cluster("dgx-h100"), t, *p, 8).has_value());
+}
+
+TEST_CASE("Schedule rules: interleaving needs vpp >= 2, pp >= 2 and m a multiple of pp", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "pp=2,schedule=interleaved", 8, 8), "plan.vpp", "needs vpp >= 2");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=1,vpp=2,schedule=interleaved", 8, 8), "plan.pp", "needs pp >= 2");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved", 6, 8), "training.global_batch_size",
+               "micro-batch count (3) to be a multiple of pp (4)");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=2,vpp=2", 8, 8), "plan.vpp", "use schedule=interleaved");
+}
+
+TEST_CASE("Schedule rules: V schedules take two chunks, pipelined schedules need pp >= 2, DualPipe needs even counts", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "pp=2,vpp=3,schedule=zb-v", 8, 8), "plan.vpp", "vpp must be 2");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=1,schedule=zb-h1", 8, 8), "plan.schedule", "needs pp >= 2");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=3,schedule=dualpipe", 24, 24), "plan.pp", "even pp");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,schedule=dualpipe", 12, 8), "training.global_batch_size",
+               "even micro-batch count >= 2 x pp = 8");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,schedule=dualpipev", 6, 8), "training.global_batch_size",
+               "at least 2 x pp = 8");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,schedule=zb-v,first_stage_layers=3", 16, 8), "plan.first_stage_layers",
+               "not supported with zb-v");
+}
+
+TEST_CASE("Layer split rules: even split, uneven first/last stages, chunks of equal size", "[core]") {
+  expect_error(try_setup(dense(), "dgx-a100", "pp=5", 5, 5), "plan.pp", "num_layers (24) must be divisible by pp (5)");
+  auto uneven = try_setup(dense(), "dgx-a100", "pp=4,first_stage_layers=3,last_stage_layers=3", 8, 4);
+  REQUIRE(uneven);
+  CHECK(uneven->layers_on_rank(0) == 3);
+  CHECK(uneven->layers_on_rank(1) == 9);
+  CHECK(uneven->layers_on_rank(3) == 3);
+  expect_error(try_setup(dense(), "dgx-a100", "pp=3,first_stage_layers=3", 6, 3), "plan.first_stage_layers",
+               "remaining layers must divide evenly over the 2 middle stages");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=2,first_stage_layers=20,last_stage_layers=3", 4, 2),
+               "plan.first_stage_layers", "leave 1 layers for 0 middle stages");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=1,first_stage_layers=3", 4, 1), "plan.first_stage_layers", "pp >= 2");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,vpp=4,schedule=interleaved", 8, 4), "plan.vpp",
+               "holds 6 layers, which must divide into vpp = 4");
+}
+
+TEST_CASE("Model rules: heads vs groups, MoE top-k and pattern, MLA groups, dropout range", "[core]") {
+  ModelSpec m = dense();
+  m.num_query_groups = 3;
+  CHECK(validate_model(m).error().field == "model.num_query_groups");
+  ModelSpec e = moe();
+  e.moe->top_k = 9;
+  CHECK_THAT(validate_model(e).error().message, Catch::Contains("must be in [1, num_experts = 8]"));
+  e = moe();
+  e.moe->moe_layers.pop_back();
+  CHECK_THAT(validate_model(e).error().message, Catch::Contains("31 entries but the model has 32 layers"));
+  ModelSpec d = shipped_model("deepseek-v3");
+  d.num_query_groups = 8;
+  CHECK_THAT(validate_model(d).error().message, Catch::Contains("MLA models"));
+  m = dense();
+  m.hidden_dropout = 1.5;
+  CHECK(validate_model(m).error().field == "model.hidden_dropout");
+  m = dense();
+  m.hidden_size = 0;
+  CHECK_THAT(validate_model(m).error().message, Catch::Contains("positive integer, found 0"));
+}
+
+TEST_CASE("Cluster rules: scale-up domain in whole nodes, NICs when spanning domains", "[core]") {
+  ClusterSpec c = shipped_cluster("dgx-h100");
+  c.scale_up_domain = 12;
+  CHECK_THAT(validate_cluster(c).error().message, Catch::Contains("whole number of nodes (8 devices each)"));
+  c = shipped_cluster("dgx-h100");
+  c.node.nics_per_node = 0;
+  CHECK(validate_cluster(c).error().field == "cluster.node.nics");
+  c = shipped_cluster("dgx-h100");
+  c.scale_out.oversubscription = 0.5;
+  CHECK(validate_cluster(c).error().field == "cluster.scale_out.oversubscription");
+}
+
+TEST_CASE("Training rules: a positive batch, no fp8 parameter or gradient dtype", "[core]") {
+  TrainingSpec t;
+  CHECK(validate_training(t).error().field == "training.global_batch_size");
+  t.global_batch_size = 1;
+  t.params_dtype = Dtype::fp8;
+  CHECK(validate_training(t).error().field == "training.params_dtype");
+}
