@@ -116,8 +116,8 @@ std::string estimate_text(const Scenario& sc) {
   addl(o, "Megascope estimate: {} on {} ({} x {}), from {}", s.model.name, s.cluster.name, s.world,
        s.cluster.device.name, sc.source);
   addl(o, "  plan      {}", effective_plan(s));
-  addl(o, "  grid      {} devices = tp {} x pp {} x dp {} x cp {} (ep {}, etp {}, expert-dp {})", s.world, s.plan.tp,
-       s.plan.pp, s.dp, s.plan.cp, s.plan.ep, s.etp, s.edp);
+  addl(o, "  grid      {} devices = tp {} x pp {} x dp {} x cp {}{}", s.world, s.plan.tp, s.plan.pp, s.dp, s.plan.cp,
+       s.model.moe ? fmt::format("; experts: ep {} x etp {} x expert-dp {}", s.plan.ep, s.etp, s.edp) : std::string());
   addl(o, "  batch     global {} x seq {}: {} micro-batches of {} per pipeline, schedule {}{}",
        s.training.global_batch_size, s.seq_length, s.num_microbatches, s.plan.micro_batch_size,
        to_string(s.plan.schedule), s.vpp > 1 ? fmt::format(" (vpp {})", s.vpp) : std::string());

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -149,7 +150,12 @@ std::optional<Error> TomlReader::finish() {
   if (first_error_->has_value()) return *first_error_;
   for (auto&& [k, node] : table_) {
     if (!read_.count(k.str())) {
-      fail_at_node(node, k.str(), fmt::format("unknown key in [{}]", prefix_));
+      SourceLocation loc{file_, std::nullopt, std::nullopt};
+      if (k.source().begin.line > 0) {
+        loc.line = static_cast<int>(k.source().begin.line);
+        loc.column = static_cast<int>(k.source().begin.column);
+      }
+      *first_error_ = Error{fmt::format("unknown key in [{}]", prefix_), field(k.str()), loc};
       break;
     }
   }
@@ -157,6 +163,9 @@ std::optional<Error> TomlReader::finish() {
 }
 
 Result<toml::table> parse_toml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return tl::unexpected(Error{"cannot read file: it is a directory", "", SourceLocation{path, std::nullopt, std::nullopt}});
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return tl::unexpected(Error{fmt::format("cannot read file: {}", std::strerror(errno)), "",

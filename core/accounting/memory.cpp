@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "core/accounting/inflight.hpp"
 #include "core/accounting/params.hpp"
@@ -58,9 +59,13 @@ MemoryReport memory_report(const Setup& s) {
   const Recompute& rc = s.plan.recompute;
   const bool full = rc.granularity == RecomputeGranularity::full;
 
-  std::vector<LayerActivations> per_layer;
-  per_layer.reserve(static_cast<std::size_t>(s.model.num_layers));
-  for (int l = 0; l < s.model.num_layers; ++l) per_layer.push_back(layer_activations(s, l));
+  // Activations depend on the layer only through its kind (dense or MoE).
+  std::optional<LayerActivations> dense_layer, moe_layer;
+  auto activations_of = [&](int layer) -> const LayerActivations& {
+    std::optional<LayerActivations>& slot = s.model.is_moe_layer(layer) ? moe_layer : dense_layer;
+    if (!slot) slot = layer_activations(s, layer);
+    return *slot;
+  };
 
   for (int r = 0; r < s.plan.pp; ++r) {
     StageMemory st;
@@ -82,13 +87,17 @@ MemoryReport memory_report(const Setup& s) {
       const int recomputed = !full ? 0 : (*rc.method == RecomputeMethod::uniform ? ch.count
                                                                                   : std::min(ch.count, *rc.num_layers));
       double group = 0;
+      // Stored (not recomputed) layers, counted by kind; each term is added once per kind.
+      int stored_dense = 0, stored_moe = 0;
+      double checkpoints = 0, weight_grad = 0;
       for (int i = 0; i < ch.count; ++i) {
-        const LayerActivations& la = per_layer[static_cast<std::size_t>(ch.first + i)];
+        const int layer = ch.first + i;
+        const LayerActivations& la = activations_of(layer);
         if (i < recomputed) {
           // uniform: one checkpoint (the group's input) per group of recompute_layers;
           // block: every recomputed layer is checkpointed on its own.
           const bool group_starts = *rc.method == RecomputeMethod::block || i % *rc.num_layers == 0;
-          if (group_starts) add_term(acc, order, "recompute_checkpoints", in.full * la.checkpoint);
+          if (group_starts) checkpoints += la.checkpoint;
           group += la.stored;
           const bool group_ends = *rc.method == RecomputeMethod::block || (i + 1) % *rc.num_layers == 0 ||
                                   i + 1 == recomputed;
@@ -97,16 +106,23 @@ MemoryReport memory_report(const Setup& s) {
             group = 0;
           }
         } else {
-          for (const ActivationTerm& t : la.terms) add_term(acc, order, t.name, in.full * t.bytes);
+          (s.model.is_moe_layer(layer) ? stored_moe : stored_dense) += 1;
         }
-        if (in.weight_grad_only > 0) add_term(acc, order, "weight_grad_state", in.weight_grad_only * la.weight_grad_state);
+        weight_grad += la.weight_grad_state;
       }
+      for (auto [count, moe] : {std::pair<int, bool>{stored_dense, false}, {stored_moe, true}}) {
+        if (count == 0) continue;
+        const LayerActivations& la = moe ? *moe_layer : *dense_layer;
+        for (const ActivationTerm& t : la.terms) add_term(acc, order, t.name, in.full * count * t.bytes);
+      }
+      if (checkpoints > 0) add_term(acc, order, "recompute_checkpoints", in.full * checkpoints);
+      if (in.weight_grad_only > 0) add_term(acc, order, "weight_grad_state", in.weight_grad_only * weight_grad);
       if (ch.virtual_stage == 0)
         for (const ActivationTerm& t : edges.embedding) add_term(acc, order, t.name, in.full * t.bytes);
       if (ch.virtual_stage == s.virtual_stages - 1) {
         for (const ActivationTerm& t : edges.output) add_term(acc, order, t.name, in.full * t.bytes);
         if (s.model.mtp_num_layers > 0) {
-          const LayerActivations& last = per_layer.back();
+          const LayerActivations& last = activations_of(s.model.num_layers - 1);
           add_term(acc, order, "mtp_layers",
                    in.full * s.model.mtp_num_layers * (last.stored + edges.output_bytes()));
         }

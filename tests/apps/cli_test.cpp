@@ -1,0 +1,151 @@
+// The megascope command, run in-process: the default example, the JSON
+// schema, every way of naming a model, and one clear error (exit 1, one line
+// on stderr, nothing on stdout) for every kind of bad input.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/cli.hpp"
+
+using megascope::cli::run_cli;
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+Run run(std::vector<std::string> args) {
+  args.insert(args.begin(), "megascope");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string fixture(const std::string& name) { return std::string(MEGASCOPE_TEST_FIXTURES) + "/" + name; }
+
+void expect_one_error(const Run& r, const std::string& words) {
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(r.out.empty());
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_THAT(r.err, Catch::Contains("error:") && Catch::Contains(words));
+}
+
+}  // namespace
+
+TEST_CASE("With no options, estimate runs the shipped default example and says whether it fits", "[apps]") {
+  const Run r = run({"estimate"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("gpt3-175b on dgx-a100 (1024 x") && Catch::Contains("FITS"));
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("The JSON output has the documented schema and consistent totals", "[apps]") {
+  const Run r = run({"estimate", "--json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"params_total", "params_active", "flops_per_iteration", "fits", "memory", "setup", "flops",
+                          "megatron_estimator", "warnings"})
+    CHECK(j.contains(key));
+  CHECK(j["params_total"].get<double>() == Approx(174.6e9).epsilon(0.001));
+  const auto& stages = j["memory"]["per_stage"];
+  REQUIRE(stages.size() == 8);
+  double peak = 0;
+  for (const auto& st : stages) {
+    const double parts = st["weights_bytes"].get<double>() + st["grads_bytes"].get<double>() +
+                         st["optimizer_bytes"].get<double>() + st["activations_bytes"].get<double>() +
+                         st["other_bytes"].get<double>();
+    CHECK(st["total_bytes"].get<double>() == Approx(parts));
+    peak = std::max(peak, parts);
+  }
+  CHECK(j["memory"]["peak_bytes"].get<double>() == Approx(peak));
+  CHECK(j["fits"].get<bool>() == (peak <= j["memory"]["capacity_bytes"].get<double>()));
+  CHECK(j["setup"]["dp"] == 16);
+}
+
+TEST_CASE("Models come from shipped names, TOML files and config.json; plans from inline text and TOML", "[apps]") {
+  CHECK(run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=2,pp=2",
+             "--global-batch", "16"}).code == 0);
+  CHECK(run({"estimate", "--model", fixture("toml/tiny-model.toml"), "--cluster", fixture("toml/tiny-cluster.toml"),
+             "--plan", fixture("toml/plan.toml"), "--global-batch", "8"}).code == 0);
+  const Run hf = run({"estimate", "--model", fixture("hf/llama3-8b.json"), "--cluster", "dgx-h100", "--nodes", "1",
+                      "--plan", "tp=8", "--global-batch", "4", "--seq-len", "8192", "--json"});
+  REQUIRE(hf.code == 0);
+  CHECK(nlohmann::json::parse(hf.out)["params_total"].get<double>() == Approx(8.03e9).epsilon(0.002));
+  const Run ex = run({"estimate", "--example", fixture("toml/example.toml"), "--json"});
+  REQUIRE(ex.code == 0);
+  CHECK(nlohmann::json::parse(ex.out)["setup"]["pp"] == 2);
+}
+
+TEST_CASE("A Megatron-LM launch line replaces model, plan and batch, and DP follows from the GPU count", "[apps]") {
+  const std::string line =
+      "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 105 --hidden-size 20480 --num-attention-heads 128 "
+      "--seq-length 2048 --max-position-embeddings 2048 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 35 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 "
+      "--global-batch-size 2520 --vocab-size 51200 --lr 6e-5 --bf16 --sequence-parallel "
+      "--recompute-activations --use-distributed-optimizer";
+  const Run r = run({"estimate", "--megatron-args", line, "--cluster", "dgx-a100", "--gpus", "2520", "--json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["setup"]["dp"] == 9);
+  CHECK(j["setup"]["vpp"] == 3);
+  CHECK(j["setup"]["schedule"] == "interleaved");
+  CHECK(j["params_total"].get<double>() / 1e9 == Approx(529.6).epsilon(0.001));
+  expect_one_error(run({"estimate", "--megatron-args", line, "--model", "gpt-1.7b", "--cluster", "dgx-a100"}),
+                   "do not give --model");
+}
+
+TEST_CASE("Every kind of bad input exits 1 with one clear message and no output", "[apps]") {
+  const std::vector<std::string> base = {"--cluster", "dgx-h100", "--plan", "tp=1", "--global-batch", "8"};
+  auto with_model = [&](const std::string& m) {
+    std::vector<std::string> a = {"estimate", "--model", m};
+    a.insert(a.end(), base.begin(), base.end());
+    return run(a);
+  };
+  expect_one_error(with_model(fixture("toml/malformed.toml")), "malformed.toml:1:");
+  expect_one_error(with_model(fixture("toml/unknown-key.toml")), "unknown-key.toml:16:1: model.hidden_layers: unknown key");
+  expect_one_error(with_model(fixture("toml/wrong-type.toml")), "model.num_layers: expected an integer, found a string");
+  expect_one_error(with_model("no-such-model"), "neither a file nor a shipped model");
+  expect_one_error(with_model("/nonexistent/model.toml"), "cannot read file");
+  expect_one_error(with_model(fixture("toml")), "cannot read file");   // a directory
+  expect_one_error(with_model(fixture("hf/malformed.json")), "malformed.json:7");
+  expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "6", "--plan", "tp=4",
+                        "--global-batch", "8"}),
+                   "divisible by tp x pp x cp");
+  expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--plan", "tp=2,schedule=zz",
+                        "--global-batch", "8"}),
+                   "plan.schedule");
+  expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--plan", "tp=1"}),
+                   "--global-batch");
+  expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--plan", "tp=1", "--global-batch", "8"}), "--cluster");
+}
+
+TEST_CASE("Unknown options are usage errors (exit 2); --help exits 0", "[apps]") {
+  CHECK(run({"estimate", "--no-such-option"}).code == 2);
+  CHECK(run({"estimate", "--help"}).code == 0);
+  CHECK(run({"--help"}).code == 0);
+}
+
+TEST_CASE("list names every shipped model and cluster", "[apps]") {
+  const Run r = run({"list"});
+  REQUIRE(r.code == 0);
+  for (const char* name : {"gpt3-175b", "llama3-405b", "deepseek-v3", "dgx-a100", "gb200-nvl72", "cpu-host"})
+    CHECK_THAT(r.out, Catch::Contains(name));
+}
+
+TEST_CASE("The built binary runs the default example from any working directory", "[apps]") {
+  FILE* p = popen("cd / && " MEGASCOPE_BINARY " estimate 2>&1", "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  CHECK(pclose(p) == 0);
+  CHECK_THAT(out, Catch::Contains("Memory per rank"));
+}

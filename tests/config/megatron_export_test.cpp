@@ -1,0 +1,340 @@
+// export_megatron_args: round trips (export, import again, compare model,
+// training and plan) and the plans and dtypes Megatron-LM cannot express.
+// Import alone is tested in megatron_import_test.cpp and
+// megatron_cmdline_test.cpp.
+#include "config/megatron_args.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "config/plan_settings.hpp"
+#include "core/cluster.hpp"
+#include "core/setup.hpp"
+
+using namespace megascope;
+
+namespace {
+
+MegatronLaunch import_ok(std::string_view line) {
+  auto r = import_megatron_args(line);
+  if (!r) FAIL(r.error().field << ": " << r.error().message);
+  return *r;
+}
+
+// A minimal valid model line to which single flags are appended.
+const std::string kSmall =
+    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+    "--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 ";
+
+ClusterSpec test_cluster() {
+  ClusterSpec c;
+  c.name = "test-h100";
+  c.device.name = "H100";
+  c.device.peak_bf16_flops = 989e12;
+  c.device.peak_fp8_flops = 1979e12;
+  c.device.peak_fp32_flops = 67e12;
+  c.device.memory_bytes = 80e9;
+  c.device.memory_bandwidth_Bps = 3.35e12;
+  c.node.devices_per_node = 8;
+  c.node.scale_up = ScaleUpKind::nvswitch;
+  c.node.scale_up_bandwidth_Bps = 450e9;
+  c.node.scale_up_latency_s = 3e-6;
+  c.node.pcie_bandwidth_Bps = 64e9;
+  c.node.nics_per_node = 8;
+  c.node.nic_bandwidth_Bps = 50e9;
+  c.scale_out.latency_s = 5e-6;
+  c.num_nodes = 512;
+  return c;
+}
+
+void check_same_model(const ModelSpec& a, const ModelSpec& b) {
+  CHECK(a.num_layers == b.num_layers);
+  CHECK(a.hidden_size == b.hidden_size);
+  CHECK(a.ffn_hidden_size == b.ffn_hidden_size);
+  CHECK(a.num_attention_heads == b.num_attention_heads);
+  CHECK(a.num_query_groups == b.num_query_groups);
+  CHECK(a.kv_channels == b.kv_channels);
+  CHECK(a.vocab_size == b.vocab_size);
+  CHECK(a.make_vocab_size_divisible_by == b.make_vocab_size_divisible_by);
+  CHECK(a.seq_length == b.seq_length);
+  CHECK(a.activation == b.activation);
+  CHECK(a.norm == b.norm);
+  CHECK(a.position_embedding == b.position_embedding);
+  CHECK(a.add_bias_linear == b.add_bias_linear);
+  CHECK(a.add_qkv_bias == b.add_qkv_bias);
+  CHECK(a.tied_embeddings == b.tied_embeddings);
+  CHECK(a.qk_layernorm == b.qk_layernorm);
+  CHECK(a.hidden_dropout == b.hidden_dropout);
+  CHECK(a.attention_dropout == b.attention_dropout);
+  CHECK(a.mtp_num_layers == b.mtp_num_layers);
+  REQUIRE(a.moe.has_value() == b.moe.has_value());
+  if (a.moe) {
+    CHECK(a.moe->num_experts == b.moe->num_experts);
+    CHECK(a.moe->top_k == b.moe->top_k);
+    CHECK(a.moe->expert_ffn_hidden == b.moe->expert_ffn_hidden);
+    CHECK(a.moe->shared_expert_ffn_hidden == b.moe->shared_expert_ffn_hidden);
+    CHECK(a.moe->moe_layers == b.moe->moe_layers);
+  }
+  REQUIRE(a.mla.has_value() == b.mla.has_value());
+  if (a.mla) {
+    CHECK(a.mla->q_lora_rank == b.mla->q_lora_rank);
+    CHECK(a.mla->kv_lora_rank == b.mla->kv_lora_rank);
+    CHECK(a.mla->qk_head_dim == b.mla->qk_head_dim);
+    CHECK(a.mla->qk_rope_head_dim == b.mla->qk_rope_head_dim);
+    CHECK(a.mla->v_head_dim == b.mla->v_head_dim);
+  }
+}
+
+// Exports the setup, imports the line and compares model, training and plan.
+void check_round_trip(const Setup& s) {
+  auto line = export_megatron_args(s);
+  if (!line) FAIL(line.error().field << ": " << line.error().message);
+  INFO(*line);
+  const MegatronLaunch back = import_ok(*line);
+  check_same_model(back.model, s.model);
+  CHECK(back.training.global_batch_size == s.training.global_batch_size);
+  CHECK(back.training.seq_length == s.seq_length);
+  CHECK(back.training.precision == s.training.precision);
+  CHECK(back.training.params_dtype == s.training.params_dtype);
+  CHECK(back.training.grad_dtype == s.training.grad_dtype);
+  PlanSpec expected = s.plan;
+  expected.dp.reset();
+  CHECK(format_inline_plan(back.plan) == format_inline_plan(expected));
+  CHECK(back.plan == expected);
+  CHECK(back.ignored.empty());
+}
+
+Setup validated(const ModelSpec& m, const TrainingSpec& t, const PlanSpec& p) {
+  auto s = validate_setup(m, test_cluster(), t, p);
+  if (!s) FAIL(s.error().field << ": " << s.error().message);
+  return *s;
+}
+
+}  // namespace
+
+TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives back the model, training and plan",
+          "[config]") {
+  ModelSpec m;
+  m.name = "gpt-530b";
+  m.num_layers = 105;
+  m.hidden_size = 20480;
+  m.ffn_hidden_size = 81920;
+  m.num_attention_heads = 128;
+  m.num_query_groups = 128;
+  m.kv_channels = 160;
+  m.vocab_size = 50257;
+  m.seq_length = 2048;
+  m.hidden_dropout = 0.1;
+  m.attention_dropout = 0.1;
+  TrainingSpec t;
+  t.global_batch_size = 2520;
+  t.params_dtype = Dtype::fp16;
+  t.grad_dtype = Dtype::fp32;
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 35;
+  p.vpp = 3;
+  p.dp = 9;
+  p.schedule = Schedule::interleaved;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--fp16 --accumulate-allreduce-grads-in-fp32"));
+  REQUIRE_THAT(line, Catch::Contains("--num-virtual-stages-per-pipeline-rank 3"));
+  CHECK_THAT(line, !Catch::Contains("--hidden-dropout"));
+}
+
+TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",
+          "[config]") {
+  ModelSpec m;
+  m.name = "llama3-70b";
+  m.num_layers = 80;
+  m.hidden_size = 8192;
+  m.ffn_hidden_size = 28672;
+  m.num_attention_heads = 64;
+  m.num_query_groups = 8;
+  m.kv_channels = 128;
+  m.vocab_size = 128256;
+  m.seq_length = 8192;
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position_embedding = PositionEmbedding::rope;
+  m.add_bias_linear = false;
+  m.tied_embeddings = false;
+  TrainingSpec t;
+  t.global_batch_size = 1024;
+  t.grad_dtype = Dtype::bf16;
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 4;
+  p.vpp = 4;
+  p.cp = 2;
+  p.schedule = Schedule::interleaved;
+  p.sequence_parallel = true;
+  p.distributed_optimizer = true;
+  p.overlap_grad_reduce = true;
+  p.overlap_param_gather = true;
+  p.tp_comm_overlap = true;
+  p.recompute.granularity = RecomputeGranularity::selective;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--group-query-attention --num-query-groups 8"));
+  REQUIRE_THAT(line, Catch::Contains("--hidden-dropout 0 --attention-dropout 0"));
+  REQUIRE_THAT(line, Catch::Contains("--bf16 --grad-reduce-in-bf16"));
+}
+
+TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and uneven stages round-trips",
+          "[config]") {
+  ModelSpec m;
+  m.name = "deepseek-like";
+  m.num_layers = 61;
+  m.hidden_size = 7168;
+  m.ffn_hidden_size = 18432;
+  m.num_attention_heads = 128;
+  m.num_query_groups = 128;
+  m.kv_channels = 128;
+  m.vocab_size = 129280;
+  m.seq_length = 4096;
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position_embedding = PositionEmbedding::rope;
+  m.add_bias_linear = false;
+  m.tied_embeddings = false;
+  m.mtp_num_layers = 1;
+  MoeSpec e;
+  e.num_experts = 256;
+  e.top_k = 8;
+  e.expert_ffn_hidden = 2048;
+  e.shared_expert_ffn_hidden = 2048;
+  e.moe_layers.assign(61, true);
+  for (int i = 0; i < 3; ++i) e.moe_layers[static_cast<std::size_t>(i)] = false;
+  m.moe = e;
+  MlaSpec a;
+  a.q_lora_rank = 1536;
+  a.kv_lora_rank = 512;
+  a.qk_head_dim = 128;
+  a.qk_rope_head_dim = 64;
+  a.v_head_dim = 128;
+  m.mla = a;
+  TrainingSpec t;
+  t.global_batch_size = 64;
+  t.precision = Precision::fp8;
+  PlanSpec p;
+  p.tp = 2;
+  p.pp = 4;
+  p.first_stage_layers = 13;
+  p.last_stage_layers = 12;
+  p.ep = 8;
+  p.etp = 1;
+  p.dp = 4;
+  p.sequence_parallel = true;
+  p.distributed_optimizer = true;
+  p.recompute = Recompute{RecomputeGranularity::full, RecomputeMethod::uniform, 1};
+  p.cp_comm = CpCommType::all_gather;
+  p.attention = AttentionKernel::unfused;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq '([0]*3+[1]*58)'"));
+  REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
+  REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
+}
+
+TEST_CASE("Exporting and importing a small GPT with learned positions and unusual options round-trips",
+          "[config]") {
+  ModelSpec m;
+  m.name = "small";
+  m.num_layers = 6;
+  m.hidden_size = 768;
+  m.ffn_hidden_size = 3000;
+  m.num_attention_heads = 12;
+  m.num_query_groups = 4;
+  m.kv_channels = 80;
+  m.vocab_size = 50000;
+  m.make_vocab_size_divisible_by = 64;
+  m.seq_length = 2048;
+  m.add_bias_linear = false;
+  m.add_qkv_bias = true;
+  m.qk_layernorm = true;
+  m.hidden_dropout = 0.05;
+  m.attention_dropout = 0.0;
+  MoeSpec e;
+  e.num_experts = 4;
+  e.top_k = 1;
+  e.expert_ffn_hidden = 1000;
+  e.moe_layers = {true, false, true, false, true, false};
+  m.moe = e;
+  TrainingSpec t;
+  t.global_batch_size = 16;
+  t.seq_length = 1024;
+  t.params_dtype = Dtype::fp32;
+  PlanSpec p;
+  p.ep = 2;
+  p.dp = 8;
+  p.micro_batch_size = 2;
+  p.recompute = Recompute{RecomputeGranularity::full, RecomputeMethod::block, 2};
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  const std::string line = *export_megatron_args(s);
+  REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq 2"));
+  REQUIRE_THAT(line, Catch::Contains("--kv-channels 80"));
+  REQUIRE_THAT(line, Catch::Contains("--seq-length 1024 --max-position-embeddings 2048"));
+
+  // A pattern that is not a frequency is written as runs.
+  Setup runs = s;
+  runs.model.moe->moe_layers = {false, true, true, false, false, true};
+  const std::string runs_line = *export_megatron_args(runs);
+  REQUIRE_THAT(runs_line, Catch::Contains("--moe-layer-freq '([0]*1+[1]*2+[0]*2+[1]*1)'"));
+  CHECK(import_ok(runs_line).model.moe->moe_layers == runs.model.moe->moe_layers);
+}
+
+TEST_CASE("Exporting a hand-built setup uses its derived vpp and etp", "[config]") {
+  Setup s;
+  s.model = import_ok(kSmall).model;
+  s.training.global_batch_size = 8;
+  s.plan.tp = 2;
+  s.plan.pp = 4;
+  s.plan.schedule = Schedule::interleaved;
+  s.vpp = 2;
+  s.etp = 2;
+  s.seq_length = 1024;
+  auto line = export_megatron_args(s);
+  REQUIRE(line.has_value());
+  REQUIRE_THAT(*line, Catch::Contains("--num-virtual-stages-per-pipeline-rank 2"));
+  CHECK_THAT(*line, !Catch::Contains("--expert-tensor-parallel-size"));
+  const MegatronLaunch back = import_ok(*line);
+  CHECK(back.plan.vpp == 2);
+  CHECK(back.plan.schedule == Schedule::interleaved);
+}
+
+TEST_CASE("Exporting a zero-bubble, DualPipe or GPipe plan fails on plan.schedule", "[config]") {
+  for (Schedule sch : {Schedule::zb_v, Schedule::zb_h1, Schedule::dualpipe, Schedule::dualpipev, Schedule::gpipe}) {
+    Setup s;
+    s.model = import_ok(kSmall).model;
+    s.training.global_batch_size = 8;
+    s.plan.pp = 4;
+    s.plan.schedule = sch;
+    s.vpp = default_vpp(sch);
+    s.seq_length = 1024;
+    auto r = export_megatron_args(s);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().field == "plan.schedule");
+    REQUIRE_THAT(r.error().message, Catch::Contains("Megatron-LM has no flag"));
+    REQUIRE_THAT(r.error().message, Catch::Contains(to_string(sch)));
+  }
+}
+
+TEST_CASE("Exporting gradient dtypes Megatron cannot express fails on training.grad_dtype", "[config]") {
+  Setup s;
+  s.model = import_ok(kSmall).model;
+  s.training.global_batch_size = 8;
+  s.training.params_dtype = Dtype::bf16;
+  s.training.grad_dtype = Dtype::fp16;
+  s.seq_length = 1024;
+  auto r = export_megatron_args(s);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().field == "training.grad_dtype");
+}
