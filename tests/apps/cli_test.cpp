@@ -70,7 +70,7 @@ TEST_CASE("The JSON output has the documented schema and consistent totals", "[a
   CHECK(j["setup"]["dp"] == 16);
 }
 
-TEST_CASE("Models come from shipped names, TOML files and config.json; plans from inline text and TOML", "[apps]") {
+TEST_CASE("Models come from shipped names, TOML files and config.json, and plans from inline text and TOML", "[apps]") {
   CHECK(run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=2,pp=2",
              "--global-batch", "16"}).code == 0);
   CHECK(run({"estimate", "--model", fixture("toml/tiny-model.toml"), "--cluster", fixture("toml/tiny-cluster.toml"),
@@ -127,7 +127,7 @@ TEST_CASE("Every kind of bad input exits 1 with one clear message and no output"
   expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--plan", "tp=1", "--global-batch", "8"}), "--cluster");
 }
 
-TEST_CASE("Unknown options are usage errors (exit 2); --help exits 0", "[apps]") {
+TEST_CASE("Unknown options are usage errors (exit 2) and help exits 0", "[apps]") {
   CHECK(run({"estimate", "--no-such-option"}).code == 2);
   CHECK(run({"estimate", "--help"}).code == 0);
   CHECK(run({"--help"}).code == 0);

@@ -144,7 +144,7 @@ TEST_CASE("A non-integer where an integer is needed is an error naming the flag"
   REQUIRE_THAT(d.message, Catch::Contains("expects a number, found 'high'"));
 }
 
-TEST_CASE("--moe-layer-freq accepts an integer frequency and 0/1 list expressions", "[config]") {
+TEST_CASE("The flag --moe-layer-freq accepts an integer frequency and 0/1 list expressions", "[config]") {
   auto pattern = [](const std::string& freq, int layers) {
     const MegatronLaunch l = import_ok("--num-layers " + std::to_string(layers) +
                                        " --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "

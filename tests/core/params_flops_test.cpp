@@ -55,7 +55,7 @@ TEST_CASE("Summed over pipeline ranks, per-rank parameters give the model plus t
   CHECK(rank_params(s2, 0).total() == Approx((model_params(m, s2.padded_vocab).total() - replicated) / 2 + replicated));
 }
 
-TEST_CASE("Model FLOPs equal Korthikanti Eq. 7; selective recompute adds one forward QK^T and PV per layer", "[core]") {
+TEST_CASE("Model FLOPs equal Korthikanti Eq. 7 and selective recompute adds one forward QK^T and PV per layer", "[core]") {
   const double B = 1536, s = 2048, L = 96, h = 12288, V = 51200;
   const Setup st = make_setup(gpt(96, 12288, 96), "dgx-a100", "tp=8,pp=8,recompute=selective", 1536, 1024);
   const IterationFlops f = iteration_flops(st);
