@@ -7,6 +7,7 @@
 
 #include "apps/estimate.hpp"
 #include "apps/scenario.hpp"
+#include "apps/simulate.hpp"
 #include "config/library.hpp"
 
 namespace megascope::cli {
@@ -39,6 +40,19 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   add_scenario_options(*estimate, est);
   estimate->add_flag("--json", json, "print one JSON object");
 
+  ScenarioOptions simo;
+  SimulateOptions sim_opts;
+  bool sim_json = false;
+  std::string mode = "reduced";
+  auto* simulate = app.add_subcommand(
+      "simulate", "one training iteration, event by event on the cluster (no options: the default example)");
+  add_scenario_options(*simulate, simo);
+  simulate->add_option("--trace", sim_opts.trace, "write a Chrome/Perfetto trace (JSON) of the iteration");
+  simulate->add_option("--calibration", sim_opts.calibration, "a cost-model profile (TOML) applied over the default");
+  simulate->add_option("--mode", mode, "full (every rank) or reduced (one rank per pipeline stage)")
+      ->check(CLI::IsMember({"full", "reduced"}));
+  simulate->add_flag("--json", sim_json, "print one JSON object");
+
   auto* list = app.add_subcommand("list", "the shipped models and clusters");
 
   try {
@@ -63,6 +77,22 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     if (json) out << estimate_json(*sc).dump(2) << "\n";
     else out << estimate_text(*sc);
+    return 0;
+  }
+  if (*simulate) {
+    sim_opts.mode = mode == "full" ? sim::Mode::full : sim::Mode::reduced;
+    auto sc = load_scenario(simo);
+    if (!sc) {
+      err << "megascope simulate: error: " << sc.error().str() << "\n";
+      return 1;
+    }
+    auto outcome = run_simulation(*sc, sim_opts);
+    if (!outcome) {
+      err << "megascope simulate: error: " << outcome.error().str() << "\n";
+      return 1;
+    }
+    if (sim_json) out << simulate_json(*sc, *outcome, sim_opts).dump(2) << "\n";
+    else out << simulate_text(*sc, *outcome, sim_opts);
     return 0;
   }
   if (*list) {

@@ -1,0 +1,139 @@
+#include "apps/simulate.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "config/plan_settings.hpp"
+#include "core/accounting/memory.hpp"
+#include "core/program/builder.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/network.hpp"
+
+namespace megascope::cli {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+template <class... A>
+void addl(std::string& o, fmt::format_string<A...> f, A&&... a) {
+  o += fmt::format(f, std::forward<A>(a)...);
+  o += '\n';
+}
+}  // namespace
+
+Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o) {
+  const Setup& s = sc.setup;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto program = build_program(s);
+  if (!program) return tl::unexpected(program.error());
+  auto cost = sim::CostModel::for_device(s.cluster.device);
+  if (!cost) return tl::unexpected(cost.error());
+  if (o.calibration)
+    if (auto ok = cost->apply_calibration(*o.calibration); !ok) return tl::unexpected(ok.error());
+  const sim::Topology topo = sim::Topology::build(s.cluster, s.world);
+  sim::SimOptions so;
+  so.mode = o.mode;
+  auto result = sim::simulate(*program, topo, *cost, so);
+  if (!result) return tl::unexpected(result.error());
+  SimulateOutcome out{std::move(*program), std::move(*result), {}, cost->profile().source, 0};
+  out.report = sim::make_report(s, out.program, out.result);
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.trace)
+    if (auto ok = sim::write_trace(*o.trace, out.program, out.result); !ok) return tl::unexpected(ok.error());
+  return out;
+}
+
+nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, const SimulateOptions& o) {
+  const Setup& s = sc.setup;
+  const sim::SimReport& r = out.report;
+  const MemoryReport mem = memory_report(s);
+  nlohmann::json exposed = nlohmann::json::object();
+  for (int k = 0; k < sim::kCommKinds; ++k)
+    exposed[sim::to_string(static_cast<sim::CommKind>(k))] = r.exposed_comm_s[static_cast<std::size_t>(k)];
+  nlohmann::json stages = nlohmann::json::array();
+  for (const sim::StageReport& st : r.stages) {
+    nlohmann::json ex = nlohmann::json::object();
+    for (int k = 0; k < sim::kCommKinds; ++k)
+      ex[sim::to_string(static_cast<sim::CommKind>(k))] = st.exposed_comm_s[static_cast<std::size_t>(k)];
+    stages.push_back({{"stage", st.stage}, {"rank", st.rank}, {"compute_busy_s", st.compute_busy_s},
+                      {"bubble_s", st.bubble_s}, {"exposed_comm_s", ex}, {"compute_by_label_s", st.compute_by_label_s}});
+  }
+  PlanSpec plan = s.plan;
+  plan.dp = s.dp;
+  nlohmann::json j;
+  j["setup"] = {{"model", s.model.name}, {"cluster", s.cluster.name}, {"gpus", s.world},
+                {"plan", format_inline_plan(plan)}, {"global_batch_size", s.training.global_batch_size},
+                {"seq_length", s.seq_length}, {"num_microbatches", s.num_microbatches}};
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["tflops_per_gpu"] = r.tflops_per_gpu;
+  j["mfu"] = r.mfu;
+  j["flops_formula"] = "model FLOPs, GEMMs only, causal attention halved (Megatron-LM counter since 2025-03)";
+  j["tflops_per_gpu_no_causal_halving"] = r.tflops_per_gpu_no_causal;
+  j["mfu_no_causal_halving"] = r.mfu_no_causal;
+  j["hardware_tflops_per_gpu_no_causal_halving"] = r.hardware_tflops_per_gpu_no_causal;
+  j["bubble_fraction"] = r.bubble_fraction;
+  j["exposed_comm_s"] = exposed;
+  j["stages"] = stages;
+  j["memory"] = {{"peak_bytes", mem.peak_bytes}, {"capacity_bytes", mem.capacity_bytes}, {"fits", mem.fits},
+                 {"peak_stage", mem.peak_stage}};
+  j["simulation"] = {{"mode", o.mode == sim::Mode::full ? "full" : "reduced"},
+                     {"simulated_ranks", out.result.simulated_ranks.size()},
+                     {"ops_per_stage_total", out.program.op_count()},
+                     {"events", out.result.events},
+                     {"wall_s", out.wall_s},
+                     {"cost_profile", out.profile_source}};
+  j["warnings"] = s.warnings;
+  return j;
+}
+
+std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const SimulateOptions& o) {
+  const Setup& s = sc.setup;
+  const sim::SimReport& r = out.report;
+  const MemoryReport mem = memory_report(s);
+  PlanSpec plan = s.plan;
+  plan.dp = s.dp;
+  std::string t;
+  addl(t, "Megascope simulate: {} on {} ({} x {}), from {}", s.model.name, s.cluster.name, s.world,
+       s.cluster.device.name, sc.source);
+  addl(t, "  plan       {}", format_inline_plan(plan));
+  addl(t, "  batch      global {} x seq {}: {} micro-batches per pipeline", s.training.global_batch_size, s.seq_length,
+       s.num_microbatches);
+  addl(t, "");
+  addl(t, "  step time  {:.4f} s", r.step_time_s);
+  addl(t, "  throughput {:.0f} tokens/s ({:.1f} per GPU)", r.tokens_per_s, r.tokens_per_s / s.world);
+  addl(t, "  MFU        {:.1f}% ({:.1f} TFLOP/s per GPU of {:.1f}; model FLOPs, causal attention halved as Megatron-LM "
+       "counts since 2025-03)", 100 * r.mfu, r.tflops_per_gpu, s.cluster.device.peak_bf16_flops / 1e12);
+  addl(t, "             {:.1f}% ({:.1f} TFLOP/s) without causal halving, as the published tables count;", 100 * r.mfu_no_causal,
+       r.tflops_per_gpu_no_causal);
+  addl(t, "             {:.1f} TFLOP/s with recomputation counted (Narayanan et al.'s convention)",
+       r.hardware_tflops_per_gpu_no_causal);
+  addl(t, "  bubble     {:.1f}% of the step (mean over stages)", 100 * r.bubble_fraction);
+  std::string ex;
+  for (int k = 0; k < sim::kCommKinds; ++k)
+    ex += fmt::format("{}{} {:.1f} ms", k ? ", " : "", sim::to_string(static_cast<sim::CommKind>(k)),
+                      1e3 * r.exposed_comm_s[static_cast<std::size_t>(k)]);
+  addl(t, "  exposed    {} (mean per rank)", ex);
+  addl(t, "");
+  addl(t, "  {:>5} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}   compute by part", "stage", "compute s", "bubble %",
+       "tp ms", "cp ms", "ep ms", "dp ms", "pp ms");
+  for (const sim::StageReport& st : r.stages) {
+    std::string parts;
+    for (const auto& [label, sec] : st.compute_by_label_s) parts += fmt::format("{} {:.3f}  ", label, sec);
+    addl(t, "  {:>5} {:>10.4f} {:>9.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}   {}", st.stage, st.compute_busy_s,
+         100 * st.bubble_s / std::max(r.step_time_s, 1e-30), 1e3 * st.exposed_comm_s[0], 1e3 * st.exposed_comm_s[1],
+         1e3 * st.exposed_comm_s[2], 1e3 * st.exposed_comm_s[3], 1e3 * st.exposed_comm_s[4], parts);
+  }
+  addl(t, "");
+  addl(t, "  memory     peak {:.2f} GiB on stage {} of {:.2f} GiB: {} (see `megascope estimate` for the breakdown)",
+       mem.peak_bytes / kGiB, mem.peak_stage, mem.capacity_bytes / kGiB, mem.fits ? "fits" : "DOES NOT FIT");
+  addl(t, "  simulated  {} mode, {} ranks, {} events in {:.3f} s; cost profile: {}",
+       o.mode == sim::Mode::full ? "full" : "reduced", out.result.simulated_ranks.size(), out.result.events, out.wall_s,
+       out.profile_source);
+  if (o.trace) addl(t, "  trace      {} (open in ui.perfetto.dev)", *o.trace);
+  for (const auto& w : s.warnings) addl(t, "warning: {}", w);
+  return t;
+}
+
+}  // namespace megascope::cli

@@ -1,0 +1,34 @@
+// `megascope simulate`: one iteration of a plan, event by event on the
+// cluster, with a report, JSON and a Perfetto trace.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "apps/scenario.hpp"
+#include "core/program/program.hpp"
+#include "sim/engine.hpp"
+#include "sim/report.hpp"
+
+namespace megascope::cli {
+
+struct SimulateOptions {
+  std::optional<std::string> trace;        // Perfetto JSON file
+  std::optional<std::string> calibration;  // cost-model profile to apply
+  sim::Mode mode = sim::Mode::reduced;
+};
+
+struct SimulateOutcome {
+  Program program;
+  sim::SimResult result;
+  sim::SimReport report;
+  std::string profile_source;
+  double wall_s = 0;
+};
+
+Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o);
+nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, const SimulateOptions& o);
+std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const SimulateOptions& o);
+
+}  // namespace megascope::cli

@@ -1,0 +1,348 @@
+// build_program: walks each pipeline rank's schedule (core/schedule) and
+// emits, per step, the receive, the embedding / layers / output-and-loss
+// work (layer_ops.cpp), and the send; then gradient synchronisation, the
+// optimizer step and, with the distributed optimizer, the parameter
+// all-gather.
+//
+// Gradient buckets: one per model chunk (dense and expert parameters apart),
+// reduced over DP x CP (dense) or expert-DP (experts). With
+// overlap_grad_reduce a chunk's bucket is reduced as soon as its last weight
+// gradient is done; otherwise all buckets are reduced after the last backward.
+// With overlap_param_gather the parameter all-gather of a chunk runs at the
+// start of the iteration and only that chunk's first forward waits for it.
+#include "core/program/builder.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/accounting/params.hpp"
+#include "core/program/stage_writer.hpp"
+
+namespace megascope {
+
+using detail::Deps;
+using detail::LayerEmitter;
+using detail::OpContext;
+using detail::StageWriter;
+
+namespace {
+
+// Matching tag of a pipeline transfer: the pass, the micro-batch, the
+// virtual stage that receives it and the DualPipe direction.
+std::uint64_t p2p_tag(Pass pass, int mb, int to_stage, int direction) {
+  return (static_cast<std::uint64_t>(pass) << 56) | (static_cast<std::uint64_t>(direction) << 48) |
+         (static_cast<std::uint64_t>(mb) << 20) | static_cast<std::uint64_t>(to_stage);
+}
+
+struct ChunkParams {
+  double dense = 0;    // parameters of the chunk, dense (incl. embedding/output it holds)
+  double expert = 0;
+};
+
+ChunkParams chunk_params(const Setup& s, const ChunkLayers& ch) {
+  const Sharding sh{s.plan.tp, s.etp, s.plan.ep};
+  ParamSplit p;
+  for (int l = ch.first; l < ch.first + ch.count; ++l) p += layer_params(s.model, l, sh);
+  const double word = static_cast<double>(s.padded_vocab) * static_cast<double>(s.model.hidden_size) / s.plan.tp;
+  if (ch.virtual_stage == 0) p.dense += word;
+  if (ch.virtual_stage == s.virtual_stages - 1 && (!s.model.tied_embeddings || s.virtual_stages > 1)) p.dense += word;
+  return {p.dense, p.expert};
+}
+
+// Parameters of one piece of a chunk, in the order the backward finishes
+// them: the output layer, the layers from last to first, the embedding.
+struct Piece {
+  enum class Kind : std::uint8_t { output, layer, embedding } kind = Kind::layer;
+  int layer = 0;              // Kind::layer
+  double dense = 0;           // parameters whose gradients the piece completes
+  double expert = 0;
+};
+
+std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
+  const Sharding sh{s.plan.tp, s.etp, s.plan.ep};
+  const double word = static_cast<double>(s.padded_vocab) * static_cast<double>(s.model.hidden_size) / s.plan.tp;
+  std::vector<Piece> out;
+  // The output layer's weight: its own (untied) or the last stage's copy of
+  // the embedding; tied on a rank that also holds the embedding, the
+  // embedding piece carries it.
+  if (ch.virtual_stage == s.virtual_stages - 1)
+    out.push_back({Piece::Kind::output, 0, (!s.model.tied_embeddings || s.virtual_stages > 1) ? word : 0.0, 0});
+  for (int l = ch.first + ch.count - 1; l >= ch.first; --l) {
+    const ParamSplit p = layer_params(s.model, l, sh);
+    out.push_back({Piece::Kind::layer, l, p.dense, p.expert});
+  }
+  if (ch.virtual_stage == 0) out.push_back({Piece::Kind::embedding, 0, word, 0});
+  return out;
+}
+
+// Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.
+double bucket_params(const Setup& s) { return std::max(40e6, 1e6 * s.dp * s.plan.cp); }
+
+}  // namespace
+
+Result<Program> build_program(const Setup& s) {
+  Program prog;
+  const int pp = s.plan.pp;
+  const int m = s.num_microbatches;
+  prog.grid = RankGrid{s.plan.tp, s.plan.cp, s.dp, pp, s.etp, s.plan.ep, s.edp};
+  prog.schedule = s.plan.schedule;
+  prog.microbatches = m;
+  const std::vector<RankSchedule> schedule = make_schedule(s.plan.schedule, pp, s.vpp, m);
+  const bool dualpipe = s.plan.schedule == Schedule::dualpipe;
+  const int last_vs = s.virtual_stages - 1;
+
+  // Which rank holds (direction, virtual stage): DualPipe's two directions use
+  // chunk 0 and chunk 1; every other schedule has one holder per virtual stage.
+  std::map<std::pair<int, int>, int> holder;
+  for (int r = 0; r < pp; ++r)
+    for (std::size_t c = 0; c < s.chunks[static_cast<std::size_t>(r)].size(); ++c)
+      holder[{dualpipe ? static_cast<int>(c) : 0, s.chunks[static_cast<std::size_t>(r)][c].virtual_stage}] = r;
+
+  const double h = static_cast<double>(s.model.hidden_size);
+  const double tokens = static_cast<double>(s.seq_length) / s.plan.cp * s.plan.micro_batch_size;
+  // Each TP rank sends its 1/tp slice of the activation (sequence parallelism, or
+  // Megatron's scatter/gather of pipeline tensors without it); the all-gather
+  // that rebuilds it inside the receiving node is not modelled.
+  const double p2p_bytes = 2.0 * tokens * h / s.plan.tp;
+  const Precision prec = s.training.precision;
+  const double grad_bytes = bytes_of(s.training.grad_dtype);
+  const double param_bytes = bytes_of(s.training.params_dtype);
+  const bool distopt = s.plan.distributed_optimizer && s.dp * s.plan.cp > 1;
+
+  prog.stages.resize(static_cast<std::size_t>(pp));
+  for (int r = 0; r < pp; ++r) {
+    StageProgram& sp = prog.stages[static_cast<std::size_t>(r)];
+    sp.stage = r;
+    StageWriter w(sp);
+    LayerEmitter layers{s, w};
+    const auto& chunks = s.chunks[static_cast<std::size_t>(r)];
+    const RankSchedule& steps = schedule[static_cast<std::size_t>(r)];
+
+    // The last W step of each chunk, where its gradient bucket is complete.
+    std::vector<std::size_t> last_w(chunks.size(), 0);
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (steps[i].pass == Pass::W) last_w[static_cast<std::size_t>(steps[i].chunk)] = i;
+
+    std::vector<ChunkParams> params;
+    for (const ChunkLayers& ch : chunks) params.push_back(chunk_params(s, ch));
+
+    // Parameter all-gather of the distributed optimizer, overlapped with the
+    // forward: issued bucket by bucket at the start of the iteration (forward
+    // order); the first forward through a bucket's layers waits for it.
+    std::vector<std::map<int, std::uint32_t>> layer_gate(chunks.size());   // first layer of a bucket -> its gather
+    std::vector<std::optional<std::uint32_t>> embedding_gate(chunks.size());
+    if (distopt && s.plan.overlap_param_gather) {
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        std::vector<Piece> pieces = backward_pieces(s, chunks[c]);
+        std::reverse(pieces.begin(), pieces.end());
+        OpContext ctx{Phase::param_sync, std::nullopt, 0, static_cast<std::int32_t>(c)};
+        double dense = 0, expert = 0;
+        std::optional<int> first_layer;
+        bool first_is_embedding = false;   // the bucket starts with the embedding
+        auto flush = [&]() {
+          if (dense + expert == 0) return;
+          std::optional<std::uint32_t> ag;
+          if (dense > 0) ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * param_bytes);
+          if (expert > 0 && s.edp > 1)
+            ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes);
+          if (ag) {
+            if (first_layer) layer_gate[c][*first_layer] = *ag;
+            else if (first_is_embedding) embedding_gate[c] = *ag;
+          }
+          dense = expert = 0;
+          first_layer.reset();
+          first_is_embedding = false;
+        };
+        for (std::size_t k = 0; k < pieces.size(); ++k) {
+          if (dense + expert == 0) {
+            if (pieces[k].kind == Piece::Kind::layer) first_layer = pieces[k].layer;
+            first_is_embedding = pieces[k].kind == Piece::Kind::embedding;
+          }
+          dense += pieces[k].dense;
+          expert += pieces[k].expert;
+          if (dense + expert >= bucket_params(s)) flush();
+        }
+        flush();
+      }
+    }
+    std::vector<bool> chunk_started(chunks.size(), false);
+
+    std::vector<std::uint32_t> grad_syncs;
+    std::vector<std::size_t> pending_chunks;
+    auto reduce = [&](std::size_t c, double dense, double expert, Deps deps) {
+      OpContext ctx{Phase::gradient_sync, std::nullopt, 0, static_cast<std::int32_t>(c)};
+      const OpKind kind = distopt ? OpKind::reduce_scatter : OpKind::all_reduce;
+      if (dense > 0 && s.dp * s.plan.cp > 1)
+        grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::dp_cp, OpLabel::dp_grad, ctx, dense * grad_bytes, deps));
+      if (expert > 0 && s.edp > 1)
+        grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::edp, OpLabel::dp_grad, ctx, expert * grad_bytes, deps));
+    };
+
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const ScheduleStep& st = steps[i];
+      const ChunkLayers& ch = chunks[static_cast<std::size_t>(st.chunk)];
+      const int vs = ch.virtual_stage;
+      const int dir = dualpipe ? st.chunk : 0;
+      OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
+      const auto peer = [&](int stage) { return holder.at({dir, stage}); };
+
+      if (st.pass == Pass::F) {
+        Deps first_deps;
+        if (vs > 0 && peer(vs - 1) != r)
+          first_deps.push(w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer(vs - 1),
+                                p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes));
+        const bool first_pass = !chunk_started[static_cast<std::size_t>(st.chunk)];
+        chunk_started[static_cast<std::size_t>(st.chunk)] = true;
+        if (first_pass && embedding_gate[static_cast<std::size_t>(st.chunk)])
+          first_deps.push(*embedding_gate[static_cast<std::size_t>(st.chunk)]);
+        std::optional<std::uint32_t> dep;
+        if (vs == 0) {
+          dep = w.compute(OpLabel::embedding, ctx, {detail::memory(MemoryOp::embedding, 4.0 * tokens * h)}, first_deps);
+          if (s.plan.tp > 1)
+            dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp,
+                               CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {*dep});
+        } else if (first_deps.count > 0) {
+          // A receive (or the parameter gather) gates the first layer.
+          dep = w.compute(OpLabel::attention, ctx, {}, first_deps);
+        }
+        for (int l = ch.first; l < ch.first + ch.count; ++l) {
+          const auto& gates = layer_gate[static_cast<std::size_t>(st.chunk)];
+          if (auto g = gates.find(l); first_pass && g != gates.end()) {
+            Deps join;
+            if (dep) join.push(*dep);
+            join.push(g->second);
+            dep = w.compute(OpLabel::attention, ctx, {}, join);   // wait for this bucket's parameters
+          }
+          dep = layers.forward(l, ctx, dep);
+        }
+        if (vs == last_vs) {
+          const std::int64_t T = static_cast<std::int64_t>(tokens);
+          const std::int64_t V = s.padded_vocab / s.plan.tp;
+          if (s.sequence_parallel)
+            dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, dep);
+          dep = w.compute(OpLabel::output_loss, ctx,
+                          {detail::memory(MemoryOp::norm, 4.0 * tokens * h), detail::gemm(T, V, s.model.hidden_size, prec),
+                           detail::memory(MemoryOp::cross_entropy, 3.0 * 4.0 * tokens * static_cast<double>(V))},
+                          dep);
+        } else if (peer(vs + 1) != r) {
+          w.p2p(OpKind::send, OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir),
+                p2p_bytes, dep);
+        }
+      } else if (st.pass == Pass::B) {
+        ctx.phase = Phase::backward_input;
+        std::optional<std::uint32_t> dep;
+        if (vs < last_vs && peer(vs + 1) != r)
+          dep = w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
+                      p2p_bytes);
+        if (vs == last_vs) {
+          const std::int64_t T = static_cast<std::int64_t>(tokens);
+          const std::int64_t V = s.padded_vocab / s.plan.tp;
+          dep = w.compute(OpLabel::output_loss, ctx,
+                          {detail::memory(MemoryOp::cross_entropy, 2.0 * 4.0 * tokens * static_cast<double>(V)),
+                           detail::gemm(T, s.model.hidden_size, V, prec)},
+                          dep);
+          if (s.plan.tp > 1)
+            dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp,
+                               CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {*dep});
+        }
+        const Recompute& rc = s.plan.recompute;
+        const bool selective = rc.granularity == RecomputeGranularity::selective;
+        const bool full = rc.granularity == RecomputeGranularity::full;
+        const int recomputed = !full ? 0 : (*rc.method == RecomputeMethod::uniform ? ch.count : std::min(ch.count, *rc.num_layers));
+        const int group = full ? (*rc.method == RecomputeMethod::uniform ? *rc.num_layers : 1) : 1;
+        for (int i_l = ch.count - 1; i_l >= 0; --i_l) {
+          const int l = ch.first + i_l;
+          if (i_l < recomputed && (i_l + 1 == recomputed || (i_l + 1) % group == 0)) {
+            // Recompute the forward of this layer's group before its backward.
+            const int start = i_l - (i_l % group);
+            OpContext rctx = ctx;
+            rctx.phase = Phase::recompute;
+            for (int j = start; j <= i_l; ++j) dep = layers.forward(ch.first + j, rctx, dep);
+          }
+          dep = layers.backward_input(l, ctx, dep, selective);
+        }
+        // An unsplit backward (the next step is this B's paired W) sends the
+        // input gradient when the weight gradients are done too.
+        const bool w_follows = i + 1 < steps.size() && steps[i + 1].pass == Pass::W && steps[i + 1].paired &&
+                               steps[i + 1].microbatch == st.microbatch && steps[i + 1].chunk == st.chunk;
+        if (vs > 0 && peer(vs - 1) != r && !w_follows)
+          w.p2p(OpKind::send, OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
+                p2p_bytes, dep);
+      } else {
+        ctx.phase = Phase::backward_weight;
+        // Weight gradients in backward order; with overlap_grad_reduce the last
+        // micro-batch of the chunk launches each bucket as soon as it is complete.
+        const bool last_of_chunk = i == last_w[static_cast<std::size_t>(st.chunk)];
+        const bool overlap = last_of_chunk && s.plan.overlap_grad_reduce;
+        double dense = 0, expert = 0;
+        std::optional<std::uint32_t> dep;
+        for (const Piece& piece : backward_pieces(s, ch)) {
+          switch (piece.kind) {
+            case Piece::Kind::output:
+              dep = w.compute(OpLabel::output_loss, ctx,
+                              {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
+                                            static_cast<std::int64_t>(tokens), prec)});
+              break;
+            case Piece::Kind::layer:
+              dep = layers.backward_weight(piece.layer, ctx, std::nullopt);
+              break;
+            case Piece::Kind::embedding:
+              dep = w.compute(OpLabel::embedding, ctx, {detail::memory(MemoryOp::embedding, 6.0 * tokens * h)});
+              break;
+          }
+          dense += piece.dense;
+          expert += piece.expert;
+          if (overlap && dense + expert >= bucket_params(s)) {
+            reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
+            dense = expert = 0;
+          }
+        }
+        const bool after_own_b = st.paired && i > 0 && steps[i - 1].pass == Pass::B &&
+                                 steps[i - 1].microbatch == st.microbatch && steps[i - 1].chunk == st.chunk;
+        if (after_own_b && vs > 0 && peer(vs - 1) != r) {
+          OpContext bctx = ctx;
+          bctx.phase = Phase::backward_input;
+          w.p2p(OpKind::send, OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
+                p2p_bytes, dep);
+        }
+        if (overlap) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
+        else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));
+      }
+    }
+
+    // Gradient synchronisation not overlapped with the backward.
+    const std::optional<std::uint32_t> last = w.last_compute();
+    for (std::size_t c : pending_chunks) reduce(c, params[c].dense, params[c].expert, last);
+    // Tied embeddings across stages: the first and last stage add their gradients.
+    if (pp > 1 && s.model.tied_embeddings && (s.holds_embedding(r) != s.holds_output(r))) {
+      OpContext ctx{Phase::gradient_sync, std::nullopt, 0, 0};
+      grad_syncs.push_back(w.collective(OpKind::all_reduce, Stream::dp, CommGroup::embedding, OpLabel::embedding_grad,
+                                        ctx, static_cast<double>(s.padded_vocab) * h / s.plan.tp * grad_bytes, last));
+    }
+    // Optimizer step: Adam reads the gradient, master weight and both moments and
+    // writes them back with the 16-bit weight: about 30 bytes per parameter it owns.
+    double dense = 0, expert = 0;
+    for (const ChunkParams& p : params) {
+      dense += p.dense;
+      expert += p.expert;
+    }
+    const double owned = distopt ? dense / (s.dp * s.plan.cp) + expert / s.edp : dense + expert;
+    OpContext octx{Phase::optimizer, std::nullopt, 0, 0};
+    Deps opt_deps;
+    if (last) opt_deps.push(*last);
+    const std::uint32_t opt = w.compute(OpLabel::optimizer, octx, {detail::memory(MemoryOp::optimizer, 30.0 * owned)}, opt_deps);
+    for (std::uint32_t g : grad_syncs) w.add_dep(opt, g);
+    if (distopt && !s.plan.overlap_param_gather) {
+      OpContext ctx{Phase::param_sync, std::nullopt, 0, 0};
+      w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * param_bytes, {opt});
+      if (expert > 0 && s.edp > 1)
+        w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes, {opt});
+    }
+  }
+  if (auto ok = validate_program(prog); !ok) return tl::unexpected(ok.error());
+  return prog;
+}
+
+}  // namespace megascope

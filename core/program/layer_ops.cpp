@@ -1,0 +1,330 @@
+// The ops of one transformer layer on one rank: kernels by shape, TP/CP/EP
+// collectives, in Megatron-Core's order. Shapes use T = s/cp x b tokens of a
+// micro-batch on a CP rank; with sequence parallelism the norms and dropouts
+// run on T/tp tokens and TP uses all-gather / reduce-scatter, otherwise
+// all-reduce. GEMM shapes are (m x k) @ (k x n): forward (T, out, in),
+// input gradient (T, in, out), weight gradient (in, out, T).
+#include <algorithm>
+
+#include "core/program/stage_writer.hpp"
+
+namespace megascope::detail {
+
+namespace {
+
+struct Dims {
+  double T;            // tokens of the micro-batch on this CP rank
+  double Tsp;          // tokens the norms and dropouts see (T / tp with SP)
+  std::int64_t Ti;     // T as an integer, for GEMM shapes
+  std::int64_t h;
+  int t;               // tp
+  bool sp;
+  Precision prec;
+  std::int64_t qkv_out;  // QKV output width per rank
+  std::int64_t core_out; // attention output width per rank (input of the projection)
+  std::int64_t up;       // 2 for SwiGLU
+};
+
+Dims dims_of(const Setup& s) {
+  Dims d{};
+  const ModelSpec& m = s.model;
+  d.Ti = s.seq_length / s.plan.cp * s.plan.micro_batch_size;
+  d.T = static_cast<double>(d.Ti);
+  d.t = s.plan.tp;
+  d.sp = s.sequence_parallel;
+  d.Tsp = d.sp ? d.T / d.t : d.T;
+  d.h = m.hidden_size;
+  d.prec = s.training.precision;
+  d.up = m.activation == Activation::swiglu ? 2 : 1;
+  const std::int64_t heads = m.num_attention_heads / d.t;
+  if (m.mla) {
+    d.qkv_out = heads * (m.mla->qk_head_dim + m.mla->qk_rope_head_dim);
+    d.core_out = heads * m.mla->v_head_dim;
+  } else {
+    const std::int64_t kv_heads = m.num_query_groups >= d.t ? m.num_query_groups / d.t : 1;
+    d.qkv_out = m.kv_channels * (heads + 2 * kv_heads);
+    d.core_out = heads * m.kv_channels;
+  }
+  return d;
+}
+
+AttentionShape attention_shape(const Setup& s) {
+  const ModelSpec& m = s.model;
+  AttentionShape a;
+  a.batch = s.plan.micro_batch_size;
+  a.heads = m.num_attention_heads / s.plan.tp;
+  a.kv_heads = m.mla ? a.heads : std::max<std::int64_t>(1, m.num_query_groups / s.plan.tp);
+  a.seq_q = s.seq_length / s.plan.cp;
+  a.seq_kv = s.seq_length;   // over the CP steps a query block meets every key block
+  a.head_dim = m.mla ? m.mla->qk_head_dim + m.mla->qk_rope_head_dim : m.kv_channels;
+  a.head_dim_v = m.mla ? m.mla->v_head_dim : 0;
+  a.causal = true;
+  return a;
+}
+
+// GEMMs of the attention block's projections, forward direction (m = tokens).
+std::vector<GemmShape> qkv_gemms(const Setup& s, const Dims& d) {
+  const ModelSpec& m = s.model;
+  if (!m.mla) return {{d.Ti, d.qkv_out, d.h}};
+  const MlaSpec& a = *m.mla;
+  const std::int64_t heads = m.num_attention_heads / d.t;
+  std::vector<GemmShape> g;
+  if (a.q_lora_rank) {
+    g.push_back({d.Ti, *a.q_lora_rank, d.h});
+    g.push_back({d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), *a.q_lora_rank});
+  } else {
+    g.push_back({d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), d.h});
+  }
+  g.push_back({d.Ti, a.kv_lora_rank + a.qk_rope_head_dim, d.h});
+  g.push_back({d.Ti, heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank});
+  return g;
+}
+
+double activation_bytes(const Dims& d) { return 2.0 * d.T * static_cast<double>(d.h); }
+
+// Attention core kernels. Fused (flash): one kernel each way. Unfused (as
+// Megatron-LM ran before fused attention): batched QK^T and PV GEMMs over the
+// whole score matrix, fused scale-mask-softmax and dropout as memory-bound
+// kernels over its E = b x heads x s_q x s_kv elements, and their backwards.
+std::vector<Kernel> attention_kernels(const Setup& s, Precision p, bool backward) {
+  const AttentionShape a = attention_shape(s);
+  if (s.plan.attention == AttentionKernel::flash)
+    return {attention(backward ? KernelKind::attention_bwd : KernelKind::attention_fwd, a)};
+  const std::int64_t rows_q = a.batch * a.heads * a.seq_q;
+  const std::int64_t rows_k = a.batch * a.heads * a.seq_kv;
+  const std::int64_t dv = a.head_dim_v > 0 ? a.head_dim_v : a.head_dim;
+  const double E = static_cast<double>(rows_q) * static_cast<double>(a.seq_kv);
+  const bool dropout = s.model.attention_dropout > 0;
+  std::vector<Kernel> k;
+  if (!backward) {
+    k.push_back(gemm(rows_q, a.seq_kv, a.head_dim, p));                       // S = Q K^T
+    k.push_back(memory(MemoryOp::activation, 4.0 * E));                      // scale, mask, softmax
+    if (dropout) k.push_back(memory(MemoryOp::dropout_residual, 5.0 * E));    // dropout (+ 1-byte mask)
+    k.push_back(gemm(rows_q, dv, a.seq_kv, p));                              // O = P V
+  } else {
+    k.push_back(gemm(rows_q, a.seq_kv, dv, p));                              // dP = dO V^T
+    k.push_back(gemm(rows_k, dv, a.seq_q, p));                               // dV = P^T dO
+    if (dropout) k.push_back(memory(MemoryOp::dropout_residual, 5.0 * E));
+    k.push_back(memory(MemoryOp::activation, 6.0 * E));                      // softmax backward
+    k.push_back(gemm(rows_q, a.head_dim, a.seq_kv, p));                      // dQ = dS K
+    k.push_back(gemm(rows_k, a.head_dim, a.seq_q, p));                       // dK = dS^T Q
+  }
+  return k;
+}
+
+bool tp_overlap(const Setup& s) { return s.plan.tp_comm_overlap && s.plan.tp > 1; }
+
+// A TP all-gather whose result feeds the next compute. With TP communication
+// overlap (Transformer Engine's userbuffers) the gather is split into tp
+// chunks pipelined with the GEMM: only the first chunk blocks, the rest runs
+// beside the compute on the TP stream.
+std::uint32_t gather_for_compute(StageWriter& w, const Setup& s, OpKind kind, const OpContext& ctx, double bytes, Deps deps) {
+  if (!tp_overlap(s)) return w.collective(kind, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, bytes, deps);
+  const double t = s.plan.tp;
+  const std::uint32_t first = w.collective(kind, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, bytes / t, deps);
+  w.collective(kind, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, bytes * (t - 1) / t, {first});
+  return first;
+}
+
+// A compute op followed by the TP reduction of its output (reduce-scatter
+// with SP, all-reduce without; none at tp = 1). With overlap, all but the
+// last chunk of the reduction runs beside the GEMMs that produce it.
+std::uint32_t compute_then_reduce(StageWriter& w, const Setup& s, OpLabel label, const OpContext& ctx,
+                                  std::span<const Kernel> kernels, Deps deps, OpKind reduce, double bytes) {
+  if (s.plan.tp == 1) return w.compute(label, ctx, kernels, deps);
+  if (!tp_overlap(s)) {
+    const std::uint32_t c = w.compute(label, ctx, kernels, deps);
+    return w.collective(reduce, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, bytes, {c});
+  }
+  const double t = s.plan.tp;
+  w.collective(reduce, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, bytes * (t - 1) / t, deps);
+  const std::uint32_t c = w.compute(label, ctx, kernels, deps);
+  return w.collective(reduce, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, bytes / t, {c});
+}
+
+}  // namespace
+
+std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
+  const Dims d = dims_of(s);
+  const ModelSpec& m = s.model;
+  OpContext ctx = ctx_in;
+  ctx.layer = layer;
+  const double act = activation_bytes(d);
+  std::optional<std::uint32_t> dep = input_dep;
+
+  // --- attention ---
+  const double hb = static_cast<double>(d.h);
+  const OpKind tp_out = d.sp ? OpKind::reduce_scatter : OpKind::all_reduce;
+  if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
+  std::vector<Kernel> qkv;
+  qkv.push_back(memory(MemoryOp::dropout_residual, 6.0 * d.Tsp * hb));
+  qkv.push_back(memory(MemoryOp::norm, 4.0 * d.Tsp * hb));
+  for (const GemmShape& g : qkv_gemms(s, d)) qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
+  const std::vector<Kernel> core = attention_kernels(s, d.prec, false);
+  const Kernel proj = gemm(d.Ti, d.h, d.core_out, d.prec);
+  if (s.plan.cp > 1) {
+    std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
+    // KV of every CP rank: 2 tensors x (s b) tokens x kv width x 2 bytes.
+    const double kv_width = m.mla ? static_cast<double>(attention_shape(s).heads * (attention_shape(s).head_dim +
+                                                                                   m.mla->v_head_dim)) / 2.0
+                                  : static_cast<double>(attention_shape(s).kv_heads * m.kv_channels);
+    const double kv_bytes = 2.0 * 2.0 * d.T * s.plan.cp * kv_width;
+    const std::uint32_t cpx = w.collective(OpKind::all_gather, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, kv_bytes, {c1});
+    // Ring (p2p): the exchange overlaps the attention of the blocks already here;
+    // all-gather: attention waits for the whole KV.
+    const std::uint32_t c2 = s.plan.cp_comm == CpCommType::all_gather
+                                 ? w.compute(OpLabel::attention, ctx, std::span<const Kernel>(core), {cpx})
+                                 : w.compute(OpLabel::attention, ctx, std::span<const Kernel>(core));
+    dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(&proj, 1), {cpx, c2}, tp_out, act);
+  } else {
+    qkv.insert(qkv.end(), core.begin(), core.end());
+    qkv.push_back(proj);
+    dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep, tp_out, act);
+  }
+
+  // --- MLP or MoE ---
+  const Kernel pre_drop = memory(MemoryOp::dropout_residual, 6.0 * d.Tsp * hb);
+  const Kernel pre_norm = memory(MemoryOp::norm, 4.0 * d.Tsp * hb);
+  if (!m.is_moe_layer(layer)) {
+    const std::int64_t f = m.ffn_hidden_size / d.t;
+    const Kernel fc1 = gemm(d.Ti, d.up * f, d.h, d.prec);
+    const Kernel act_k = memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(d.up + 1));
+    const Kernel fc2 = gemm(d.Ti, d.h, f, d.prec);
+    if (d.sp) {
+      dep = w.compute(OpLabel::mlp, ctx, {pre_drop, pre_norm}, {*dep});
+      dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep});
+      const Kernel k[] = {fc1, act_k, fc2};
+      dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, {*dep}, tp_out, act);
+    } else {
+      const Kernel k[] = {pre_drop, pre_norm, fc1, act_k, fc2};
+      dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, {*dep}, tp_out, act);
+    }
+    return *dep;
+  }
+  const MoeSpec& e = *m.moe;
+  const double routed = d.Tsp;                              // tokens this rank routes
+  const double tokens = routed * e.top_k * s.etp;           // tokens its local experts process (balanced)
+  const std::int64_t fe = e.expert_ffn_hidden / s.etp;
+  const auto tok = static_cast<std::int64_t>(tokens);
+  const Kernel router = gemm(static_cast<std::int64_t>(routed), e.num_experts, d.h, Precision::bf16);
+  const Kernel topk = memory(MemoryOp::other, 8.0 * routed * e.num_experts);
+  dep = w.compute(OpLabel::moe, ctx, {pre_drop, pre_norm, router, topk}, {*dep});
+  const double dispatch = 2.0 * routed * e.top_k * hb;
+  if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+  std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
+                            memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
+                            gemm(tok, d.h, fe, d.prec)};
+  if (e.shared_expert_ffn_hidden > 0) {
+    const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
+    ek.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
+    ek.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs * (d.up + 1))));
+    ek.push_back(gemm(d.Ti, d.h, fs, d.prec));
+  }
+  const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
+  dep = ex;
+  if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+  if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+  dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * dispatch)}, {*dep});
+  return *dep;
+}
+
+std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep,
+                                           bool recomputed_core) {
+  const Dims d = dims_of(s);
+  const ModelSpec& m = s.model;
+  OpContext ctx = ctx_in;
+  ctx.layer = layer;
+  ctx.phase = Phase::backward_input;
+  const bool tp = d.t > 1;
+  const double act = activation_bytes(d);
+  const double hb = static_cast<double>(d.h);
+  std::optional<std::uint32_t> dep = input_dep;
+  const OpKind in_tp = d.sp ? OpKind::all_gather : OpKind::all_reduce;   // gradient of the forward's RS / AR output side
+  const OpKind out_tp = d.sp ? OpKind::reduce_scatter : OpKind::all_reduce;
+
+  // --- MLP or MoE backward ---
+  if (!m.is_moe_layer(layer)) {
+    const std::int64_t f = m.ffn_hidden_size / d.t;
+    if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
+    const Kernel k[] = {gemm(d.Ti, f, d.h, d.prec),
+                        memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)),
+                        gemm(d.Ti, d.h, d.up * f, d.prec)};
+    dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, dep, out_tp, act);
+  } else {
+    const MoeSpec& e = *m.moe;
+    const double routed = d.Tsp;
+    const double tokens = routed * e.top_k * s.etp;
+    const std::int64_t fe = e.expert_ffn_hidden / s.etp;
+    const auto tok = static_cast<std::int64_t>(tokens);
+    const double dispatch = 2.0 * routed * e.top_k * hb;
+    dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * dispatch)}, dep);
+    if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+    if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+    std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
+                              memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
+                              gemm(tok, d.h, d.up * fe, d.prec)};
+    if (e.shared_expert_ffn_hidden > 0) {
+      const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
+      ek.push_back(gemm(d.Ti, fs, d.h, d.prec));
+      ek.push_back(gemm(d.Ti, d.h, d.up * fs, d.prec));
+    }
+    const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
+    dep = ex;
+    if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+    if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+    dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)}, {*dep});
+  }
+
+  // --- attention backward ---
+  if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, {*dep});
+  std::vector<Kernel> k;
+  k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln2 backward
+  k.push_back(memory(MemoryOp::dropout_residual, 4.0 * d.Tsp * hb));
+  k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
+  if (recomputed_core)
+    for (const Kernel& kk : attention_kernels(s, d.prec, false)) k.push_back(kk);
+  for (const Kernel& kk : attention_kernels(s, d.prec, true)) k.push_back(kk);
+  for (const GemmShape& g : qkv_gemms(s, d)) k.push_back(gemm(g.m, g.k, g.n, d.prec));   // dgrad: (T, in, out)
+  k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward
+  if (s.plan.cp == 1) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);
+  dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});
+  // Gradients of the KV blocks travel back around the ring.
+  const AttentionShape a = attention_shape(s);
+  const double kv_width = static_cast<double>(a.kv_heads * a.head_dim);
+  dep = w.collective(OpKind::reduce_scatter, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
+                     2.0 * 2.0 * d.T * s.plan.cp * kv_width, {*dep});
+  if (tp) dep = w.collective(out_tp, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, act, {*dep});
+  return *dep;
+}
+
+std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
+  const Dims d = dims_of(s);
+  const ModelSpec& m = s.model;
+  OpContext ctx = ctx_in;
+  ctx.layer = layer;
+  ctx.phase = Phase::backward_weight;
+  std::vector<Kernel> k;
+  for (const GemmShape& g : qkv_gemms(s, d)) k.push_back(gemm(g.k, g.n, g.m, d.prec));   // wgrad: (in, out, T)
+  k.push_back(gemm(d.core_out, d.h, d.Ti, d.prec));
+  if (!m.is_moe_layer(layer)) {
+    const std::int64_t f = m.ffn_hidden_size / d.t;
+    k.push_back(gemm(d.h, d.up * f, d.Ti, d.prec));
+    k.push_back(gemm(f, d.h, d.Ti, d.prec));
+  } else {
+    const MoeSpec& e = *m.moe;
+    const auto tok = static_cast<std::int64_t>(d.Tsp * e.top_k * s.etp);
+    const std::int64_t fe = e.expert_ffn_hidden / s.etp;
+    k.push_back(gemm(d.h, d.up * fe, tok, d.prec));
+    k.push_back(gemm(fe, d.h, tok, d.prec));
+    k.push_back(gemm(d.h, e.num_experts, static_cast<std::int64_t>(d.Tsp), Precision::bf16));
+    if (e.shared_expert_ffn_hidden > 0) {
+      const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
+      k.push_back(gemm(d.h, d.up * fs, d.Ti, d.prec));
+      k.push_back(gemm(fs, d.h, d.Ti, d.prec));
+    }
+  }
+  return w.compute(m.is_moe_layer(layer) ? OpLabel::moe : OpLabel::mlp, ctx, std::span<const Kernel>(k), input_dep);
+}
+
+}  // namespace megascope::detail

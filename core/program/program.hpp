@@ -1,0 +1,99 @@
+// Program: what every rank does in one training iteration, as ordered
+// operations on named streams. The one description that both the simulator
+// (sim/) and the executor (exec/) consume, so that a simulated and a measured
+// run can be compared op by op.
+//
+// Ranks of one pipeline stage run the same operations (their tp/cp/dp/ep
+// positions differ only in whom they talk to), so a Program holds one
+// StageProgram per pipeline rank and a RankGrid that resolves, for a concrete
+// rank, the members of each communication group and its pipeline peers.
+//
+// Ordering rules:
+//   - ops on the compute, tp, cp, ep and dp streams run in list order per stream;
+//   - ops on the pp_send/pp_recv streams are asynchronous: each starts when its
+//     dependencies allow (receives are posted up front, like pre-posted irecvs);
+//   - `deps` lists ops (same rank, any stream) that must finish first;
+//   - a collective starts when every member of its group has reached it (the
+//     k-th collective on a stream of a group matches the k-th on every member);
+//   - a send matches the receive with the same tag on the peer stage.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/program/work.hpp"
+#include "core/rank_grid.hpp"
+#include "core/result.hpp"
+#include "core/schedule/schedule.hpp"
+
+namespace megascope {
+
+enum class Stream : std::uint8_t { compute, tp, cp, ep, dp, pp_send, pp_recv };
+inline constexpr int kStreamCount = 7;
+
+enum class OpKind : std::uint8_t { compute, all_reduce, reduce_scatter, all_gather, all_to_all, send, recv };
+
+// What the op is part of, for reports and traces.
+enum class Phase : std::uint8_t { forward, backward_input, backward_weight, recompute, optimizer, gradient_sync, param_sync };
+
+// The op's role, for reports (exposed communication by kind, compute breakdown).
+enum class OpLabel : std::uint8_t {
+  embedding, attention, mlp, moe, output_loss, optimizer,          // compute
+  tp_comm, cp_comm, ep_comm, dp_grad, dp_param, embedding_grad,     // collectives
+  pp_activation, pp_gradient                                         // point-to-point
+};
+inline constexpr int kOpLabelCount = 14;
+
+struct Op {
+  OpKind kind = OpKind::compute;
+  Stream stream = Stream::compute;
+  Phase phase = Phase::forward;
+  OpLabel label = OpLabel::attention;
+  CommGroup group = CommGroup::tp;      // collectives only
+  std::optional<std::int32_t> layer;    // transformer layer, when the op belongs to one
+  std::optional<std::int32_t> microbatch;
+  std::optional<std::int32_t> chunk;
+  std::uint32_t kernel_begin = 0;       // compute: kernels [begin, begin + count) of the stage
+  std::uint32_t kernel_count = 0;
+  std::uint32_t dep_begin = 0;          // deps [begin, begin + count) of the stage
+  std::uint32_t dep_count = 0;
+  double bytes = 0;                     // collectives: per-rank buffer (nccl-tests "size"); p2p: message
+  double flops = 0;                     // compute: model FLOPs (GEMMs) of the op
+  std::int32_t peer_stage = 0;          // send/recv: the other pipeline rank
+  std::uint64_t tag = 0;                // send/recv: equal on both sides
+};
+
+struct StageProgram {
+  int stage = 0;
+  std::vector<Op> ops;
+  std::vector<Kernel> kernels;
+  std::vector<std::uint32_t> deps;      // op indices
+};
+
+struct Program {
+  RankGrid grid;
+  std::vector<StageProgram> stages;     // indexed by pipeline rank
+  Schedule schedule = Schedule::one_f_one_b;
+  int microbatches = 0;
+
+  [[nodiscard]] const StageProgram& of_rank(int rank) const {
+    return stages.at(static_cast<std::size_t>(grid.coord(rank).pp));
+  }
+  [[nodiscard]] std::size_t op_count() const;   // summed over stages (one rank each)
+};
+
+// Checks the invariants the engines rely on: kernels and deps in range and
+// pointing at earlier ops, every send has a receive with the same tag on the
+// peer stage and vice versa, and collectives of every group kind appear in
+// the same sequence on all stages that share the group. Returns the first
+// violation.
+Result<void> validate_program(const Program& p);
+
+const char* to_string(Stream s);
+const char* to_string(OpKind k);
+const char* to_string(Phase p);
+const char* to_string(OpLabel l);
+
+}  // namespace megascope

@@ -1,0 +1,117 @@
+#include "core/program/stage_writer.hpp"
+
+namespace megascope::detail {
+
+std::uint32_t StageWriter::push(Op op, const Deps& deps) {
+  op.dep_begin = static_cast<std::uint32_t>(out_.deps.size());
+  op.dep_count = deps.count;
+  for (std::uint8_t i = 0; i < deps.count; ++i) {
+    MEGASCOPE_CHECK(deps.ids[i] < out_.ops.size(), "a dependency must point at an earlier op");
+    out_.deps.push_back(deps.ids[i]);
+  }
+  out_.ops.push_back(op);
+  return static_cast<std::uint32_t>(out_.ops.size() - 1);
+}
+
+std::uint32_t StageWriter::compute(OpLabel label, const OpContext& ctx, std::span<const Kernel> kernels, Deps deps) {
+  Op op;
+  op.kind = OpKind::compute;
+  op.stream = Stream::compute;
+  op.phase = ctx.phase;
+  op.label = label;
+  op.layer = ctx.layer;
+  op.microbatch = ctx.microbatch;
+  op.chunk = ctx.chunk;
+  op.kernel_begin = static_cast<std::uint32_t>(out_.kernels.size());
+  op.kernel_count = static_cast<std::uint32_t>(kernels.size());
+  for (const Kernel& k : kernels) {
+    out_.kernels.push_back(k);
+    op.flops += kernel_flops(k);
+  }
+  const std::uint32_t id = push(op, deps);
+  last_compute_ = id;
+  return id;
+}
+
+std::uint32_t StageWriter::collective(OpKind kind, Stream stream, CommGroup group, OpLabel label, const OpContext& ctx,
+                                      double bytes, Deps deps) {
+  Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.group = group;
+  op.phase = ctx.phase;
+  op.label = label;
+  op.layer = ctx.layer;
+  op.microbatch = ctx.microbatch;
+  op.chunk = ctx.chunk;
+  op.bytes = bytes;
+  return push(op, deps);
+}
+
+std::uint32_t StageWriter::p2p(OpKind kind, OpLabel label, const OpContext& ctx, int peer_stage, std::uint64_t tag,
+                               double bytes, Deps deps) {
+  Op op;
+  op.kind = kind;
+  op.stream = kind == OpKind::send ? Stream::pp_send : Stream::pp_recv;
+  op.group = CommGroup::pp;
+  op.phase = ctx.phase;
+  op.label = label;
+  op.microbatch = ctx.microbatch;
+  op.chunk = ctx.chunk;
+  op.peer_stage = peer_stage;
+  op.tag = tag;
+  op.bytes = bytes;
+  return push(op, deps);
+}
+
+void StageWriter::add_dep(std::uint32_t op, std::uint32_t dep) {
+  // Only valid for the most recent op (deps are stored contiguously).
+  MEGASCOPE_CHECK(op + 1 == out_.ops.size(), "add_dep only extends the last op");
+  MEGASCOPE_CHECK(dep < op, "a dependency must point at an earlier op");
+  out_.deps.push_back(dep);
+  out_.ops[op].dep_count += 1;
+}
+
+Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, Precision p) {
+  Kernel x;
+  x.kind = KernelKind::gemm;
+  x.gemm = {m, n, k};
+  x.precision = p;
+  return x;
+}
+
+Kernel memory(MemoryOp op, double bytes) {
+  Kernel x;
+  x.kind = KernelKind::memory;
+  x.memory = op;
+  x.bytes = bytes;
+  return x;
+}
+
+Kernel attention(KernelKind kind, const AttentionShape& a) {
+  Kernel x;
+  x.kind = kind;
+  x.attention = a;
+  return x;
+}
+
+double kernel_flops(const Kernel& k) {
+  switch (k.kind) {
+    case KernelKind::gemm:
+      return 2.0 * static_cast<double>(k.gemm.m) * static_cast<double>(k.gemm.n) * static_cast<double>(k.gemm.k);
+    case KernelKind::attention_fwd:
+    case KernelKind::attention_bwd: {
+      const AttentionShape& a = k.attention;
+      const double dv = static_cast<double>(a.head_dim_v > 0 ? a.head_dim_v : a.head_dim);
+      // QK^T and PV, causal half; backward = 2x forward in GEMM FLOPs (dQ, dK, dV, dP).
+      const double fwd = 2.0 * static_cast<double>(a.batch * a.heads) * static_cast<double>(a.seq_q) *
+                         static_cast<double>(a.seq_kv) * (static_cast<double>(a.head_dim) + dv) * (a.causal ? 0.5 : 1.0);
+      return k.kind == KernelKind::attention_fwd ? fwd : 2.0 * fwd;
+    }
+    case KernelKind::memory:
+      return 0;
+  }
+  return 0;
+}
+
+}  // namespace megascope::detail

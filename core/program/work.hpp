@@ -1,0 +1,36 @@
+// The work inside a compute op, as the kernels it launches: GEMMs by shape,
+// fused attention by shape, and memory-bound kernels by bytes moved. The cost
+// model (sim/cost_model.hpp) prices these; the executor launches them.
+#pragma once
+
+#include <cstdint>
+
+#include "core/training.hpp"
+
+namespace megascope {
+
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;   // (m x k) @ (k x n)
+  auto operator<=>(const GemmShape&) const = default;
+};
+
+struct AttentionShape {
+  std::int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
+  std::int64_t head_dim_v = 0;        // value head dim (MLA); 0 means head_dim
+  bool causal = true;
+};
+
+enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embedding, cross_entropy, optimizer, other };
+
+enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
+
+struct Kernel {
+  KernelKind kind = KernelKind::gemm;
+  GemmShape gemm;                     // gemm
+  AttentionShape attention;           // attention_fwd / attention_bwd
+  MemoryOp memory = MemoryOp::other;  // memory
+  double bytes = 0;                   // memory: bytes read + written
+  Precision precision = Precision::bf16;
+};
+
+}  // namespace megascope

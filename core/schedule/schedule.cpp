@@ -1,0 +1,71 @@
+// Chunk placement and the dispatch to the per-schedule order generators
+// (one file per schedule family in this folder).
+#include "core/schedule/schedule.hpp"
+
+#include <fmt/format.h>
+
+#include "core/result.hpp"
+#include "core/schedule/builders.hpp"
+
+namespace megascope {
+
+int schedule_chunks(Schedule s, int vpp) {
+  switch (s) {
+    case Schedule::interleaved: return vpp;
+    case Schedule::zb_v:
+    case Schedule::dualpipe:
+    case Schedule::dualpipev: return 2;
+    case Schedule::gpipe:
+    case Schedule::one_f_one_b:
+    case Schedule::zb_h1: return 1;
+  }
+  return 1;
+}
+
+// Must match core/setup.cpp's virtual_stage_of (the layer layout).
+int virtual_stage(Schedule s, int pp, int rank, int chunk) {
+  switch (s) {
+    case Schedule::zb_v:
+    case Schedule::dualpipev: return chunk == 0 ? rank : 2 * pp - 1 - rank;   // V: down, then back up
+    case Schedule::dualpipe: return chunk == 0 ? rank : pp - 1 - rank;        // two directions over pp stages
+    default: return chunk * pp + rank;                                      // Megatron's interleaving
+  }
+}
+
+namespace {
+
+[[noreturn]] void precondition(Schedule s, const std::string& what) {
+  throw InternalError(fmt::format("make_schedule({}): {}", to_string(s), what));
+}
+
+}  // namespace
+
+std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches) {
+  using namespace schedule_detail;
+  const int m = microbatches;
+  if (pp < 1) precondition(s, fmt::format("pp must be >= 1, found {}", pp));
+  if (m < 1) precondition(s, fmt::format("the micro-batch count must be >= 1, found {}", m));
+  switch (s) {
+    case Schedule::gpipe: return gpipe_order(pp, m);
+    case Schedule::one_f_one_b: return one_f_one_b_order(pp, m);
+    case Schedule::interleaved:
+      if (vpp < 1) precondition(s, fmt::format("vpp must be >= 1, found {}", vpp));
+      if (m % pp != 0)
+        precondition(s, fmt::format("the micro-batch count ({}) must be a multiple of pp ({})", m, pp));
+      return interleaved_order(pp, vpp, m);
+    case Schedule::zb_h1: return zb_h1_order(pp, m);
+    case Schedule::zb_v: return zb_v_order(pp, m);
+    case Schedule::dualpipe:
+      if (pp % 2 != 0) precondition(s, fmt::format("pp must be even, found {}", pp));
+      if (m % 2 != 0 || m < 2 * pp)
+        precondition(s, fmt::format("the micro-batch count must be even and >= 2 x pp = {}, found {}", 2 * pp, m));
+      return dualpipe_order(pp, m);
+    case Schedule::dualpipev:
+      if (m < 2 * pp)
+        precondition(s, fmt::format("the micro-batch count must be >= 2 x pp = {}, found {}", 2 * pp, m));
+      return dualpipev_order(pp, m);
+  }
+  precondition(s, "unknown schedule");
+}
+
+}  // namespace megascope

@@ -1,0 +1,85 @@
+// Pipeline schedules as data: for each pipeline rank, the order in which it
+// runs the passes of each micro-batch on each of its model chunks. Pure
+// functions of (schedule, pp, vpp, micro-batches); no timing, no work.
+//
+// Every schedule emits the backward pass split in two: B (gradient with
+// respect to the input, which the previous stage waits for) and W (gradient
+// with respect to the weights, which nobody waits for). Schedules without
+// zero-bubble placement (gpipe, 1f1b, interleaved, DualPipe's non-zb
+// backwards) run the backward unsplit, as one pass: each W right after its B
+// and marked `paired`, so the input gradient leaves when both are done.
+//
+// Chunk c of rank r is virtual stage virtual_stage(schedule, pp, r, c) of the
+// model (core/setup.hpp's layout): Megatron's interleaving c*pp + r, or the V
+// shape of zb-v and dualpipev (chunk 0 = r, chunk 1 = 2pp - 1 - r). DualPipe
+// runs two directions: chunk 0 is stage r of the forward direction, chunk 1
+// stage pp-1-r of the reverse one; micro-batches [0, m/2) flow in direction 0
+// and [m/2, m) in direction 1.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/plan.hpp"
+
+namespace megascope {
+
+enum class Pass : std::uint8_t { F, B, W };
+
+struct ScheduleStep {
+  Pass pass = Pass::F;
+  int microbatch = 0;
+  int chunk = 0;
+  // A step with `paired` set runs together with the previous step of its
+  // rank: one unit that starts when all its members may and whose members all
+  // end (and are seen by other ranks) when the unit ends. Two uses:
+  //   W after its own B   an unsplit backward (input and weight gradients in
+  //                       one pass; the previous stage waits for both);
+  //   B after an F        DualPipe(V)'s overlapped forward and backward of
+  //                       different micro-batches (F&B in the DualPipe table),
+  //                       possibly followed by that B's paired W.
+  // An unpaired W is a split weight-gradient pass (zero-bubble placement).
+  bool paired = false;
+
+  friend bool operator==(const ScheduleStep&, const ScheduleStep&) = default;
+};
+
+using RankSchedule = std::vector<ScheduleStep>;
+
+// Chunks per rank the schedule runs (1, vpp, or 2 for V/DualPipe shapes).
+int schedule_chunks(Schedule s, int vpp);
+
+// Virtual stage (position in the model's forward order) of chunk c on rank r.
+int virtual_stage(Schedule s, int pp, int rank, int chunk);
+
+// The order of steps on each of the pp ranks. Preconditions (checked by
+// validate_setup): pp >= 1, vpp as the schedule needs, m >= 1 and the
+// schedule's own constraints on m. Violations throw InternalError.
+std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches);
+
+// Times on an ideal cluster (no communication cost): each pass takes the
+// given time on every stage; a step waits for its data dependencies
+//   F(mb, vs) after F(mb, vs - 1);  B(mb, vs) after B(mb, vs + 1) and F(mb, vs);
+//   W(mb, vs) after B(mb, vs);
+// (vs = virtual_stage of the step's chunk; DualPipe's direction-1 micro-batches
+// thus enter at rank pp - 1, whose chunk 1 is stage 0) and for the previous
+// step (or paired unit) of its rank. A paired unit takes the sum of its
+// members' times, except that one F and one B in it take fb_overlapped
+// together when that is set. Throws InternalError on a malformed schedule or a
+// deadlock (a rank's next step can never run).
+struct IdealTimes {
+  double f = 1.0, b = 1.0, w = 1.0;
+  double fb_overlapped = -1;   // time of a paired F&B (a paired W adds w); < 0 means f + b (no overlap benefit)
+};
+struct IdealResult {
+  double makespan = 0;
+  std::vector<double> busy;        // per rank: time spent in passes
+  double bubble_fraction = 0;      // (makespan - busiest rank's work) / busiest rank's work
+  // Per rank: most micro-batch-chunks whose F ran and B did not. Counted along
+  // the rank's order (+1 at F, -1 at B), so a paired F&B holds both.
+  std::vector<int> peak_inflight;
+};
+IdealResult run_ideal(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
+                      IdealTimes t = {});
+
+}  // namespace megascope

@@ -1,0 +1,214 @@
+// Collective decomposition: the NCCL protocol constants, the group split by
+// scale-up domain, and the choice among algorithms and protocols (the one with
+// the least time on an idle network, as NCCL's tuner picks by its model).
+// The algorithms themselves are in collective_ring.cpp, collective_tree.cpp,
+// collective_nvls.cpp and collective_direct.cpp.
+//
+// Calibration (nccl_busbw_measurements.csv, all_reduce, 1 MiB to 8 GiB per
+// rank; the fit and its errors are printed by tests/sim/collective_nccl_test.cpp):
+//   AZ_A100 (8x A100, ring)  1 MiB 36.2 .. 8 GiB 231.6 GB/s busbw
+//   AZ_H200 (8x H200, NVLS)  1 MiB 53.0 .. 8 GiB 480.0
+//   AZ_GB200 (4x GB200, ring) 1 MiB 80.5 .. 8 GiB 679.6
+//   NCCL_212 H100 ring 370, NVLS 480; NCCL_812 DGX-A100 multi-node 192;
+//   NCCL_290 NDR 46-48 GB/s per 400 Gb/s NIC; USER_100 HGX A100 4 NICs 91.
+// The per-step costs add to the path latencies from the cluster file (1 us an
+// NVLink step, 5 us a network step for the shipped clusters).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "sim/collective_internal.hpp"
+
+namespace megascope::sim {
+
+namespace detail {
+
+// LL: 8-byte stores with an 8-byte flag, lowest latency; its bandwidth in
+// NCCL is capped per channel well below line rate: 0.25 of NVLink line rate
+// reproduces the 1 MiB rows (AZ_A100 36.2, AZ_GB200 80.5 GB/s busbw).
+const ProtocolParams& ll() {
+  static const ProtocolParams p{"LL", 2e-6, 0.5e-6, {0.25, 0.25, 0.25}};
+  return p;
+}
+// LL128: 120 of every 128 bytes are data; 0.70 of NVLink line rate and ~7 us
+// a step fit the 16-64 MiB rows (AZ_A100 109.2/166.6, AZ_GB200 331.1/550.7).
+// On the network: 0.80 (assumption: 120/128 x the IB efficiency below).
+const ProtocolParams& ll128() {
+  static const ProtocolParams p{"LL128", 0.0, 6e-6, {0.70, 0.70, 0.80}};
+  return p;
+}
+// Simple: 0.80 of NVLink line rate ("450 GB/s line rate minus ~20% protocol
+// overhead" => 370, NCCL_212; A100 230 of 300, NCCL_149) and 0.92 of an IB
+// NIC (NDR: 46-48 of 50 GB/s, NCCL_290; DGX-A100 192 of 200, NCCL_812). The
+// 13 us a step is the pipeline ramp of large messages (a chunk in flight per
+// step): AZ_A100 reaches 213.9 at 256 MiB and 228.1 at 1 GiB against 231.6 at
+// 8 GiB (14 steps), AZ_GB200 593.5 at 256 MiB (6 steps); NCCL's own tuning
+// model charges 14 us a network step for Simple.
+const ProtocolParams& simple() {
+  static const ProtocolParams p{"Simple", 20e-6, 13e-6, {0.80, 0.80, 0.92}};
+  return p;
+}
+// NVLS (NVLink SHARP): each device sends its buffer into the switch once and
+// receives the result once. 0.60 of NVLink line rate gives algbw 270 GB/s on
+// H100/H200, busbw 473 (NCCL_212 480 / 275 algbw; AZ_H200 480.0 at 8 GiB);
+// 55 us base fits AZ_H200 432.2 at 256 MiB and 368.1 at 64 MiB.
+const ProtocolParams& nvls() {
+  static const ProtocolParams p{"NVLS", 55e-6, 2.5e-6, {0.80, 0.60, 0.92}};
+  return p;
+}
+
+int Group::max_local() const {
+  std::size_t m = 0;
+  for (const auto& d : domains) m = std::max(m, d.size());
+  return static_cast<int>(m);
+}
+
+bool Group::uniform() const {
+  return std::all_of(domains.begin(), domains.end(), [&](const auto& d) { return d.size() == domains.front().size(); });
+}
+
+Group make_group(const Topology& topo, std::span<const int> devices) {
+  Group g;
+  g.devices.assign(devices.begin(), devices.end());
+  const NodeSpec& node = topo.cluster().node;
+  std::vector<int> domain_ids;
+  std::vector<std::vector<int>> nic_keys;
+  for (int d : devices) {
+    if (d < 0 || d >= topo.devices())
+      throw std::out_of_range("collective_flow: device " + std::to_string(d) + " is not in the topology");
+    const int dom = topo.domain_of(d);
+    auto it = std::find(domain_ids.begin(), domain_ids.end(), dom);
+    const auto idx = static_cast<std::size_t>(it - domain_ids.begin());
+    if (it == domain_ids.end()) {
+      domain_ids.push_back(dom);
+      g.domains.emplace_back();
+      g.nic_reps.emplace_back();
+      nic_keys.emplace_back();
+    }
+    g.domains[idx].push_back(d);
+    const int per = node.devices_per_node, nics = std::max(1, node.nics_per_node);
+    const int key = topo.node_of(d) * nics + (d % per) * nics / per;
+    if (std::find(nic_keys[idx].begin(), nic_keys[idx].end(), key) == nic_keys[idx].end()) {
+      nic_keys[idx].push_back(key);
+      g.nic_reps[idx].push_back(d);
+    }
+  }
+  std::size_t channels = std::numeric_limits<std::size_t>::max();
+  for (const auto& r : g.nic_reps) channels = std::min(channels, r.size());
+  g.channels = g.nic_reps.empty() ? 1 : static_cast<int>(std::max<std::size_t>(1, channels));
+  return g;
+}
+
+double Shape::add_path(const Topology& topo, int a, int b, double weight, LinkClass cls) {
+  double latency = 0;
+  const auto& links = topo.links();
+  auto& out = load[static_cast<int>(cls)];
+  for (LinkId l : topo.path(a, b)) {
+    out.emplace_back(l, weight);
+    latency += links[l].latency_s;
+  }
+  return latency;
+}
+
+namespace {
+
+void merge(std::vector<std::pair<LinkId, double>>& v) {
+  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (w > 0 && v[w - 1].first == v[i].first) {
+      v[w - 1].second += v[i].second;
+    } else {
+      v[w++] = v[i];
+    }
+  }
+  v.resize(w);
+  std::erase_if(v, [](const auto& e) { return !(e.second > 0); });
+}
+
+FlowSpec to_flow(const Shape& s, const ProtocolParams& p, double bytes) {
+  FlowSpec f;
+  f.payload_bytes = bytes;
+  f.algorithm = s.algorithm;
+  f.latency_s = p.base_s;
+  for (const Phase& ph : s.phases)
+    if (ph.steps > 0) f.latency_s += ph.steps * (ph.hop_latency_s + p.per_step_s);
+  for (int cls = 0; cls < 3; ++cls)
+    for (const auto& [l, w] : s.load[cls]) f.load.emplace_back(l, w / p.efficiency[cls]);
+  merge(f.load);
+  return f;
+}
+
+}  // namespace
+}  // namespace detail
+
+FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int> devices, double bytes,
+                         Algorithm algo) {
+  using namespace detail;
+  const bool point = c == Collective::all_to_all || c == Collective::send_recv;
+  if (c == Collective::send_recv && devices.size() != 2)
+    throw std::invalid_argument("collective_flow: send_recv takes two devices (source, destination)");
+  const Group g = make_group(topo, devices);
+  FlowSpec none;
+  none.payload_bytes = bytes;
+  none.algorithm = point ? Algorithm::direct : Algorithm::ring;
+  if (g.size() < 2 || (c == Collective::send_recv && devices[0] == devices[1]) || !(bytes > 0)) return none;
+
+  std::vector<Shape> shapes;
+  auto consider = [&](std::optional<Shape> s) {
+    if (!s) return;
+    for (auto& l : s->load) merge(l);
+    shapes.push_back(std::move(*s));
+  };
+  if (point) {
+    consider(direct_shape(topo, c, g));
+  } else {
+    if (algo == Algorithm::automatic || algo == Algorithm::ring) consider(ring_shape(topo, c, g));
+    if (algo == Algorithm::automatic || algo == Algorithm::tree) consider(tree_shape(topo, c, g));
+    if (algo == Algorithm::automatic || algo == Algorithm::nvls) consider(nvls_shape(topo, c, g));
+    if (shapes.empty()) {  // the requested algorithm does not apply: NCCL falls back to its choice
+      consider(ring_shape(topo, c, g));
+      consider(tree_shape(topo, c, g));
+      consider(nvls_shape(topo, c, g));
+    }
+  }
+  FlowSpec best = none;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (const Shape& s : shapes) {
+    for (const ProtocolParams* p : {&ll(), &ll128(), &simple()}) {
+      if (s.only) p = s.only;
+      FlowSpec f = to_flow(s, *p, bytes);
+      const double t = isolated_time(topo, f);
+      if (t < best_time) {
+        best_time = t;
+        best = std::move(f);
+      }
+      if (s.only) break;
+    }
+  }
+  return best;
+}
+
+double isolated_time(const Topology& topo, const FlowSpec& f) {
+  const auto& links = topo.links();
+  double per_byte = 0;
+  for (const auto& [l, w] : f.load) {
+    const double cap = links.at(l).capacity_Bps;
+    per_byte = std::max(per_byte, cap > 0 ? w / cap : std::numeric_limits<double>::infinity());
+  }
+  return f.latency_s + (f.payload_bytes > 0 ? f.payload_bytes * per_byte : 0.0);
+}
+
+double bus_bandwidth(Collective c, int n, double bytes, double seconds) {
+  if (!(seconds > 0) || n < 1) return 0;
+  const double algbw = bytes / seconds;
+  switch (c) {
+    case Collective::all_reduce: return algbw * 2.0 * (n - 1) / n;
+    case Collective::reduce_scatter:
+    case Collective::all_gather: return algbw * (n - 1) / n;
+    default: return algbw;
+  }
+}
+
+}  // namespace megascope::sim

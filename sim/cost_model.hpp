@@ -1,0 +1,99 @@
+// Cost model: how long one operation takes on one device (docs/cost-model.md).
+//
+//   GEMM       compute time FLOPs / (peak(dtype) x efficiency(m, n, k)), the
+//              efficiency a fitted size curve times a wave-quantization term,
+//              blended with the HBM time of its operands (a soft roofline),
+//              fitted to published cuBLASLt measurements;
+//   memory     bytes moved / (HBM bandwidth x achievable fraction, or a
+//              calibrated bandwidth per kind of kernel);
+//   attention  FLOPs / (bf16 peak x attention efficiency), forward and
+//              backward (fitted to FlashAttention-2 measurements);
+//   each op    plus a launch overhead.
+// Shipped default profiles (topologies/profiles/*.toml) per device name; a
+// calibration profile (the same format, written by `megascope calibrate`)
+// overrides any entry, and exact measured shapes override the curve.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "core/cluster.hpp"
+#include "core/program/work.hpp"
+#include "core/result.hpp"
+#include "core/training.hpp"
+
+namespace megascope::sim {
+
+// The kernels the program builder emits (core/program/work.hpp).
+using megascope::AttentionShape;
+using megascope::GemmShape;
+using megascope::Kernel;
+using megascope::MemoryOp;
+
+// The parameters of the model, as read from a profile file. The defaults are
+// the generic profile used for a device with no shipped profile.
+struct CostProfile {
+  std::string device;                      // device name the profile is for
+  std::string source;                      // where the numbers come from
+  std::string date;                        // when they were measured or fitted
+  // GEMM efficiency (fraction of the dtype's peak) = max_eff * x / (x + half_size),
+  // x = m*n*k, times a wave-quantization factor over the tile grid (sms = 0: none).
+  double gemm_max_efficiency = 0.75;       // bf16 (and fp16)
+  double gemm_half_size = 5e8;             // m*n*k at which the size curve is half of max
+  double gemm_fp8_max_efficiency = 0.68;   // fraction of the fp8 peak
+  double gemm_fp8_half_size = 1e9;
+  int tile_m = 128, tile_n = 128;          // output tile for the wave-quantization term
+  int sms = 0;                             // 0: no wave quantization
+  double gemm_roofline_exponent = 1.5;     // t = (t_compute^p + t_memory^p)^(1/p)
+  double memory_efficiency = 0.85;         // achievable fraction of HBM bandwidth
+  double attention_fwd_efficiency = 0.4;   // fraction of bf16 peak, fused attention forward
+  double attention_bwd_efficiency = 0.34;
+  double launch_overhead_s = 1e-6;
+  // Measured overrides (calibration): exact shapes, seconds per call.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> gemm_seconds;  // (m,n,k,Precision)
+  std::map<MemoryOp, double> memory_Bps;    // per-kind achieved bandwidth
+};
+
+class CostModel {
+ public:
+  CostModel(DeviceSpec device, CostProfile profile);
+
+  // The shipped default profile for a device (by name), or a generic one built
+  // from the device's peaks when none ships (with a note in profile().source).
+  static Result<CostModel> for_device(const DeviceSpec& device);
+  // Applies a calibration profile file (TOML) on top of this model: only the
+  // keys the file sets change. On error the model is unchanged.
+  Result<void> apply_calibration(const std::string& path);
+
+  [[nodiscard]] double gemm_s(GemmShape s, Precision p) const;
+  [[nodiscard]] double memory_s(MemoryOp op, double bytes) const;
+  [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;
+  [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
+  [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
+  [[nodiscard]] const CostProfile& profile() const { return profile_; }
+  [[nodiscard]] const DeviceSpec& device() const { return device_; }
+
+ private:
+  DeviceSpec device_;
+  CostProfile profile_;
+};
+
+// Reads a profile TOML (docs/cost-model.md) over the generic defaults;
+// unknown keys, wrong types and out-of-range values are errors naming the
+// file, line and column.
+Result<CostProfile> load_cost_profile(const std::string& path);
+
+// The shipped profile for a device ("a100", "h100", "h100-pcie", "h200",
+// "b200", "gb200", "cpu"), or nullopt when none matches its name.
+std::optional<std::string> shipped_profile_name(const DeviceSpec& device);
+
+// FLOPs of one fused attention call, as FlashAttention counts them (forward:
+// 2 * b * heads * pairs * (d + d_v), pairs = s_q * s_kv, halved when causal;
+// backward: 2 * b * heads * pairs * (3d + 2d_v), 2.5x forward when d_v = d).
+double attention_fwd_flops(const AttentionShape& a);
+double attention_bwd_flops(const AttentionShape& a);
+
+}  // namespace megascope::sim

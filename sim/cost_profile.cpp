@@ -1,0 +1,192 @@
+// Cost profile files (docs/cost-model.md): the shipped defaults under
+// topologies/profiles/ and the calibration files of `megascope calibrate`
+// share one format. Every key is optional; a file sets what it names and the
+// rest comes from the profile it is laid over. Unknown tables or keys, wrong
+// types and out-of-range values are errors naming file, line and column.
+#include <fmt/format.h>
+
+#include <array>
+#include <limits>
+#include <memory>
+#include <string_view>
+
+#include "config/toml_reader.hpp"
+#include "sim/cost_model.hpp"
+
+namespace megascope::sim {
+
+namespace {
+
+using Shared = std::shared_ptr<std::optional<Error>>;
+
+constexpr std::array<std::string_view, 5> kTables = {"profile", "gemm", "memory", "attention", "launch"};
+
+struct MemoryKey {
+  MemoryOp op;
+  const char* key;
+};
+constexpr std::array<MemoryKey, 7> kMemoryKeys = {{{MemoryOp::norm, "norm_GBps"},
+                                                   {MemoryOp::activation, "activation_GBps"},
+                                                   {MemoryOp::dropout_residual, "dropout_residual_GBps"},
+                                                   {MemoryOp::embedding, "embedding_GBps"},
+                                                   {MemoryOp::cross_entropy, "cross_entropy_GBps"},
+                                                   {MemoryOp::optimizer, "optimizer_GBps"},
+                                                   {MemoryOp::other, "other_GBps"}}};
+
+std::optional<Precision> parse_dtype(std::string_view s) {
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp8") return Precision::fp8;
+  return std::nullopt;
+}
+
+// A number with a range check; absent -> nullopt.
+std::optional<double> number_in(TomlReader& r, std::string_view key, double lo, bool lo_open, double hi,
+                                const char* rule) {
+  auto v = r.opt_number(key);
+  if (!v) return std::nullopt;
+  const bool ok = (lo_open ? *v > lo : *v >= lo) && *v <= hi;
+  if (!ok) {
+    r.fail_at(key, fmt::format("must be {}, found {}", rule, *v));
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<double> fraction(TomlReader& r, std::string_view key) {
+  return number_in(r, key, 0, true, 1, "in (0, 1]");
+}
+
+std::optional<double> positive(TomlReader& r, std::string_view key) {
+  return number_in(r, key, 0, true, std::numeric_limits<double>::max(), "positive");
+}
+
+std::optional<double> non_negative(TomlReader& r, std::string_view key) {
+  return number_in(r, key, 0, false, std::numeric_limits<double>::max(), "zero or more");
+}
+
+std::optional<int> int_in(TomlReader& r, std::string_view key, std::int64_t lo, std::int64_t hi) {
+  auto v = r.opt_integer(key);
+  if (!v) return std::nullopt;
+  if (*v < lo || *v > hi) {
+    r.fail_at(key, fmt::format("must be an integer from {} to {}, found {}", lo, hi, *v));
+    return std::nullopt;
+  }
+  return static_cast<int>(*v);
+}
+
+// A top-level table by name; a key of another type is an error.
+std::optional<TomlReader> section(const toml::table& root, std::string_view name, const std::string& file,
+                                  const Shared& first) {
+  const toml::node* n = root.get(name);
+  if (!n) return std::nullopt;
+  if (const toml::table* t = n->as_table()) return TomlReader(*t, std::string(name), file, first);
+  if (!first->has_value())
+    *first = Error{fmt::format("expected a table [{}]", name), std::string(name), location_of(*n, file)};
+  return std::nullopt;
+}
+
+void read_measured(TomlReader& g, const toml::array& list, const std::string& file, const Shared& first,
+                   CostProfile& out) {
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> seen;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const toml::node& node = *list.get(i);
+    const toml::table* t = node.as_table();
+    if (!t) {
+      g.fail_at_node(node, "measured", "each entry must be a table {m, n, k, dtype, seconds} ([[gemm.measured]])");
+      return;
+    }
+    TomlReader e(*t, fmt::format("gemm.measured[{}]", i), file, first);
+    std::int64_t dims[3] = {0, 0, 0};
+    const char* names[3] = {"m", "n", "k"};
+    for (int d = 0; d < 3; ++d) {
+      dims[d] = e.integer(names[d]);
+      if (e.ok() && dims[d] < 1)
+        e.fail_at(names[d], fmt::format("must be 1 or more, found {}", dims[d]));
+    }
+    const Precision dtype = e.choice<Precision>("dtype", parse_dtype, "\"bf16\", \"fp8\"", Precision::bf16);
+    const double seconds = e.number("seconds");
+    if (e.ok() && !(seconds > 0)) e.fail_at("seconds", fmt::format("must be positive, found {}", seconds));
+    if (e.finish()) return;
+    const auto key = std::make_tuple(dims[0], dims[1], dims[2], static_cast<int>(dtype));
+    if (seen.count(key)) {
+      e.fail_at_node(node, "m",
+                     fmt::format("shape {}x{}x{} {} is measured twice", dims[0], dims[1], dims[2],
+                                 dtype == Precision::fp8 ? "fp8" : "bf16"));
+      return;
+    }
+    seen[key] = seconds;
+  }
+  for (const auto& [key, seconds] : seen) out.gemm_seconds[key] = seconds;
+}
+
+// Lays the file's keys over `base`; on error `base` is untouched.
+Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
+  auto doc = parse_toml_file(path);
+  if (!doc) return tl::unexpected(doc.error());
+  for (auto&& [k, node] : *doc) {
+    bool known = false;
+    for (auto name : kTables) known = known || k.str() == name;
+    if (!known) {
+      SourceLocation loc{path, std::nullopt, std::nullopt};
+      if (k.source().begin.line > 0) {
+        loc.line = static_cast<int>(k.source().begin.line);
+        loc.column = static_cast<int>(k.source().begin.column);
+      }
+      return tl::unexpected(Error{"unknown table (expected [profile], [gemm], [memory], [attention], [launch])",
+                                  std::string(k.str()), loc});
+    }
+  }
+  const Shared first = std::make_shared<std::optional<Error>>();
+  CostProfile out = base;
+
+  if (auto r = section(*doc, "profile", path, first)) {
+    if (auto v = r->opt_string("device")) out.device = *v;
+    if (auto v = r->opt_string("source")) out.source = *v;
+    if (auto v = r->opt_string("date")) out.date = *v;
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (auto r = section(*doc, "gemm", path, first)) {
+    if (auto v = fraction(*r, "max_efficiency")) out.gemm_max_efficiency = *v;
+    if (auto v = non_negative(*r, "half_size")) out.gemm_half_size = *v;
+    if (auto v = fraction(*r, "fp8_max_efficiency")) out.gemm_fp8_max_efficiency = *v;
+    if (auto v = non_negative(*r, "fp8_half_size")) out.gemm_fp8_half_size = *v;
+    if (auto v = int_in(*r, "tile_m", 1, 4096)) out.tile_m = *v;
+    if (auto v = int_in(*r, "tile_n", 1, 4096)) out.tile_n = *v;
+    if (auto v = int_in(*r, "sms", 0, 1 << 20)) out.sms = *v;
+    if (auto v = number_in(*r, "roofline_exponent", 1, false, 64, "from 1 to 64")) out.gemm_roofline_exponent = *v;
+    if (const toml::array* list = r->opt_array("measured")) read_measured(*r, *list, path, first, out);
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (auto r = section(*doc, "memory", path, first)) {
+    if (auto v = fraction(*r, "efficiency")) out.memory_efficiency = *v;
+    for (const auto& mk : kMemoryKeys)
+      if (auto v = positive(*r, mk.key)) out.memory_Bps[mk.op] = *v * 1e9;
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (auto r = section(*doc, "attention", path, first)) {
+    if (auto v = fraction(*r, "fwd_efficiency")) out.attention_fwd_efficiency = *v;
+    if (auto v = fraction(*r, "bwd_efficiency")) out.attention_bwd_efficiency = *v;
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (auto r = section(*doc, "launch", path, first)) {
+    if (auto v = non_negative(*r, "overhead_us")) out.launch_overhead_s = *v * 1e-6;
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (first->has_value()) return tl::unexpected(**first);
+  return out;
+}
+
+}  // namespace
+
+Result<CostProfile> load_cost_profile(const std::string& path) { return overlay(path, CostProfile{}); }
+
+Result<void> CostModel::apply_calibration(const std::string& path) {
+  auto p = overlay(path, profile_);
+  if (!p) return tl::unexpected(p.error());
+  const std::string calibrated = p->source != profile_.source ? p->source : std::string("calibration");
+  p->source = fmt::format("{} (calibration file {}); other entries: {}", calibrated, path, profile_.source);
+  profile_ = std::move(*p);
+  return {};
+}
+
+}  // namespace megascope::sim

@@ -1,0 +1,60 @@
+// The discrete-event engine: runs a Program over a cost model and a network.
+//
+// Each simulated rank has one cursor per ordered stream (compute, tp, cp, ep,
+// dp) and asynchronous point-to-point ops. An op starts when it heads its
+// stream (ordered streams) and its dependencies have finished; a compute op
+// then takes its kernels' time; a collective waits until every member of its
+// group has reached it and then runs as one flow on the shared network; a send
+// and its receive run as one flow once both are posted. Events come from a
+// time-ordered heap (compute completions) and from the network resource
+// (transfer completions); the engine always advances to the earlier one.
+// Deterministic: ties are broken by insertion order.
+//
+// Modes: full simulates every rank; reduced simulates one representative per
+// pipeline stage (tp = cp = dp = 0), which is exact when all ranks of a stage
+// are symmetric and their flows do not share links with other groups' flows.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/program/program.hpp"
+#include "core/result.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/network.hpp"
+
+namespace megascope::sim {
+
+enum class Mode : std::uint8_t { full, reduced };
+
+struct SimOptions {
+  Mode mode = Mode::reduced;
+  bool record_trace = true;
+  // Ranks whose spans are recorded; empty: every simulated rank when there
+  // are at most 64 of them, else one representative per stage.
+  std::vector<int> trace_ranks;
+};
+
+struct Span {
+  std::int32_t rank = 0;
+  std::uint32_t op = 0;       // index in the rank's StageProgram
+  double start = 0, end = 0;
+};
+
+struct SimResult {
+  double step_time_s = 0;
+  std::vector<Span> spans;                 // traced ranks only, in completion order
+  std::vector<int> traced_ranks;
+  std::vector<int> simulated_ranks;
+  std::uint64_t events = 0;                // op completions + network events processed
+  std::vector<double> compute_time_s;      // per stage program: summed duration of its compute ops
+};
+
+// Duration of each compute op of a stage (sum of its kernels' costs).
+std::vector<double> compute_durations(const StageProgram& stage, const CostModel& cost);
+
+Result<SimResult> simulate(const Program& program, const Topology& topo, const CostModel& cost,
+                           const SimOptions& options = {});
+
+}  // namespace megascope::sim

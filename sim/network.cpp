@@ -1,0 +1,410 @@
+// Network: flows sharing link capacity max-min fairly, event by event.
+//
+// A flow first waits its latency (no bandwidth), then transfers its payload at
+// a rate r (payload bytes/s) that puts r x load on each of its links. Rates
+// are max-min fair, by progressive filling: all unfrozen flows' rates rise
+// together; the link that saturates first freezes the flows crossing it at
+// the current level; repeat. A flow's rate is thus set by its most
+// constrained link, and capacity one flow cannot use goes to the others.
+//
+// Event-driven and incremental. Rates change only when a flow begins its
+// transfer or finishes, and are then re-solved for a small set S of flows,
+// the rest held at their rates (their use of each link is a fixed
+// background): S starts as the flows on the links that changed; after the
+// solve, every flow outside S on a link whose use changed must still have a
+// bottleneck (a saturated link on which no flow is faster: the
+// characterisation of max-min fairness), and no flow outside S may be faster
+// than the S flows on the link that froze them; violators join S and S is
+// solved again. The result is the exact max-min allocation, usually touching
+// a handful of flows (a long ring spanning hundreds of nodes is re-solved only
+// when its own rate is at stake), at worst the flows coupled to the change.
+//
+// Only "binding" links take part: a link whose flows, each at its solo rate
+// (the rate it would get alone: min over its links of capacity / load), would
+// not fill it can never saturate first, so it is left out and each flow
+// carries its solo rate as a private cap instead (exact). Progress is kept
+// lazily per flow (remaining bytes at `last`); finish times sit in a heap
+// ordered by (time, flow id), stale entries skipped by a version number.
+// Scratch vectors are reused, so an event allocates nothing beyond growth.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "sim/network.hpp"
+
+namespace megascope::sim {
+
+namespace {
+
+// Events this close together (relative) are one event: flows that finish
+// "at the same time" up to rounding are reported together.
+double tolerance(double t) { return 1e-12 * std::max(1.0, std::abs(t)); }
+constexpr double rel = 1e-9;  // saturation and rate comparisons
+constexpr LinkId no_link = std::numeric_limits<LinkId>::max();
+
+}  // namespace
+
+struct Network::State {
+  struct Member {
+    std::uint32_t flow;  // slot
+    std::uint32_t k;     // index into the flow's load
+  };
+  struct Link {
+    double capacity = 0;
+    double demand = 0;          // sum over its flows of load x solo rate
+    double usage = 0;           // sum over its flows of load x rate
+    std::vector<Member> flows;  // transferring flows on this link
+    bool dirty = false;
+    std::uint32_t touched = 0, solved = 0, bottleneck = 0;  // epochs
+    // Water-filling scratch.
+    double set_usage = 0, residual = 0, unfrozen_load = 0;
+    int unfrozen = 0;
+    std::uint32_t version = 0;
+  };
+  struct Flow {
+    FlowId id = 0;
+    std::uint32_t version = 0;
+    std::vector<std::pair<LinkId, double>> load;
+    std::vector<std::uint32_t> pos;  // position in links[load[k].first].flows
+    double remaining = 0, rate = 0, last = 0, new_rate = 0;
+    double solo = 0;                 // rate alone on the network
+    LinkId bottleneck = no_link;     // the link that froze it (no_link: its solo rate)
+    LinkId new_bottleneck = no_link;
+    std::uint32_t in_set = 0;        // epoch
+    bool live = false, transferring = false, frozen = false;
+  };
+  struct Event {
+    double t;
+    FlowId id;
+    std::uint32_t slot, version;
+  };
+  struct Level {  // a link saturating, or (link == no_link) a flow reaching its solo rate
+    double level;
+    LinkId link;
+    std::uint32_t version;  // the link's version, or the flow's slot
+  };
+  static bool later(const Event& a, const Event& b) { return a.t > b.t || (a.t == b.t && a.id > b.id); }
+  static bool higher(const Level& a, const Level& b) {
+    return a.level > b.level || (a.level == b.level && (a.link > b.link || (a.link == b.link && a.version > b.version)));
+  }
+  // Can this link saturate before its flows reach their solo rates?
+  static bool binding(const Link& L) { return L.flows.size() > 1 && L.demand > L.capacity * (1 + 1e-12); }
+
+  std::vector<Link> links;
+  std::vector<Flow> flows;
+  std::vector<std::uint32_t> free_slots;
+  std::vector<Event> events;  // heap
+  double now = 0;
+  FlowId next_id = 1;
+  std::size_t live = 0;
+  std::uint32_t epoch = 0, solve_epoch = 0;
+  std::vector<LinkId> dirty, touched, solve_links;
+  std::vector<std::pair<LinkId, double>> bottlenecks;  // (link, level) of this solve
+  std::vector<std::uint32_t> set, grow;
+  std::vector<Level> levels;
+
+  bool valid(const Event& e) const {
+    const Flow& f = flows[e.slot];
+    return f.live && f.version == e.version;
+  }
+  void push_event(double t, std::uint32_t slot) {
+    const Flow& f = flows[slot];
+    events.push_back(Event{t, f.id, slot, f.version});
+    std::push_heap(events.begin(), events.end(), later);
+  }
+  void drop_stale() {
+    while (!events.empty() && !valid(events.front())) {
+      std::pop_heap(events.begin(), events.end(), later);
+      events.pop_back();
+    }
+    if (events.size() > 4 * live + 1024) {  // compact
+      std::erase_if(events, [&](const Event& e) { return !valid(e); });
+      std::make_heap(events.begin(), events.end(), later);
+    }
+  }
+  void touch(LinkId l) {
+    if (links[l].touched != epoch) {
+      links[l].touched = epoch;
+      touched.push_back(l);
+    }
+  }
+  void make_dirty(LinkId l) {
+    if (!links[l].dirty) {
+      links[l].dirty = true;
+      dirty.push_back(l);
+    }
+  }
+  void enlist(std::uint32_t slot) {
+    if (flows[slot].in_set != epoch) {
+      flows[slot].in_set = epoch;
+      set.push_back(slot);
+    }
+  }
+  void attach(std::uint32_t slot) {
+    Flow& f = flows[slot];
+    f.pos.resize(f.load.size());
+    for (std::uint32_t k = 0; k < f.load.size(); ++k) {
+      Link& L = links[f.load[k].first];
+      f.pos[k] = static_cast<std::uint32_t>(L.flows.size());
+      L.flows.push_back(Member{slot, k});
+      L.demand += f.load[k].second * f.solo;
+      make_dirty(f.load[k].first);
+    }
+  }
+  void detach(std::uint32_t slot) {
+    Flow& f = flows[slot];
+    for (std::uint32_t k = 0; k < f.load.size(); ++k) {
+      Link& L = links[f.load[k].first];
+      const std::uint32_t at = f.pos[k];
+      const Member moved = L.flows.back();
+      L.flows[at] = moved;
+      flows[moved.flow].pos[moved.k] = at;
+      L.flows.pop_back();
+      L.demand = L.flows.empty() ? 0.0 : L.demand - f.load[k].second * f.solo;
+      L.usage = L.flows.empty() ? 0.0 : L.usage - f.load[k].second * f.rate;
+      make_dirty(f.load[k].first);
+    }
+  }
+  void retire(std::uint32_t slot) {
+    Flow& f = flows[slot];
+    f.live = false;
+    f.transferring = false;
+    ++f.version;
+    free_slots.push_back(slot);
+    --live;
+  }
+
+  // A flow outside the set keeps a bottleneck: its solo rate, or a saturated
+  // link on which no flow is faster.
+  bool has_bottleneck(const Flow& f) const {
+    if (f.bottleneck == no_link) return true;
+    const Link& L = links[f.bottleneck];
+    if (L.usage < L.capacity * (1 - rel)) return false;
+    return std::none_of(L.flows.begin(), L.flows.end(),
+                        [&](const Member& m) { return flows[m.flow].rate > f.rate * (1 + rel); });
+  }
+
+  // Max-min rates for the set, the other flows' use of each link held fixed;
+  // applies the new rates (pushing finish events) and touches the links whose
+  // use changed.
+  void solve() {
+    ++solve_epoch;
+    solve_links.clear();
+    bottlenecks.clear();
+    levels.clear();
+    for (std::uint32_t slot : set) {
+      Flow& f = flows[slot];
+      f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.last));
+      f.last = now;
+      f.frozen = false;
+      for (const auto& [l, w] : f.load) {
+        Link& L = links[l];
+        if (!binding(L)) continue;
+        if (L.solved != solve_epoch) {
+          L.solved = solve_epoch;
+          L.set_usage = L.unfrozen_load = 0;
+          L.unfrozen = 0;
+          solve_links.push_back(l);
+        }
+        L.set_usage += w * f.rate;
+        L.unfrozen_load += w;
+        ++L.unfrozen;
+      }
+      levels.push_back(Level{f.solo, no_link, slot});
+    }
+    auto push_level = [&](LinkId l) {
+      Link& L = links[l];
+      ++L.version;
+      levels.push_back(Level{L.residual / std::max(L.unfrozen_load, 1e-300), l, L.version});
+    };
+    for (LinkId l : solve_links) {
+      Link& L = links[l];
+      L.residual = std::max(0.0, L.capacity - std::max(0.0, L.usage - L.set_usage));
+      push_level(l);
+    }
+    std::make_heap(levels.begin(), levels.end(), higher);
+    double floor = 0;
+    auto freeze = [&](std::uint32_t slot, double level, LinkId by) {
+      Flow& f = flows[slot];
+      f.frozen = true;
+      f.new_rate = level;
+      f.new_bottleneck = by;
+      for (const auto& [l2, w] : f.load) {
+        Link& L2 = links[l2];
+        if (L2.solved != solve_epoch) continue;
+        L2.residual = std::max(0.0, L2.residual - level * w);
+        L2.unfrozen_load -= w;
+        if (--L2.unfrozen > 0 && l2 != by) {
+          push_level(l2);
+          std::push_heap(levels.begin(), levels.end(), higher);
+        }
+      }
+    };
+    while (!levels.empty()) {
+      const Level top = levels.front();
+      std::pop_heap(levels.begin(), levels.end(), higher);
+      levels.pop_back();
+      if (top.link == no_link) {  // a flow reaches its solo rate
+        if (flows[top.version].frozen) continue;
+        floor = std::max(top.level, floor);
+        freeze(top.version, floor, no_link);
+        continue;
+      }
+      Link& L = links[top.link];
+      if (top.version != L.version || L.unfrozen == 0) continue;
+      floor = std::max(top.level, floor);
+      bottlenecks.emplace_back(top.link, floor);
+      for (const Member& m : L.flows) {
+        const Flow& f = flows[m.flow];
+        if (f.in_set == epoch && !f.frozen) freeze(m.flow, floor, top.link);
+      }
+    }
+    for (std::uint32_t slot : set) {
+      Flow& f = flows[slot];
+      f.bottleneck = f.new_bottleneck;
+      if (f.new_rate == f.rate) continue;  // its finish event stands
+      for (const auto& [l, w] : f.load) {
+        links[l].usage += w * (f.new_rate - f.rate);
+        touch(l);
+      }
+      f.rate = f.new_rate;
+      ++f.version;
+      if (f.rate > 0) push_event(now + f.remaining / f.rate, slot);
+    }
+  }
+
+  // Re-solves around the dirty links until the allocation is max-min fair.
+  void recompute() {
+    if (dirty.empty()) return;
+    ++epoch;
+    set.clear();
+    touched.clear();
+    for (LinkId l : dirty) {
+      links[l].dirty = false;
+      touch(l);
+      for (const Member& m : links[l].flows) enlist(m.flow);
+    }
+    dirty.clear();
+    while (!set.empty()) {
+      solve();
+      grow.clear();
+      for (LinkId l : touched) {
+        if (!binding(links[l])) continue;
+        for (const Member& m : links[l].flows)
+          if (flows[m.flow].in_set != epoch && !has_bottleneck(flows[m.flow])) grow.push_back(m.flow);
+      }
+      for (const auto& [l, level] : bottlenecks)
+        for (const Member& m : links[l].flows)
+          if (flows[m.flow].in_set != epoch && flows[m.flow].rate > level * (1 + rel)) grow.push_back(m.flow);
+      if (grow.empty()) break;
+      for (std::uint32_t slot : grow) enlist(slot);
+    }
+  }
+
+  // One event: a flow's latency ends (it starts transferring, or is done if
+  // it has nothing to transfer) or its transfer ends.
+  void handle(const Event& e, std::vector<FlowId>& done) {
+    Flow& f = flows[e.slot];
+    if (f.transferring) {
+      detach(e.slot);
+      done.push_back(f.id);
+      retire(e.slot);
+    } else if (f.load.empty() || !(f.remaining > 0)) {
+      done.push_back(f.id);
+      retire(e.slot);
+    } else {
+      f.transferring = true;
+      f.rate = 0;
+      f.bottleneck = no_link;
+      f.last = now;
+      ++f.version;  // no event until its rate is known
+      attach(e.slot);
+    }
+  }
+};
+
+Network::Network(const Topology& topo) : state_(std::make_shared<State>()) {
+  const auto& links = topo.links();
+  state_->links.resize(links.size());
+  for (std::size_t i = 0; i < links.size(); ++i) state_->links[i].capacity = links[i].capacity_Bps;
+}
+
+FlowId Network::start(const FlowSpec& f, double now) {
+  State& s = *state_;
+  if (now > s.now) s.now = now;  // never earlier than the network's clock
+  std::uint32_t slot;
+  if (!s.free_slots.empty()) {
+    slot = s.free_slots.back();
+    s.free_slots.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(s.flows.size());
+    s.flows.emplace_back();
+  }
+  State::Flow& fl = s.flows[slot];
+  fl.load.clear();
+  for (const auto& [l, w] : f.load) {
+    if (l >= s.links.size()) throw std::out_of_range("Network::start: link " + std::to_string(l) + " is not in the topology");
+    if (w > 0) fl.load.emplace_back(l, w);
+  }
+  std::sort(fl.load.begin(), fl.load.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::size_t w = 0;  // merge repeated links
+  for (std::size_t i = 0; i < fl.load.size(); ++i) {
+    if (w > 0 && fl.load[w - 1].first == fl.load[i].first) {
+      fl.load[w - 1].second += fl.load[i].second;
+    } else {
+      fl.load[w++] = fl.load[i];
+    }
+  }
+  fl.load.resize(w);
+  fl.solo = std::numeric_limits<double>::infinity();
+  for (const auto& [l, x] : fl.load) fl.solo = std::min(fl.solo, s.links[l].capacity / x);
+  fl.id = s.next_id++;
+  ++fl.version;
+  fl.remaining = std::max(0.0, f.payload_bytes);
+  fl.rate = 0;
+  fl.last = s.now;
+  fl.live = true;
+  fl.transferring = false;
+  ++s.live;
+  const double latency = f.latency_s > 0 && std::isfinite(f.latency_s) ? f.latency_s : 0.0;
+  s.push_event(s.now + latency, slot);
+  return fl.id;
+}
+
+std::optional<double> Network::next_event_time() const {
+  State& s = *state_;
+  s.recompute();
+  s.drop_stale();
+  if (s.events.empty()) return std::nullopt;
+  return std::max(s.events.front().t, s.now);
+}
+
+std::vector<FlowId> Network::advance_to(double t) {
+  State& s = *state_;
+  std::vector<FlowId> done;
+  if (!(t >= s.now)) t = s.now;
+  s.recompute();
+  for (;;) {
+    s.drop_stale();
+    if (s.events.empty() || s.events.front().t > t + tolerance(t)) break;
+    const double at = std::max(s.now, s.events.front().t);
+    s.now = at;
+    while (!s.events.empty()) {
+      s.drop_stale();
+      if (s.events.empty() || s.events.front().t > at + tolerance(at)) break;
+      const State::Event e = s.events.front();
+      std::pop_heap(s.events.begin(), s.events.end(), State::later);
+      s.events.pop_back();
+      s.handle(e, done);
+    }
+    s.recompute();
+  }
+  s.now = std::max(s.now, t);
+  std::sort(done.begin(), done.end());
+  return done;
+}
+
+std::size_t Network::active() const { return state_->live; }
+
+}  // namespace megascope::sim

@@ -1,0 +1,103 @@
+// The cluster as a graph, and communication over it.
+//
+// Topology: devices, the scale-up fabric (one NVSwitch plane per scale-up
+// domain, a full NVLink mesh, or PCIe through the host), NICs, and a fat tree
+// of leaf/spine/core switches (rail-optimized or not, oversubscribed or not),
+// built with Boost.Graph from a ClusterSpec. Every link is directional and
+// has a capacity (bytes/s) and a latency.
+//
+// Collectives are modelled the way NCCL runs them: ring, tree or NVLS, chosen
+// by size and span (least time on an idle network over NCCL's LL, LL128 and
+// Simple protocols). Across scale-up domains the ring is NCCL's flat ring, one
+// per NIC rail; the tree is a chain in each domain under a double binary tree
+// of domains; NVLS runs hierarchically (intra-domain NVLS reduce-scatter,
+// inter-domain ring over the NICs, intra-domain NVLS all-gather).
+// A collective or a point-to-point transfer becomes one Flow: a latency term
+// plus a volume that loads a set of links (bytes crossing each link per byte
+// of payload). Concurrent flows share links with max-min fairness.
+//
+// Resource contract (SimGrid): next_event_time() and advance_to(t).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.hpp"
+
+namespace megascope::sim {
+
+enum class Collective : std::uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, send_recv, broadcast };
+enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls, direct };
+
+using LinkId = std::uint32_t;
+using FlowId = std::uint64_t;
+
+struct LinkInfo {
+  std::string name;            // "gpu3->nvswitch0", "nic5->leaf5", "leaf0->spine2", ...
+  double capacity_Bps = 0;
+  double latency_s = 0;
+};
+
+class Topology {
+ public:
+  // `devices`: how many devices of the cluster are used (ranks 0..devices-1
+  // are placed on devices in order: node-major, so consecutive ranks share a node).
+  static Topology build(const ClusterSpec& cluster, int devices);
+
+  [[nodiscard]] int devices() const;
+  [[nodiscard]] int node_of(int device) const;
+  [[nodiscard]] int domain_of(int device) const;        // scale-up domain
+  [[nodiscard]] const std::vector<LinkInfo>& links() const;
+  // Directed links from device a to device b, in order.
+  [[nodiscard]] std::vector<LinkId> path(int a, int b) const;
+  [[nodiscard]] const ClusterSpec& cluster() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+// One transfer's demand on the network.
+struct FlowSpec {
+  std::vector<std::pair<LinkId, double>> load;   // (link, bytes on it per payload byte)
+  double payload_bytes = 0;                      // what the rate applies to
+  double latency_s = 0;                          // fixed cost before/around the volume
+  Algorithm algorithm = Algorithm::automatic;    // the algorithm chosen
+};
+
+// How a collective over `devices` (device ids, in rank order of the group)
+// with `bytes` per rank (the buffer size, as nccl-tests' "size") loads the
+// network.
+FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int> devices, double bytes,
+                         Algorithm algo = Algorithm::automatic);
+
+// Time of one collective alone on an idle network.
+double isolated_time(const Topology& topo, const FlowSpec& f);
+
+// Bus bandwidth as nccl-tests defines it, for a collective of `bytes` over n
+// ranks taking `seconds`: all_reduce algbw * 2(n-1)/n; reduce_scatter and
+// all_gather algbw * (n-1)/n; others algbw.
+double bus_bandwidth(Collective c, int n, double bytes, double seconds);
+
+// Flows in progress, sharing link capacity max-min fairly. Deterministic:
+// ties are broken by flow id.
+class Network {
+ public:
+  explicit Network(const Topology& topo);
+  FlowId start(const FlowSpec& f, double now);
+  [[nodiscard]] std::optional<double> next_event_time() const;
+  // Advances to t (<= next_event_time()) and returns the flows that finished at t.
+  std::vector<FlowId> advance_to(double t);
+  [[nodiscard]] std::size_t active() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace megascope::sim

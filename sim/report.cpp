@@ -1,0 +1,186 @@
+#include "sim/report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "core/accounting/flops.hpp"
+
+namespace megascope::sim {
+
+const char* to_string(CommKind k) {
+  switch (k) {
+    case CommKind::tp: return "tp";
+    case CommKind::cp: return "cp";
+    case CommKind::ep: return "ep";
+    case CommKind::dp: return "dp";
+    case CommKind::pp: return "pp";
+  }
+  return "?";
+}
+
+namespace {
+
+std::optional<CommKind> comm_kind(OpLabel l) {
+  switch (l) {
+    case OpLabel::tp_comm: return CommKind::tp;
+    case OpLabel::cp_comm: return CommKind::cp;
+    case OpLabel::ep_comm: return CommKind::ep;
+    case OpLabel::dp_grad:
+    case OpLabel::dp_param:
+    case OpLabel::embedding_grad: return CommKind::dp;
+    case OpLabel::pp_activation:
+    case OpLabel::pp_gradient: return CommKind::pp;
+    default: return std::nullopt;
+  }
+}
+
+using Intervals = std::vector<std::pair<double, double>>;
+
+Intervals merged(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& [a, b] : v) {
+    if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
+    else out.push_back({a, b});
+  }
+  return out;
+}
+
+double length(const Intervals& v) {
+  double t = 0;
+  for (const auto& [a, b] : v) t += b - a;
+  return t;
+}
+
+// Length of `a` not covered by `b` (both merged).
+double minus(const Intervals& a, const Intervals& b) {
+  double t = 0;
+  std::size_t j = 0;
+  for (const auto& [s, e] : a) {
+    double cur = s;
+    while (j < b.size() && b[j].second <= cur) ++j;
+    std::size_t k = j;
+    while (cur < e) {
+      if (k >= b.size() || b[k].first >= e) {
+        t += e - cur;
+        break;
+      }
+      if (b[k].first > cur) t += b[k].first - cur;
+      cur = std::max(cur, b[k].second);
+      ++k;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
+  SimReport rep;
+  rep.step_time_s = r.step_time_s;
+  const double tokens = static_cast<double>(s.tokens_per_iteration());
+  const IterationFlops fl = iteration_flops(s);
+  rep.model_flops = fl.model;
+  if (r.step_time_s > 0) {
+    rep.tokens_per_s = tokens / r.step_time_s;
+    rep.tflops_per_gpu = fl.model / r.step_time_s / s.world / 1e12;
+    rep.tflops_per_gpu_no_causal = fl.model_no_causal / r.step_time_s / s.world / 1e12;
+    rep.hardware_tflops_per_gpu_no_causal = fl.hardware_no_causal / r.step_time_s / s.world / 1e12;
+    const double peak = s.cluster.device.peak_bf16_flops / 1e12;
+    rep.mfu = rep.tflops_per_gpu / peak;
+    rep.mfu_no_causal = rep.tflops_per_gpu_no_causal / peak;
+  }
+  // Intervals per traced rank.
+  std::map<int, std::pair<Intervals, std::array<Intervals, kCommKinds>>> per_rank;
+  std::map<int, std::map<std::string, double>> by_label;
+  for (const Span& sp : r.spans) {
+    const Op& op = p.of_rank(sp.rank).ops[sp.op];
+    auto& entry = per_rank[sp.rank];
+    if (op.kind == OpKind::compute) {
+      entry.first.push_back({sp.start, sp.end});
+      by_label[sp.rank][to_string(op.label)] += sp.end - sp.start;
+    } else if (auto k = comm_kind(op.label)) {
+      entry.second[static_cast<std::size_t>(*k)].push_back({sp.start, sp.end});
+    }
+  }
+  for (auto& [rank, entry] : per_rank) {
+    StageReport st;
+    st.rank = rank;
+    st.stage = p.grid.coord(rank).pp;
+    const Intervals compute = merged(entry.first);
+    st.compute_busy_s = length(compute);
+    Intervals all_comm;
+    for (int k = 0; k < kCommKinds; ++k) {
+      const Intervals c = merged(entry.second[static_cast<std::size_t>(k)]);
+      st.exposed_comm_s[static_cast<std::size_t>(k)] = minus(c, compute);
+      all_comm.insert(all_comm.end(), c.begin(), c.end());
+    }
+    const Intervals busy = merged([&] {
+      Intervals v = compute;
+      v.insert(v.end(), all_comm.begin(), all_comm.end());
+      return v;
+    }());
+    st.bubble_s = std::max(0.0, r.step_time_s - length(busy));
+    st.compute_by_label_s = by_label[rank];
+    rep.stages.push_back(st);
+  }
+  std::sort(rep.stages.begin(), rep.stages.end(), [](const auto& a, const auto& b) {
+    return a.stage != b.stage ? a.stage < b.stage : a.rank < b.rank;
+  });
+  if (!rep.stages.empty() && r.step_time_s > 0) {
+    for (const StageReport& st : rep.stages) {
+      rep.bubble_fraction += st.bubble_s / r.step_time_s;
+      for (int k = 0; k < kCommKinds; ++k) rep.exposed_comm_s[static_cast<std::size_t>(k)] += st.exposed_comm_s[static_cast<std::size_t>(k)];
+    }
+    rep.bubble_fraction /= static_cast<double>(rep.stages.size());
+    for (double& e : rep.exposed_comm_s) e /= static_cast<double>(rep.stages.size());
+  }
+  return rep;
+}
+
+Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return fail("--trace", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  std::string buf;
+  buf.reserve(1 << 20);
+  auto flush = [&] {
+    std::fwrite(buf.data(), 1, buf.size(), f);
+    buf.clear();
+  };
+  buf += "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  for (int rank : r.traced_ranks) {
+    const int stage = p.grid.coord(rank).pp;
+    buf += fmt::format("{}{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":\"rank {} (stage {})\"}}}}",
+                       first ? "" : ",\n", rank, rank, stage);
+    buf += fmt::format(",\n{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"args\":{{\"sort_index\":{}}}}}", rank, rank);
+    first = false;
+    for (int s = 0; s < kStreamCount; ++s)
+      buf += fmt::format(",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}", rank,
+                         s, to_string(static_cast<Stream>(s)));
+  }
+  for (const Span& sp : r.spans) {
+    const StageProgram& stage = p.of_rank(sp.rank);
+    const Op& op = stage.ops[sp.op];
+    std::string name = op.kind == OpKind::compute ? fmt::format("{} {}", to_string(op.phase), to_string(op.label))
+                                                  : fmt::format("{} {}", to_string(op.label), to_string(op.kind));
+    if (op.microbatch) name += fmt::format(" mb{}", *op.microbatch);
+    buf += fmt::format(",\n{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"name\":\"{}\",\"cat\":\"{}\","
+                       "\"args\":{{\"op\":{},\"phase\":\"{}\",\"microbatch\":{},\"chunk\":{},\"layer\":{},\"bytes\":{:.0f},"
+                       "\"flops\":{:.4g}}}}}",
+                       sp.rank, static_cast<int>(op.stream), sp.start * 1e6, (sp.end - sp.start) * 1e6, name,
+                       to_string(op.label), sp.op, to_string(op.phase), op.microbatch.value_or(-1),
+                       op.chunk.value_or(-1), op.layer.value_or(-1), op.bytes, op.flops);
+    if (buf.size() > (1 << 20)) flush();
+  }
+  buf += "\n]}\n";
+  flush();
+  if (std::fclose(f) != 0) return fail("--trace", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  return {};
+}
+
+}  // namespace megascope::sim

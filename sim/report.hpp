@@ -1,0 +1,63 @@
+// What a simulated iteration means for the user: step time, throughput,
+// MFU, pipeline bubble and exposed communication by kind, from the spans of
+// the traced ranks (one per pipeline stage at least).
+//
+// Definitions (docs/simulator.md):
+//   tokens/s       global batch x sequence length / step time
+//   TFLOP/s/GPU    model FLOPs / step time / GPUs; model FLOPs as Megatron-LM
+//                  counts them today (causal attention halved); the value
+//                  without the halving, which the published tables use, too
+//   MFU            TFLOP/s/GPU / the device's dense bf16 peak
+//   exposed comm   per rank and kind: time some communication of that kind is
+//                  in flight while the compute stream is idle
+//   bubble         per rank: time the compute stream is idle and no
+//                  communication of the rank is in flight (waiting on other
+//                  stages); bubble_fraction is its mean over stages / step time
+#pragma once
+
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/program/program.hpp"
+#include "core/setup.hpp"
+#include "sim/engine.hpp"
+
+namespace megascope::sim {
+
+enum class CommKind : std::uint8_t { tp, cp, ep, dp, pp };
+inline constexpr int kCommKinds = 5;
+const char* to_string(CommKind k);
+
+struct StageReport {
+  int stage = 0;
+  int rank = 0;
+  double compute_busy_s = 0;
+  double bubble_s = 0;
+  std::array<double, kCommKinds> exposed_comm_s{};
+  std::map<std::string, double> compute_by_label_s;   // attention, mlp, ...
+};
+
+struct SimReport {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double model_flops = 0;
+  double tflops_per_gpu = 0;
+  double mfu = 0;
+  double tflops_per_gpu_no_causal = 0;
+  double mfu_no_causal = 0;
+  double hardware_tflops_per_gpu_no_causal = 0;   // with recomputation: the Narayanan Table 1 convention
+  double bubble_fraction = 0;
+  std::array<double, kCommKinds> exposed_comm_s{};   // mean over stages
+  std::vector<StageReport> stages;
+};
+
+SimReport make_report(const Setup& s, const Program& p, const SimResult& r);
+
+// Chrome / Perfetto trace JSON: one process per traced rank, one thread per
+// stream, one complete event per op with its phase, micro-batch, layer and
+// kernels. Returns an error if the file cannot be written.
+Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r);
+
+}  // namespace megascope::sim

@@ -1,0 +1,111 @@
+// The Program builder: valid programs for every schedule, the FLOPs of all
+// ranks' kernels add up to the accounting's hardware FLOPs, and sends,
+// receives and collectives appear where the plan says.
+#include <catch2/catch.hpp>
+
+#include "core/accounting/flops.hpp"
+#include "core/program/builder.hpp"
+#include "models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::test;
+
+namespace {
+
+// FLOPs of every kernel of every rank: each stage program runs on tp x cp x dp ranks.
+double program_flops(const Program& p) {
+  double total = 0;
+  for (const StageProgram& s : p.stages)
+    for (const Op& op : s.ops) total += op.flops;
+  return total * p.grid.tp * p.grid.cp * p.grid.dp;
+}
+
+std::size_t count(const Program& p, int stage, OpKind kind, std::optional<OpLabel> label = std::nullopt) {
+  std::size_t n = 0;
+  for (const Op& op : p.stages.at(static_cast<std::size_t>(stage)).ops)
+    if (op.kind == kind && (!label || op.label == *label)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("Programs of every schedule are valid and carry the hardware FLOPs of the iteration", "[core]") {
+  ModelSpec m = gpt(16, 1024, 16);
+  m.add_bias_linear = false;
+  for (const char* plan : {"tp=2,pp=4,schedule=1f1b", "tp=2,pp=4,schedule=gpipe", "tp=2,pp=4,vpp=2,schedule=interleaved",
+                           "tp=2,pp=4,schedule=zb-h1", "tp=2,pp=4,schedule=zb-v", "tp=2,pp=4,schedule=dualpipev",
+                           "tp=2,pp=2,sp=on,recompute=selective,distopt=on,overlap_grad_reduce=on",
+                           "tp=1,pp=2,recompute=full,recompute_method=uniform,recompute_layers=2",
+                           "tp=1,pp=2,recompute=full,recompute_method=block,recompute_layers=3",
+                           "tp=2,pp=1,cp=2,sp=on"}) {
+    INFO(plan);
+    const Setup s = make_setup(m, "dgx-a100", plan, 16, 16);
+    auto p = build_program(s);
+    REQUIRE(p);
+    CHECK(program_flops(*p) == Approx(iteration_flops(s).hardware).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("DualPipe programs carry the FLOPs once although every rank holds two stages", "[core]") {
+  const ModelSpec m = gpt_no_bias(16, 1024, 16);
+  const Setup s = make_setup(m, "dgx-a100", "tp=1,pp=4,schedule=dualpipe", 16, 8);
+  auto p = build_program(s);
+  REQUIRE(p);
+  CHECK(program_flops(*p) == Approx(iteration_flops(s).hardware).epsilon(1e-9));
+}
+
+TEST_CASE("1F1B sends one activation and one gradient per micro-batch between neighbouring stages", "[core]") {
+  const Setup s = make_setup(gpt_no_bias(8, 512, 8), "dgx-a100", "tp=1,pp=4", 6, 4);
+  auto p = build_program(s);
+  REQUIRE(p);
+  CHECK(count(*p, 0, OpKind::send) == 6);   // activations forward
+  CHECK(count(*p, 0, OpKind::recv) == 6);   // gradients back
+  CHECK(count(*p, 1, OpKind::send) == 12);
+  CHECK(count(*p, 3, OpKind::recv) == 6);
+  CHECK(count(*p, 3, OpKind::send) == 6);
+}
+
+TEST_CASE("TP uses two all-reduces per layer and pass without SP and all-gather plus reduce-scatter with SP", "[core]") {
+  const ModelSpec m = gpt_no_bias(4, 512, 8);
+  const Setup plain = make_setup(m, "dgx-a100", "tp=2", 2, 2);
+  const Setup sp = make_setup(m, "dgx-a100", "tp=2,sp=on", 2, 2);
+  auto a = build_program(plain), b = build_program(sp);
+  REQUIRE(a);
+  REQUIRE(b);
+  // 2 micro-batches x 4 layers x (2 forward + 2 backward) + embedding and output (fwd + bwd).
+  CHECK(count(*a, 0, OpKind::all_reduce, OpLabel::tp_comm) == 2 * (4 * 4 + 2));
+  CHECK(count(*b, 0, OpKind::all_gather, OpLabel::tp_comm) == 2 * (4 * 4 + 1));
+  CHECK(count(*b, 0, OpKind::reduce_scatter, OpLabel::tp_comm) == 2 * (4 * 4 + 2));
+}
+
+TEST_CASE("Gradient buckets are reduced once per chunk and the distributed optimizer gathers parameters", "[core]") {
+  const ModelSpec m = gpt_no_bias(8, 512, 8);
+  const Setup s = make_setup(m, "dgx-a100", "tp=1,pp=2,vpp=2,schedule=interleaved,distopt=on", 16, 8);
+  auto p = build_program(s);
+  REQUIRE(p);
+  CHECK(count(*p, 0, OpKind::reduce_scatter, OpLabel::dp_grad) == 2);
+  CHECK(count(*p, 0, OpKind::all_gather, OpLabel::dp_param) == 1);
+  CHECK(count(*p, 0, OpKind::all_reduce, OpLabel::embedding_grad) == 1);   // tied embeddings, first and last stage
+  CHECK(count(*p, 1, OpKind::all_reduce, OpLabel::embedding_grad) == 1);
+}
+
+TEST_CASE("MoE layers dispatch and combine tokens with all-to-all over EP", "[core]") {
+  const Setup s = make_setup(shipped_model("mixtral-8x7b"), "dgx-h100", "tp=1,ep=4", 4, 4);
+  auto p = build_program(s);
+  REQUIRE(p);
+  // 32 layers x (2 forward + 2 backward) per micro-batch.
+  CHECK(count(*p, 0, OpKind::all_to_all, OpLabel::ep_comm) == 32 * 4);
+}
+
+TEST_CASE("The rank grid follows Megatron's tp-cp-dp-pp order and folds experts into DP", "[core]") {
+  const RankGrid g{2, 1, 4, 2, 2, 2, 2};
+  CHECK(g.group(13, CommGroup::tp) == std::vector<int>{12, 13});
+  CHECK(g.group(13, CommGroup::dp) == std::vector<int>{9, 11, 13, 15});
+  CHECK(g.group(13, CommGroup::pp) == std::vector<int>{5, 13});
+  CHECK(g.group(13, CommGroup::ep) == std::vector<int>{13, 15});
+  CHECK(g.group(13, CommGroup::edp) == std::vector<int>{9, 13});   // etp 1, ep 0, edp 1 in stage 1
+  CHECK(g.group(13, CommGroup::embedding) == std::vector<int>{5, 13});
+  CHECK(g.group_id(12, CommGroup::tp) == g.group_id(13, CommGroup::tp));
+  CHECK(g.group_id(12, CommGroup::tp) != g.group_id(14, CommGroup::tp));
+}

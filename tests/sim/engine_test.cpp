@@ -1,0 +1,205 @@
+// The event engine on hand-built programs whose timings can be computed by
+// hand (golden traces), deadlock detection, determinism, and full vs reduced
+// mode on a symmetric plan.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/program/builder.hpp"
+#include "core/program/stage_writer.hpp"
+#include "sim/engine.hpp"
+#include "sim/report.hpp"
+#include "core/models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::sim;
+using megascope::test::make_setup;
+using megascope::test::shipped_cluster;
+using megascope::test::shipped_model;
+
+namespace {
+
+// A device whose memory kernels move 1 GB/s with no launch overhead: a
+// memory kernel of N bytes takes N / 1e9 seconds exactly.
+CostModel unit_cost() {
+  DeviceSpec d;
+  d.name = "unit";
+  d.peak_bf16_flops = 1e12;
+  d.peak_fp32_flops = 1e12;
+  d.memory_bytes = 1e12;
+  d.memory_bandwidth_Bps = 1e9;
+  CostProfile p;
+  p.memory_efficiency = 1.0;
+  p.launch_overhead_s = 0;
+  return CostModel(d, p);
+}
+
+Kernel seconds(double s) {
+  Kernel k;
+  k.kind = KernelKind::memory;
+  k.memory = MemoryOp::other;
+  k.bytes = s * 1e9;
+  return k;
+}
+
+// Two pipeline stages on two GPUs of one DGX H100 node.
+Program two_stages() {
+  Program p;
+  p.grid = RankGrid{1, 1, 1, 2, 1, 1, 1};
+  p.stages.resize(2);
+  p.stages[0].stage = 0;
+  p.stages[1].stage = 1;
+  return p;
+}
+
+const Span& span_of(const SimResult& r, int rank, std::uint32_t op) {
+  for (const Span& s : r.spans)
+    if (s.rank == rank && s.op == op) return s;
+  FAIL("no span for rank " << rank << " op " << op);
+  return r.spans.front();
+}
+
+}  // namespace
+
+TEST_CASE("A send and its receive form one transfer and the consumer starts when it ends", "[sim]") {
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
+  const auto c0 = w0.compute(OpLabel::mlp, ctx, {seconds(1.0)});
+  w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 7, 64e6, {c0});
+  w0.compute(OpLabel::mlp, ctx, {seconds(2.0)});
+  const auto r1 = w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 7, 64e6);
+  w1.compute(OpLabel::mlp, ctx, {seconds(1.0)}, {r1});
+  REQUIRE(validate_program(p));
+
+  const ClusterSpec c = shipped_cluster("dgx-h100");
+  const Topology topo = Topology::build(c, 2);
+  const std::vector<int> pair = {0, 1};
+  const double x = isolated_time(topo, collective_flow(topo, Collective::send_recv, pair, 64e6));
+  auto r = simulate(p, topo, unit_cost(), {Mode::full, true, {}});
+  REQUIRE(r);
+  // Golden timeline: stage 0 computes [0, 1] then [1, 3]; the transfer runs [1, 1 + x]; stage 1 computes [1 + x, 2 + x].
+  CHECK(span_of(*r, 0, 0).start == 0.0);
+  CHECK(span_of(*r, 0, 0).end == 1.0);
+  CHECK(span_of(*r, 0, 2).start == 1.0);
+  CHECK(span_of(*r, 0, 2).end == Approx(3.0));
+  CHECK(span_of(*r, 1, 0).start == Approx(1.0));   // the receive's span starts with the transfer
+  CHECK(span_of(*r, 1, 0).end == Approx(1.0 + x));
+  CHECK(span_of(*r, 1, 1).start == Approx(1.0 + x));
+  CHECK(span_of(*r, 1, 1).end == Approx(2.0 + x));
+  CHECK(r->step_time_s == Approx(std::max(3.0, 2.0 + x)));
+  CHECK(x > 64e6 / 450e9);   // no faster than the NVLink line rate
+}
+
+TEST_CASE("Ops on one stream run in order while other streams overlap them", "[sim]") {
+  Program p = two_stages();
+  p.grid = RankGrid{1, 1, 1, 1, 1, 1, 1};
+  p.stages.resize(1);
+  detail::OpContext ctx;
+  detail::StageWriter w(p.stages[0]);
+  const auto a = w.compute(OpLabel::mlp, ctx, {seconds(1.0)});
+  w.compute(OpLabel::mlp, ctx, {seconds(0.5)});
+  w.compute(OpLabel::attention, ctx, {seconds(0.25)}, {a});
+  const Topology topo = Topology::build(shipped_cluster("dgx-h100"), 1);
+  auto r = simulate(p, topo, unit_cost(), {Mode::full, true, {}});
+  REQUIRE(r);
+  CHECK(span_of(*r, 0, 1).start == 1.0);
+  CHECK(span_of(*r, 0, 2).start == 1.5);
+  CHECK(r->step_time_s == 1.75);
+}
+
+TEST_CASE("Two ranks that each wait for the other's send are reported as a deadlock, not a hang", "[sim]") {
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
+  const auto r0 = w0.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, 1, 1, 1e6);
+  const auto c0 = w0.compute(OpLabel::mlp, ctx, {seconds(1.0)}, {r0});
+  w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 2, 1e6, {c0});
+  const auto r1 = w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 2, 1e6);
+  const auto c1 = w1.compute(OpLabel::mlp, ctx, {seconds(1.0)}, {r1});
+  w1.p2p(OpKind::send, OpLabel::pp_gradient, ctx, 0, 1, 1e6, {c1});
+  REQUIRE(validate_program(p));
+  auto r = simulate(p, Topology::build(shipped_cluster("dgx-h100"), 2), unit_cost(), {});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("deadlock"));
+}
+
+TEST_CASE("A program with a send that no stage receives is rejected by validation", "[sim]") {
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]);
+  w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 3, 1e6);
+  auto ok = validate_program(p);
+  REQUIRE_FALSE(ok);
+  CHECK_THAT(ok.error().message, Catch::Contains("has no matching receive"));
+}
+
+TEST_CASE("Full and reduced modes give the same step time on a symmetric plan", "[sim]") {
+  const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=2,pp=2,sp=on,distopt=on,overlap_grad_reduce=on",
+                             8, 8, 2048);
+  auto program = build_program(s);
+  REQUIRE(program);
+  auto cost = CostModel::for_device(s.cluster.device);
+  REQUIRE(cost);
+  const Topology topo = Topology::build(s.cluster, s.world);
+  auto full = simulate(*program, topo, *cost, {Mode::full, false, {}});
+  auto reduced = simulate(*program, topo, *cost, {Mode::reduced, false, {}});
+  REQUIRE(full);
+  REQUIRE(reduced);
+  CHECK(full->simulated_ranks.size() == 8);
+  CHECK(reduced->simulated_ranks.size() == 2);
+  CHECK(full->step_time_s == Approx(reduced->step_time_s).epsilon(1e-9));
+}
+
+TEST_CASE("The simulation is deterministic: the same input gives the same spans", "[sim]") {
+  const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=2,pp=2,vpp=2,schedule=interleaved", 8, 8, 2048);
+  auto program = build_program(s);
+  REQUIRE(program);
+  auto cost = CostModel::for_device(s.cluster.device);
+  const Topology topo = Topology::build(s.cluster, s.world);
+  auto a = simulate(*program, topo, *cost, {Mode::full, true, {}});
+  auto b = simulate(*program, topo, *cost, {Mode::full, true, {}});
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(a->spans.size() == b->spans.size());
+  for (std::size_t i = 0; i < a->spans.size(); ++i) {
+    CHECK(a->spans[i].op == b->spans[i].op);
+    CHECK(a->spans[i].start == b->spans[i].start);
+    CHECK(a->spans[i].end == b->spans[i].end);
+  }
+}
+
+TEST_CASE("More micro-batches shrink the 1F1B bubble toward (p-1)/m on balanced stages", "[sim]") {
+  // A tiny vocabulary keeps the embedding and output off the critical path, so
+  // the four stages are equal and the idle time is the pipeline bubble.
+  const ModelSpec m = megascope::test::gpt(32, 4096, 32, 1024, 2048);
+  auto bubble = [&](int batch) {
+    const Setup s = make_setup(m, "dgx-h100", "tp=1,pp=4", batch, 4, 2048);
+    auto program = build_program(s);
+    auto cost = CostModel::for_device(s.cluster.device);
+    auto r = simulate(*program, Topology::build(s.cluster, s.world), *cost, {});
+    return make_report(s, *program, *r).bubble_fraction;
+  };
+  const double b4 = bubble(4), b16 = bubble(16);
+  CHECK(b16 < b4);
+  // Ideal: (p-1)/(m+p-1) of the step; communication and unequal stages add a little.
+  CHECK(b4 == Approx(3.0 / 7.0).margin(0.08));
+  CHECK(b16 == Approx(3.0 / 19.0).margin(0.05));
+}
+
+TEST_CASE("The trace file is valid Chrome trace JSON with one event per span", "[sim]") {
+  const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=2,pp=2", 4, 4, 2048);
+  auto program = build_program(s);
+  auto cost = CostModel::for_device(s.cluster.device);
+  auto r = simulate(*program, Topology::build(s.cluster, s.world), *cost, {});
+  REQUIRE(r);
+  const std::string path = "megascope-test-trace.json";
+  REQUIRE(write_trace(path, *program, *r));
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::size_t complete = 0;
+  for (const auto& e : j["traceEvents"]) complete += e["ph"] == "X";
+  CHECK(complete == r->spans.size());
+  std::remove(path.c_str());
+}
