@@ -273,8 +273,7 @@ class Engine {
         auto& slot = p2p_[key];
         slot.push_back({s, i});
         if (slot.size() == 2) {
-          const std::vector<int> devices = {key.from, key.to};
-          FlowSpec f = collective_flow(topo_, Collective::send_recv, devices, op.bytes);
+          const FlowSpec& f = p2p_spec(key.from, key.to, op.bytes);
           mark_transfer_start(slot, now);
           const FlowId id = net_.start(f, now);
           flows_[id] = std::move(slot);
@@ -306,6 +305,15 @@ class Engine {
       RankState& st = states_[m.state];
       if (!st.start_time.empty()) st.start_time[m.op] = now;
     }
+  }
+
+  // Routes repeat (the same neighbours exchange the same sizes every micro-batch).
+  const FlowSpec& p2p_spec(int from, int to, double bytes) {
+    const auto key = std::make_tuple(from, to, bytes);
+    auto it = p2p_cache_.find(key);
+    if (it != p2p_cache_.end()) return it->second;
+    const std::vector<int> devices = {from, to};
+    return p2p_cache_.emplace(key, collective_flow(topo_, Collective::send_recv, devices, bytes)).first->second;
   }
 
   const FlowSpec& collective_spec(int rank, const Op& op) {
@@ -347,6 +355,7 @@ class Engine {
   std::unordered_map<CollKey, std::vector<Member>, CollKeyHash> coll_;
   std::unordered_map<P2PKey, std::vector<Member>, P2PKeyHash> p2p_;
   std::map<std::tuple<std::int64_t, int, double>, FlowSpec> spec_cache_;
+  std::map<std::tuple<int, int, double>, FlowSpec> p2p_cache_;
   std::vector<Span> spans_;
   bool record_ = true;
   std::uint64_t seq_ = 0;

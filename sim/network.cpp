@@ -10,14 +10,14 @@
 // Event-driven and incremental. Rates change only when a flow begins its
 // transfer or finishes, and are then re-solved for a small set S of flows,
 // the rest held at their rates (their use of each link is a fixed
-// background): S starts as the flows on the links that changed; after the
-// solve, every flow outside S on a link whose use changed must still have a
+// background): S is the flows on the links that changed. After the solve,
+// every flow outside S on a link whose use changed must still have a
 // bottleneck (a saturated link on which no flow is faster: the
 // characterisation of max-min fairness), and no flow outside S may be faster
-// than the S flows on the link that froze them; violators join S and S is
-// solved again. The result is the exact max-min allocation, usually touching
-// a handful of flows (a long ring spanning hundreds of nodes is re-solved only
-// when its own rate is at stake), at worst the flows coupled to the change.
+// than the S flows on the link that froze them. If so the allocation is the
+// exact max-min one and only a handful of flows were touched; if not, the
+// change reaches further and the whole component (every flow coupled to S
+// through shared binding links) is solved, which is exact by construction.
 //
 // Only "binding" links take part: a link whose flows, each at its solo rate
 // (the rate it would get alone: min over its links of capacity / load), would
@@ -101,7 +101,7 @@ struct Network::State {
   std::uint32_t epoch = 0, solve_epoch = 0;
   std::vector<LinkId> dirty, touched, solve_links;
   std::vector<std::pair<LinkId, double>> bottlenecks;  // (link, level) of this solve
-  std::vector<std::uint32_t> set, grow;
+  std::vector<std::uint32_t> set;
   std::vector<Level> levels;
 
   bool valid(const Event& e) const {
@@ -286,20 +286,35 @@ struct Network::State {
       for (const Member& m : links[l].flows) enlist(m.flow);
     }
     dirty.clear();
-    while (!set.empty()) {
-      solve();
-      grow.clear();
-      for (LinkId l : touched) {
-        if (!binding(links[l])) continue;
-        for (const Member& m : links[l].flows)
-          if (flows[m.flow].in_set != epoch && !has_bottleneck(flows[m.flow])) grow.push_back(m.flow);
-      }
-      for (const auto& [l, level] : bottlenecks)
-        for (const Member& m : links[l].flows)
-          if (flows[m.flow].in_set != epoch && flows[m.flow].rate > level * (1 + rel)) grow.push_back(m.flow);
-      if (grow.empty()) break;
-      for (std::uint32_t slot : grow) enlist(slot);
+    if (set.empty()) return;
+    solve();
+    bool fair = true;
+    for (std::size_t i = 0; fair && i < touched.size(); ++i) {
+      const Link& L = links[touched[i]];
+      if (!binding(L)) continue;
+      fair = std::all_of(L.flows.begin(), L.flows.end(), [&](const Member& m) {
+        return flows[m.flow].in_set == epoch || has_bottleneck(flows[m.flow]);
+      });
     }
+    for (std::size_t i = 0; fair && i < bottlenecks.size(); ++i) {
+      const auto [l, level] = bottlenecks[i];
+      fair = std::none_of(links[l].flows.begin(), links[l].flows.end(), [&](const Member& m) {
+        return flows[m.flow].in_set != epoch && flows[m.flow].rate > level * (1 + rel);
+      });
+    }
+    if (fair) return;
+    // The change reaches further: solve the whole component, every flow
+    // coupled to the set through binding links (exact, no check needed).
+    for (std::size_t i = 0; i < set.size(); ++i)
+      for (const auto& [l, w] : flows[set[i]].load)
+        if (binding(links[l]) && links[l].touched != epoch + 1) {
+          links[l].touched = epoch + 1;  // visited (touched lists are not needed any more)
+          for (const Member& m : links[l].flows) enlist(m.flow);
+        }
+    ++epoch;  // keeps the set: re-mark it under the new epoch
+    for (std::uint32_t slot : set) flows[slot].in_set = epoch;
+    touched.clear();
+    solve();
   }
 
   // One event: a flow's latency ends (it starts transferring, or is done if

@@ -3,6 +3,7 @@
 // on stderr, nothing on stdout) for every kind of bad input.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -148,4 +149,50 @@ TEST_CASE("The built binary runs the default example from any working directory"
   while (std::fgets(buf, sizeof buf, p)) out += buf;
   CHECK(pclose(p) == 0);
   CHECK_THAT(out, Catch::Contains("Memory per rank"));
+}
+
+TEST_CASE("simulate with no options runs the default example and reports step time, MFU and bubble", "[apps]") {
+  const Run r = run({"simulate"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("step time") && Catch::Contains("MFU") && Catch::Contains("bubble") &&
+                        Catch::Contains("exposed"));
+}
+
+TEST_CASE("simulate JSON has the documented keys and writes a Perfetto trace", "[apps]") {
+  const std::string trace = "megascope-cli-trace.json";
+  const Run r = run({"simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--plan",
+                     "tp=2,pp=2,sp=on", "--global-batch", "8", "--seq-len", "2048", "--json", "--trace", trace});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction", "exposed_comm_s",
+                          "memory", "stages", "simulation"})
+    CHECK(j.contains(key));
+  for (const char* kind : {"tp", "cp", "ep", "dp", "pp"}) CHECK(j["exposed_comm_s"].contains(kind));
+  CHECK(j["memory"].contains("peak_bytes"));
+  CHECK(j["tokens_per_s"].get<double>() == Approx(8.0 * 2048 / j["step_time_s"].get<double>()));
+  CHECK(j["mfu"].get<double>() > 0.05);
+  CHECK(j["mfu"].get<double>() < 1.0);
+  std::ifstream in(trace);
+  REQUIRE(in.good());
+  CHECK(nlohmann::json::parse(in)["traceEvents"].size() > 100);
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("simulate agrees in full and reduced mode on a single node", "[apps]") {
+  const std::vector<std::string> base = {"simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+                                         "--plan", "tp=2,pp=2,sp=on", "--global-batch", "8", "--seq-len", "2048", "--json"};
+  auto full = base, reduced = base;
+  full.insert(full.end(), {"--mode", "full"});
+  reduced.insert(reduced.end(), {"--mode", "reduced"});
+  const Run a = run(full), b = run(reduced);
+  REQUIRE(a.code == 0);
+  REQUIRE(b.code == 0);
+  CHECK(nlohmann::json::parse(a.out)["step_time_s"].get<double>() ==
+        Approx(nlohmann::json::parse(b.out)["step_time_s"].get<double>()).epsilon(1e-9));
+}
+
+TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
+  expect_one_error(run({"simulate", "--calibration", "/nonexistent/profile.toml"}), "profile.toml");
+  expect_one_error(run({"simulate", "--calibration", fixture("toml/plan.toml")}), "plan.toml");
+  CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
 }

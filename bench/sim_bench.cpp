@@ -1,0 +1,116 @@
+// sim_bench: speed of the simulator. Prints a header row, a units row and one
+// row per case (wall time of program building and simulation, events, events
+// per second, peak resident memory), then the rows as JSON. Not a test.
+//
+//   ./build/bench/sim_bench [--skip-full]
+// Cases: GPT-3 175B on 1024 A100s (the default example) in both modes, and
+// the 1T model of Narayanan Table 1 on 3072 A100s (tp 8, pp 64, dp 6, 512
+// micro-batches per pipeline) in reduced and full mode.
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "config/library.hpp"
+#include "config/plan_settings.hpp"
+#include "core/program/builder.hpp"
+#include "sim/engine.hpp"
+
+using namespace megascope;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double peak_rss_gib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0 / (1024.0 * 1024 * 1024);
+}
+
+struct Row {
+  std::string name, mode;
+  double build_s = 0, sim_s = 0, step_s = 0;
+  std::uint64_t events = 0;
+  std::size_t ranks = 0;
+  double rss_gib = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool skip_full = false;
+  for (int i = 1; i < argc; ++i) skip_full = skip_full || std::strcmp(argv[i], "--skip-full") == 0;
+  struct Case {
+    const char* name;
+    const char* model;
+    const char* cluster;
+    const char* plan;
+    std::int64_t batch;
+    int gpus;
+    sim::Mode mode;
+  };
+  std::vector<Case> cases = {
+      {"gpt3-175b 1024 A100", "gpt3-175b", "dgx-a100",
+       "tp=8,pp=8,vpp=3,schedule=interleaved,sp=on,recompute=selective,distopt=on", 1536, 1024, sim::Mode::reduced},
+      {"gpt3-175b 1024 A100", "gpt3-175b", "dgx-a100",
+       "tp=8,pp=8,vpp=3,schedule=interleaved,sp=on,recompute=selective,distopt=on", 1536, 1024, sim::Mode::full},
+      {"gpt-1t 3072 A100", "gpt-1t", "dgx-a100", "tp=8,pp=64,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1",
+       3072, 3072, sim::Mode::reduced},
+      {"gpt-1t 3072 A100", "gpt-1t", "dgx-a100", "tp=8,pp=64,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1",
+       3072, 3072, sim::Mode::full},
+  };
+  std::vector<Row> rows;
+  for (const Case& c : cases) {
+    if (skip_full && c.mode == sim::Mode::full) continue;
+    auto model = resolve_model(c.model);
+    auto cluster = resolve_cluster(c.cluster);
+    auto plan = parse_inline_plan(c.plan);
+    TrainingSpec t;
+    t.global_batch_size = c.batch;
+    auto sized = with_device_count(*cluster, c.gpus);
+    auto setup = validate_setup(*model, *sized, t, *plan, c.gpus);
+    if (!setup) {
+      fmt::print(stderr, "{}: {}\n", c.name, setup.error().str());
+      return 1;
+    }
+    const auto t0 = Clock::now();
+    auto program = build_program(*setup);
+    const auto t1 = Clock::now();
+    auto cost = sim::CostModel::for_device(setup->cluster.device);
+    const sim::Topology topo = sim::Topology::build(setup->cluster, setup->world);
+    auto r = sim::simulate(*program, topo, *cost, {c.mode, false, {}});
+    const auto t2 = Clock::now();
+    if (!r) {
+      fmt::print(stderr, "{}: {}\n", c.name, r.error().str());
+      return 1;
+    }
+    Row row;
+    row.name = c.name;
+    row.mode = c.mode == sim::Mode::full ? "full" : "reduced";
+    row.build_s = std::chrono::duration<double>(t1 - t0).count();
+    row.sim_s = std::chrono::duration<double>(t2 - t1).count();
+    row.step_s = r->step_time_s;
+    row.events = r->events;
+    row.ranks = r->simulated_ranks.size();
+    row.rss_gib = peak_rss_gib();
+    rows.push_back(row);
+    fmt::print(stderr, "done: {} {}\n", row.name, row.mode);
+  }
+  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>12} {:>12} {:>9} {:>9}\n", "case", "mode", "ranks", "build", "simulate",
+             "events", "events/s", "step", "peak RSS");
+  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>12} {:>12} {:>9} {:>9}\n", "", "", "", "s", "s", "", "1/s", "s", "GiB");
+  for (const Row& r : rows)
+    fmt::print("{:<22} {:>8} {:>6} {:>9.3f} {:>9.3f} {:>12} {:>12.3g} {:>9.3f} {:>9.2f}\n", r.name, r.mode, r.ranks,
+               r.build_s, r.sim_s, r.events, static_cast<double>(r.events) / r.sim_s, r.step_s, r.rss_gib);
+  fmt::print("\n[");
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    fmt::print("{}{{\"case\": \"{}\", \"mode\": \"{}\", \"ranks\": {}, \"build_s\": {:.4f}, \"simulate_s\": {:.4f}, "
+               "\"events\": {}, \"step_time_s\": {:.6f}, \"peak_rss_gib\": {:.3f}}}",
+               i ? ",\n " : "", rows[i].name, rows[i].mode, rows[i].ranks, rows[i].build_s, rows[i].sim_s,
+               rows[i].events, rows[i].step_s, rows[i].rss_gib);
+  fmt::print("]\n");
+  return 0;
+}
