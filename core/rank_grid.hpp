@@ -16,6 +16,7 @@
 namespace megascope {
 
 enum class CommGroup : std::uint8_t { tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding };
+inline constexpr int kCommGroupCount = 9;
 
 struct GridCoord {
   int tp = 0, cp = 0, dp = 0, pp = 0;   // dense grid

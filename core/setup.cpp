@@ -5,6 +5,8 @@
 // fields and the rule; docs/validation-rules.md lists them.
 #include "core/setup.hpp"
 
+#include "core/schedule/schedule.hpp"
+
 #include <fmt/format.h>
 
 #include <numeric>
@@ -68,20 +70,6 @@ Result<std::vector<int>> layers_per_rank(const ModelSpec& m, const PlanSpec& p, 
                               r, n[static_cast<std::size_t>(r)], vpp));
   }
   return n;
-}
-
-// Which virtual stage (position in the model's forward order) chunk c of
-// pipeline rank r is, for each schedule's way of placing chunks.
-int virtual_stage_of(Schedule s, int pp, int rank, int chunk) {
-  switch (s) {
-    case Schedule::zb_v:
-    case Schedule::dualpipev:
-      return chunk == 0 ? rank : 2 * pp - 1 - rank;      // V shape: down then back up
-    case Schedule::dualpipe:
-      return chunk == 0 ? rank : pp - 1 - rank;          // both directions of a pp-stage split
-    default:
-      return chunk * pp + rank;                          // Megatron's interleaving
-  }
 }
 
 }  // namespace
@@ -283,14 +271,14 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   std::vector<int> stage_layers(static_cast<std::size_t>(s.virtual_stages), 0);
   for (int r = 0; r < p.pp; ++r)
     for (int c = 0; c < split_vpp; ++c)
-      stage_layers[static_cast<std::size_t>(virtual_stage_of(sch, p.pp, r, c))] =
+      stage_layers[static_cast<std::size_t>(virtual_stage(sch, p.pp, r, c))] =
           (*per_rank)[static_cast<std::size_t>(r)] / split_vpp;
   std::vector<int> stage_first(stage_layers.size(), 0);
   std::exclusive_scan(stage_layers.begin(), stage_layers.end(), stage_first.begin(), 0);
   s.chunks.assign(static_cast<std::size_t>(p.pp), {});
   for (int r = 0; r < p.pp; ++r) {
     for (int c = 0; c < chunks_per_rank; ++c) {
-      const int vs = virtual_stage_of(sch, p.pp, r, c);
+      const int vs = virtual_stage(sch, p.pp, r, c);
       s.chunks[static_cast<std::size_t>(r)].push_back(
           ChunkLayers{stage_first[static_cast<std::size_t>(vs)], stage_layers[static_cast<std::size_t>(vs)], vs});
     }

@@ -94,6 +94,7 @@ struct RankState {
   std::vector<std::uint64_t> started, finished;   // bitsets over the stage's ops
   std::size_t remaining = 0;
   std::vector<double> start_time;                 // traced ranks only
+  std::array<std::int64_t, kCommGroupCount> group_id{};         // per CommGroup, computed once
 };
 
 bool test(const std::vector<std::uint64_t>& bits, std::uint32_t i) { return (bits[i >> 6] >> (i & 63)) & 1U; }
@@ -169,6 +170,7 @@ class Engine {
       st.started.assign((n + 63) / 64, 0);
       st.finished.assign((n + 63) / 64, 0);
       st.remaining = n;
+      for (int k = 0; k < kCommGroupCount; ++k) st.group_id[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
       state_of_rank_[static_cast<std::size_t>(r)] = static_cast<int>(states_.size());
       states_.push_back(std::move(st));
     }
@@ -282,12 +284,12 @@ class Engine {
         return;
       }
       default: {
-        const std::int64_t gid = p_.grid.group_id(st.rank, op.group);
+        const std::int64_t gid = st.group_id[static_cast<std::size_t>(op.group)];
         const CollKey key{gid, info.ordinal[i], static_cast<std::uint8_t>(op.stream)};
         auto& slot = coll_[key];
         slot.push_back({s, i});
         if (static_cast<int>(slot.size()) == expected_members(st, op.group)) {
-          const FlowSpec& f = collective_spec(st.rank, op);
+          const FlowSpec& f = collective_spec(st.rank, gid, op);
           mark_transfer_start(slot, now);
           const FlowId id = net_.start(f, now);
           flows_[id] = std::move(slot);
@@ -316,8 +318,7 @@ class Engine {
     return p2p_cache_.emplace(key, collective_flow(topo_, Collective::send_recv, devices, bytes)).first->second;
   }
 
-  const FlowSpec& collective_spec(int rank, const Op& op) {
-    const std::int64_t gid = p_.grid.group_id(rank, op.group);
+  const FlowSpec& collective_spec(int rank, std::int64_t gid, const Op& op) {
     const auto key = std::make_tuple(gid, static_cast<int>(op.kind), op.bytes);
     auto it = spec_cache_.find(key);
     if (it != spec_cache_.end()) return it->second;

@@ -47,8 +47,7 @@ constexpr LinkId no_link = std::numeric_limits<LinkId>::max();
 
 struct Network::State {
   struct Member {
-    std::uint32_t flow;  // slot
-    std::uint32_t k;     // index into the flow's load
+    std::uint32_t flow, k;  // slot, index into the flow's load
   };
   struct Link {
     double capacity = 0;
@@ -56,7 +55,8 @@ struct Network::State {
     double usage = 0;           // sum over its flows of load x rate
     std::vector<Member> flows;  // transferring flows on this link
     bool dirty = false;
-    std::uint32_t touched = 0, solved = 0, bottleneck = 0;  // epochs
+    std::uint32_t touched = 0, solved = 0, max_epoch = 0;  // epochs
+    double max_rate = 0;
     // Water-filling scratch.
     double set_usage = 0, residual = 0, unfrozen_load = 0;
     int unfrozen = 0;
@@ -79,15 +79,23 @@ struct Network::State {
     FlowId id;
     std::uint32_t slot, version;
   };
-  struct Level {  // a link saturating, or (link == no_link) a flow reaching its solo rate
+  struct Level {   // a link saturating, or (link == no_link) a flow reaching its solo rate
     double level;
     LinkId link;
     std::uint32_t version;  // the link's version, or the flow's slot
   };
-  static bool later(const Event& a, const Event& b) { return a.t > b.t || (a.t == b.t && a.id > b.id); }
-  static bool higher(const Level& a, const Level& b) {
-    return a.level > b.level || (a.level == b.level && (a.link > b.link || (a.link == b.link && a.version > b.version)));
-  }
+  // Heap orders (function objects, so that the heap operations inline them).
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const { return a.t > b.t || (a.t == b.t && a.id > b.id); }
+  };
+  struct Higher {
+    bool operator()(const Level& a, const Level& b) const {
+      return a.level > b.level ||
+             (a.level == b.level && (a.link > b.link || (a.link == b.link && a.version > b.version)));
+    }
+  };
+  static constexpr Later later{};
+  static constexpr Higher higher{};
   // Can this link saturate before its flows reach their solo rates?
   static bool binding(const Link& L) { return L.flows.size() > 1 && L.demand > L.capacity * (1 + 1e-12); }
 
@@ -124,22 +132,23 @@ struct Network::State {
     }
   }
   void touch(LinkId l) {
-    if (links[l].touched != epoch) {
-      links[l].touched = epoch;
-      touched.push_back(l);
-    }
+    if (links[l].touched != epoch) touched.push_back(l);
+    links[l].touched = epoch;
   }
   void make_dirty(LinkId l) {
-    if (!links[l].dirty) {
-      links[l].dirty = true;
-      dirty.push_back(l);
-    }
+    if (!links[l].dirty) dirty.push_back(l);
+    links[l].dirty = true;
   }
   void enlist(std::uint32_t slot) {
-    if (flows[slot].in_set != epoch) {
-      flows[slot].in_set = epoch;
-      set.push_back(slot);
-    }
+    if (flows[slot].in_set != epoch) set.push_back(slot);
+    flows[slot].in_set = epoch;
+  }
+  // Epoch marks compare for equality: before the counter wraps, clear them.
+  void renew_epochs() {
+    if (epoch < 0xfffffff0u && solve_epoch < 0xfffffff0u) return;
+    for (Link& L : links) L.touched = L.solved = L.max_epoch = 0;
+    for (Flow& f : flows) f.in_set = 0;
+    epoch = solve_epoch = 0;
   }
   void attach(std::uint32_t slot) {
     Flow& f = flows[slot];
@@ -177,12 +186,16 @@ struct Network::State {
 
   // A flow outside the set keeps a bottleneck: its solo rate, or a saturated
   // link on which no flow is faster.
-  bool has_bottleneck(const Flow& f) const {
+  bool has_bottleneck(const Flow& f) {
     if (f.bottleneck == no_link) return true;
-    const Link& L = links[f.bottleneck];
+    Link& L = links[f.bottleneck];
     if (L.usage < L.capacity * (1 - rel)) return false;
-    return std::none_of(L.flows.begin(), L.flows.end(),
-                        [&](const Member& m) { return flows[m.flow].rate > f.rate * (1 + rel); });
+    if (L.max_epoch != epoch) {  // the fastest flow on the link, once per recompute
+      L.max_epoch = epoch;
+      L.max_rate = 0;
+      for (const Member& m : L.flows) L.max_rate = std::max(L.max_rate, flows[m.flow].rate);
+    }
+    return L.max_rate <= f.rate * (1 + rel);
   }
 
   // Max-min rates for the set, the other flows' use of each link held fixed;
@@ -235,10 +248,7 @@ struct Network::State {
         if (L2.solved != solve_epoch) continue;
         L2.residual = std::max(0.0, L2.residual - level * w);
         L2.unfrozen_load -= w;
-        if (--L2.unfrozen > 0 && l2 != by) {
-          push_level(l2);
-          std::push_heap(levels.begin(), levels.end(), higher);
-        }
+        --L2.unfrozen;
       }
     };
     while (!levels.empty()) {
@@ -251,8 +261,16 @@ struct Network::State {
         freeze(top.version, floor, no_link);
         continue;
       }
+      // A link's level only rises as flows freeze elsewhere, so its heap key
+      // is a lower bound: re-queue it at its current level if that is higher.
       Link& L = links[top.link];
-      if (top.version != L.version || L.unfrozen == 0) continue;
+      if (top.version != L.version || L.unfrozen <= 0) continue;
+      const double current = L.residual / std::max(L.unfrozen_load, 1e-300);
+      if (current > top.level * (1 + 1e-12)) {
+        push_level(top.link);
+        std::push_heap(levels.begin(), levels.end(), higher);
+        continue;
+      }
       floor = std::max(top.level, floor);
       bottlenecks.emplace_back(top.link, floor);
       for (const Member& m : L.flows) {
@@ -277,6 +295,7 @@ struct Network::State {
   // Re-solves around the dirty links until the allocation is max-min fair.
   void recompute() {
     if (dirty.empty()) return;
+    renew_epochs();
     ++epoch;
     set.clear();
     touched.clear();

@@ -97,7 +97,25 @@ struct BfsCache {
   std::vector<Vertex> queue;
   std::size_t head = 0;
 };
-thread_local BfsCache bfs_cache;
+// A few destinations per thread: collectives ask for a -> b then b -> a.
+struct BfsCaches {
+  BfsCache entry[4];
+  std::uint64_t used[4] = {0, 0, 0, 0};
+  std::uint64_t clock = 0;
+  BfsCache& get(std::uint64_t serial, int target) {
+    std::size_t pick = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (entry[i].serial == serial && entry[i].target == target) {
+        pick = i;
+        break;
+      }
+      if (used[i] < used[pick]) pick = i;
+    }
+    used[pick] = ++clock;
+    return entry[pick];
+  }
+};
+thread_local BfsCaches bfs_caches;
 
 }  // namespace
 
@@ -105,7 +123,7 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
   if (a < 0 || b < 0 || a >= devices || b >= devices)
     throw std::out_of_range(fmt::format("Topology::path: device {} or {} outside 0..{}", a, b, devices - 1));
   if (a == b) return {};
-  BfsCache& c = bfs_cache;
+  BfsCache& c = bfs_caches.get(serial, b);
   const std::size_t nv = boost::num_vertices(graph);
   if (c.serial != serial || c.target != b) {
     if (c.stamp.size() < nv) {

@@ -22,7 +22,7 @@ int schedule_chunks(Schedule s, int vpp) {
   return 1;
 }
 
-// Must match core/setup.cpp's virtual_stage_of (the layer layout).
+// The one definition of chunk placement; core/setup.cpp lays out layers with it.
 int virtual_stage(Schedule s, int pp, int rank, int chunk) {
   switch (s) {
     case Schedule::zb_v:
