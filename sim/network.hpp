@@ -72,7 +72,9 @@ struct FlowSpec {
 
 // How a collective over `devices` (device ids, in rank order of the group)
 // with `bytes` per rank (the buffer size, as nccl-tests' "size") loads the
-// network.
+// network. A requested algorithm that does not apply (NVLS without NVLink
+// SHARP, tree for other than all-reduce) falls back to the automatic choice;
+// all_to_all and send_recv (devices = {source, destination}) are direct.
 FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int> devices, double bytes,
                          Algorithm algo = Algorithm::automatic);
 

@@ -6,36 +6,14 @@
 
 #include <catch2/catch.hpp>
 
+#include "config/megatron_support.hpp"
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
 using namespace megascope;
-
-namespace {
-
-bool contains(const std::vector<std::string>& v, const std::string& s) {
-  return std::find(v.begin(), v.end(), s) != v.end();
-}
-
-Error import_error(std::string_view line) {
-  auto r = import_megatron_args(line);
-  REQUIRE_FALSE(r.has_value());
-  return r.error();
-}
-
-MegatronLaunch import_ok(std::string_view line) {
-  auto r = import_megatron_args(line);
-  if (!r) FAIL(r.error().field << ": " << r.error().message);
-  return *r;
-}
-
-// A minimal valid model line to which single flags are appended.
-const std::string kSmall =
-    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
-    "--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 ";
-
-}  // namespace
+using namespace megascope::test;
 
 TEST_CASE("Both --flag value and --flag=value are read", "[config]") {
   const MegatronLaunch l = import_ok(

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "config/megatron_support.hpp"
+
 #include <string>
 #include <vector>
 
@@ -14,19 +16,9 @@
 #include "core/setup.hpp"
 
 using namespace megascope;
+using namespace megascope::test;
 
 namespace {
-
-MegatronLaunch import_ok(std::string_view line) {
-  auto r = import_megatron_args(line);
-  if (!r) FAIL(r.error().field << ": " << r.error().message);
-  return *r;
-}
-
-// A minimal valid model line to which single flags are appended.
-const std::string kSmall =
-    "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
-    "--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 ";
 
 ClusterSpec test_cluster() {
   ClusterSpec c;
