@@ -126,8 +126,15 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
          1e3 * st.exposed_comm_s[2], 1e3 * st.exposed_comm_s[3], 1e3 * st.exposed_comm_s[4], parts);
   }
   addl(t, "");
-  addl(t, "  memory     peak {:.2f} GiB on stage {} of {:.2f} GiB: {} (see `megascope estimate` for the breakdown)",
-       mem.peak_bytes / kGiB, mem.peak_stage, mem.capacity_bytes / kGiB, mem.fits ? "fits" : "DOES NOT FIT");
+  addl(t, "  memory per rank, GiB (capacity {:.2f}):", mem.capacity_bytes / kGiB);
+  addl(t, "  {:>5} {:>9} {:>9} {:>9} {:>11} {:>8} {:>9}", "stage", "weights", "grads", "optimizer", "activations", "other",
+       "total");
+  for (const StageMemory& st : mem.stages)
+    addl(t, "  {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>8.2f} {:>9.2f}", st.stage, st.weights_bytes / kGiB,
+         st.grads_bytes / kGiB, st.optimizer_bytes / kGiB, st.activations_bytes / kGiB, st.other_bytes / kGiB,
+         st.total_bytes / kGiB);
+  addl(t, "  peak       {:.2f} GiB on stage {}: {}", mem.peak_bytes / kGiB, mem.peak_stage,
+       mem.fits ? "fits" : "DOES NOT FIT");
   addl(t, "  simulated  {} mode, {} ranks, {} events in {:.3f} s; cost profile: {}",
        o.mode == sim::Mode::full ? "full" : "reduced", out.result.simulated_ranks.size(), out.result.events, out.wall_s,
        out.profile_source);
