@@ -227,7 +227,8 @@ class Engine {
         return fail("simulate", fmt::format("deadlock: rank {} (stage {}) cannot finish op {} ({} {} on stream {}, "
                                             "micro-batch {}); {} of its ops never ran",
                                             st.rank, st.stage, i, to_string(op.kind), to_string(op.label),
-                                            to_string(op.stream), op.microbatch.value_or(-1), st.remaining));
+                                            to_string(op.stream), op.microbatch ? std::to_string(*op.microbatch) : "none",
+                                            st.remaining));
       }
     }
     out.step_time_s = end_;

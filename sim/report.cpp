@@ -142,6 +142,10 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
   return rep;
 }
 
+namespace {
+std::string json_int(std::optional<std::int32_t> v) { return v ? std::to_string(*v) : "null"; }
+}  // namespace
+
 Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return fail("--trace", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
@@ -173,8 +177,8 @@ Result<void> write_trace(const std::string& path, const Program& p, const SimRes
                        "\"args\":{{\"op\":{},\"phase\":\"{}\",\"microbatch\":{},\"chunk\":{},\"layer\":{},\"bytes\":{:.0f},"
                        "\"flops\":{:.4g}}}}}",
                        sp.rank, static_cast<int>(op.stream), sp.start * 1e6, (sp.end - sp.start) * 1e6, name,
-                       to_string(op.label), sp.op, to_string(op.phase), op.microbatch.value_or(-1),
-                       op.chunk.value_or(-1), op.layer.value_or(-1), op.bytes, op.flops);
+                       to_string(op.label), sp.op, to_string(op.phase), json_int(op.microbatch), json_int(op.chunk),
+                       json_int(op.layer), op.bytes, op.flops);
     if (buf.size() > (1 << 20)) flush();
   }
   buf += "\n]}\n";

@@ -137,7 +137,7 @@ Result<Program> build_program(const Setup& s) {
       for (std::size_t c = 0; c < chunks.size(); ++c) {
         std::vector<Piece> pieces = backward_pieces(s, chunks[c]);
         std::reverse(pieces.begin(), pieces.end());
-        OpContext ctx{Phase::param_sync, std::nullopt, 0, static_cast<std::int32_t>(c)};
+        OpContext ctx{Phase::param_sync, std::nullopt, std::nullopt, static_cast<std::int32_t>(c)};
         double dense = 0, expert = 0;
         std::optional<int> first_layer;
         bool first_is_embedding = false;   // the bucket starts with the embedding
@@ -172,7 +172,7 @@ Result<Program> build_program(const Setup& s) {
     std::vector<std::uint32_t> grad_syncs;
     std::vector<std::size_t> pending_chunks;
     auto reduce = [&](std::size_t c, double dense, double expert, Deps deps) {
-      OpContext ctx{Phase::gradient_sync, std::nullopt, 0, static_cast<std::int32_t>(c)};
+      OpContext ctx{Phase::gradient_sync, std::nullopt, std::nullopt, static_cast<std::int32_t>(c)};
       const OpKind kind = distopt ? OpKind::reduce_scatter : OpKind::all_reduce;
       if (dense > 0 && s.dp * s.plan.cp > 1)
         grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::dp_cp, OpLabel::dp_grad, ctx, dense * grad_bytes, deps));
@@ -317,7 +317,7 @@ Result<Program> build_program(const Setup& s) {
     for (std::size_t c : pending_chunks) reduce(c, params[c].dense, params[c].expert, last);
     // Tied embeddings across stages: the first and last stage add their gradients.
     if (pp > 1 && s.model.tied_embeddings && (s.holds_embedding(r) != s.holds_output(r))) {
-      OpContext ctx{Phase::gradient_sync, std::nullopt, 0, 0};
+      OpContext ctx{Phase::gradient_sync, std::nullopt, std::nullopt, std::nullopt};
       grad_syncs.push_back(w.collective(OpKind::all_reduce, Stream::dp, CommGroup::embedding, OpLabel::embedding_grad,
                                         ctx, static_cast<double>(s.padded_vocab) * h / s.plan.tp * grad_bytes, last));
     }
@@ -329,13 +329,13 @@ Result<Program> build_program(const Setup& s) {
       expert += p.expert;
     }
     const double owned = distopt ? dense / (s.dp * s.plan.cp) + expert / s.edp : dense + expert;
-    OpContext octx{Phase::optimizer, std::nullopt, 0, 0};
+    OpContext octx{Phase::optimizer, std::nullopt, std::nullopt, std::nullopt};
     Deps opt_deps;
     if (last) opt_deps.push(*last);
     const std::uint32_t opt = w.compute(OpLabel::optimizer, octx, {detail::memory(MemoryOp::optimizer, 30.0 * owned)}, opt_deps);
     for (std::uint32_t g : grad_syncs) w.add_dep(opt, g);
     if (distopt && !s.plan.overlap_param_gather) {
-      OpContext ctx{Phase::param_sync, std::nullopt, 0, 0};
+      OpContext ctx{Phase::param_sync, std::nullopt, std::nullopt, std::nullopt};
       w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * param_bytes, {opt});
       if (expert > 0 && s.edp > 1)
         w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes, {opt});

@@ -16,8 +16,8 @@ namespace megascope::detail {
 struct OpContext {
   Phase phase = Phase::forward;
   std::optional<std::int32_t> layer;
-  std::int32_t microbatch = 0;
-  std::int32_t chunk = 0;
+  std::optional<std::int32_t> microbatch;   // absent for gradient/parameter sync and the optimizer
+  std::optional<std::int32_t> chunk;
 };
 
 // Up to four ops an op waits for; built from {a, b} or from an optional.
