@@ -1,7 +1,7 @@
 // Cost model (sim/cost_model.hpp, docs/cost-model.md): the shipped profiles
 // against the published measurements they were fitted to (Azure
 // AI-benchmarking-guide microbenchmarks, copied with their source header in
-// tests/fixtures/profiles/gpu_microbenchmarks_azure.csv), the end-to-end
+// tests/reference/gpu_microbenchmarks_azure.csv), the end-to-end
 // Megatron-LM throughputs as an upper context, calibration overlays and the
 // errors of bad profile files.
 #include "sim/cost_model.hpp"
@@ -28,34 +28,9 @@ using Row = std::map<std::string, std::string>;
 
 std::string fixture(const std::string& name) { return std::string(MEGASCOPE_TEST_FIXTURES) + "/profiles/" + name; }
 
-// Rows of the Azure microbenchmark table (comment lines skipped).
-std::vector<Row> azure_rows() {
-  std::ifstream in(fixture("gpu_microbenchmarks_azure.csv"));
-  REQUIRE(in.good());
-  std::vector<Row> rows;
-  std::vector<std::string> header;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) cells.push_back(cell);
-    if (line.back() == ',') cells.emplace_back();
-    if (header.empty()) {
-      header = cells;
-      continue;
-    }
-    Row r;
-    for (std::size_t i = 0; i < header.size() && i < cells.size(); ++i) r[header[i]] = cells[i];
-    rows.push_back(r);
-  }
-  return rows;
-}
-
 std::vector<Row> azure(const std::string& gpu, const std::string& benchmark, const std::string& precision = "") {
   std::vector<Row> out;
-  for (auto& r : azure_rows())
+  for (auto& r : test::read_csv("gpu_microbenchmarks_azure.csv"))
     if (r["gpu"] == gpu && r["benchmark"] == benchmark && (precision.empty() || r["precision"] == precision))
       out.push_back(r);
   return out;
@@ -177,7 +152,7 @@ TEST_CASE("The A100 and H200 profiles reproduce the Azure HBM copy, triad and do
   for (const auto& [cluster, gpu] : {std::pair{"dgx-a100", "A100-SXM4-80GB"}, std::pair{"dgx-h200", "H200-141GB"}}) {
     const CostModel cm = model_for(cluster);
     int seen = 0;
-    for (const auto& r : azure_rows()) {
+    for (const auto& r : test::read_csv("gpu_microbenchmarks_azure.csv")) {
       if (r.at("gpu") != gpu || !arrays.count(r.at("benchmark"))) continue;
       const double bytes = arrays.at(r.at("benchmark")) * array;
       const double predicted = bytes / cm.memory_s(MemoryOp::other, bytes) / 1e12;
