@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "apps/estimate.hpp"
+#include "apps/plan.hpp"
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
@@ -53,6 +54,16 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       ->check(CLI::IsMember({"full", "reduced"}));
   simulate->add_flag("--json", sim_json, "print one JSON object");
 
+  PlanCommandOptions plan_opts;
+  auto* plan = app.add_subcommand(
+      "plan", "search every legal plan for a model, a cluster and a batch; rank the best by simulation");
+  add_plan_options(*plan, plan_opts);
+  plan->add_option("--top", plan_opts.top, "plans simulated and ranked (default 32)");
+  plan->add_option("--explain", plan_opts.explain, "where a given plan (inline or TOML) ranks, and why");
+  plan->add_flag("--json", plan_opts.json, "print one JSON object");
+  plan->add_flag("--csv", plan_opts.csv, "print the ranked table as CSV");
+  plan->add_flag("--no-progress", plan_opts.no_progress, "no progress bar on the terminal");
+
   auto* list = app.add_subcommand("list", "the shipped models and clusters");
 
   try {
@@ -95,6 +106,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     else out << simulate_text(*sc, *outcome, sim_opts);
     return 0;
   }
+  if (*plan) return run_plan(plan_opts, out, err);
   if (*list) {
     out << "models   (" << data_dir() << "/models):\n";
     for (const auto& m : shipped_models()) out << "  " << m << "\n";

@@ -190,14 +190,60 @@ FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int
   return best;
 }
 
-double isolated_time(const Topology& topo, const FlowSpec& f) {
+namespace {
+// Seconds per payload byte of a flow alone: its busiest link.
+double seconds_per_byte(const Topology& topo, const FlowSpec& f) {
   const auto& links = topo.links();
   double per_byte = 0;
   for (const auto& [l, w] : f.load) {
     const double cap = links.at(l).capacity_Bps;
     per_byte = std::max(per_byte, cap > 0 ? w / cap : std::numeric_limits<double>::infinity());
   }
-  return f.latency_s + (f.payload_bytes > 0 ? f.payload_bytes * per_byte : 0.0);
+  return per_byte;
+}
+}  // namespace
+
+CollectiveCurve collective_curve(const Topology& topo, Collective c, std::span<const int> devices) {
+  using namespace detail;
+  CollectiveCurve curve;
+  const bool point = c == Collective::all_to_all || c == Collective::send_recv;
+  if (c == Collective::send_recv && devices.size() != 2)
+    throw std::invalid_argument("collective_curve: send_recv takes two devices (source, destination)");
+  const Group g = make_group(topo, devices);
+  if (g.size() < 2 || (c == Collective::send_recv && devices[0] == devices[1])) return curve;
+  std::vector<Shape> shapes;
+  auto consider = [&](std::optional<Shape> s) {
+    if (!s) return;
+    for (auto& l : s->load) merge(l);
+    shapes.push_back(std::move(*s));
+  };
+  if (point) {
+    consider(direct_shape(topo, c, g));
+  } else {
+    consider(ring_shape(topo, c, g));
+    consider(tree_shape(topo, c, g));
+    consider(nvls_shape(topo, c, g));
+  }
+  for (const Shape& s : shapes) {
+    for (const ProtocolParams* p : {&ll(), &ll128(), &simple()}) {
+      if (s.only) p = s.only;
+      const FlowSpec f = to_flow(s, *p, 1.0);
+      curve.lines.emplace_back(f.latency_s, seconds_per_byte(topo, f));
+      if (s.only) break;
+    }
+  }
+  return curve;
+}
+
+double CollectiveCurve::at(double bytes) const {
+  if (!(bytes > 0) || lines.empty()) return 0;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& [latency, per_byte] : lines) best = std::min(best, latency + bytes * per_byte);
+  return best;
+}
+
+double isolated_time(const Topology& topo, const FlowSpec& f) {
+  return f.latency_s + (f.payload_bytes > 0 ? f.payload_bytes * seconds_per_byte(topo, f) : 0.0);
 }
 
 double bus_bandwidth(Collective c, int n, double bytes, double seconds) {

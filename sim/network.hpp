@@ -81,6 +81,16 @@ FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int
 // Time of one collective alone on an idle network.
 double isolated_time(const Topology& topo, const FlowSpec& f);
 
+// The same as a function of the size, for estimates that cost many sizes of
+// one group: the least, over the algorithms and protocols collective_flow()
+// considers, of latency + bytes x seconds per byte. For bytes > 0,
+// at(bytes) == isolated_time(topo, collective_flow(topo, c, devices, bytes)).
+struct CollectiveCurve {
+  std::vector<std::pair<double, double>> lines;   // (latency_s, seconds per payload byte)
+  [[nodiscard]] double at(double bytes) const;
+};
+CollectiveCurve collective_curve(const Topology& topo, Collective c, std::span<const int> devices);
+
 // Bus bandwidth as nccl-tests defines it, for a collective of `bytes` over n
 // ranks taking `seconds`: all_reduce algbw * 2(n-1)/n; reduce_scatter and
 // all_gather algbw * (n-1)/n; others algbw.

@@ -32,4 +32,10 @@ struct ChunkInflight {
 // inflight[r][c] for pipeline rank r and chunk c of Setup::chunks.
 std::vector<std::vector<ChunkInflight>> inflight_microbatches(const Setup& s);
 
+// The same for one pipeline rank r of p, with v chunks per rank in the model
+// split and m micro-batches; writes `out[0 .. chunks)` (chunks: 1, or v, or 2
+// for the V-shaped and DualPipe schedules). No allocation: the planner calls
+// it for every candidate plan.
+void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* out, int chunks);
+
 }  // namespace megascope

@@ -77,6 +77,60 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
   return out;
 }
 
+double tokens_of(const Setup& s) {
+  return static_cast<double>(s.seq_length) / s.plan.cp * s.plan.micro_batch_size;
+}
+
+// The embedding lookup of one micro-batch and its TP reduction.
+std::uint32_t embedding_forward(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps) {
+  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
+  std::uint32_t dep = w.compute(OpLabel::embedding, ctx, {detail::memory(MemoryOp::embedding, 4.0 * tokens * h)}, deps);
+  if (s.plan.tp > 1)
+    dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
+                       OpLabel::tp_comm, ctx, 2.0 * tokens * h, {dep});
+  return dep;
+}
+
+// Final norm, output layer and loss of one micro-batch (SP: after gathering the sequence).
+std::uint32_t output_forward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep) {
+  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
+  const std::int64_t T = static_cast<std::int64_t>(tokens);
+  const std::int64_t V = s.padded_vocab / s.plan.tp;
+  if (s.sequence_parallel)
+    dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, dep);
+  return w.compute(OpLabel::output_loss, ctx,
+                   {detail::memory(MemoryOp::norm, 4.0 * tokens * h), detail::gemm(T, V, s.model.hidden_size,
+                                                                                   s.training.precision),
+                    detail::memory(MemoryOp::cross_entropy, 3.0 * 4.0 * tokens * static_cast<double>(V))},
+                   dep);
+}
+
+// Loss and output-layer input gradient, and its TP reduction.
+std::uint32_t output_backward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep) {
+  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
+  const std::int64_t T = static_cast<std::int64_t>(tokens);
+  const std::int64_t V = s.padded_vocab / s.plan.tp;
+  std::uint32_t out = w.compute(OpLabel::output_loss, ctx,
+                                {detail::memory(MemoryOp::cross_entropy, 2.0 * 4.0 * tokens * static_cast<double>(V)),
+                                 detail::gemm(T, s.model.hidden_size, V, s.training.precision)},
+                                dep);
+  if (s.plan.tp > 1)
+    out = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
+                       OpLabel::tp_comm, ctx, 2.0 * tokens * h, {out});
+  return out;
+}
+
+std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx) {
+  return w.compute(OpLabel::output_loss, ctx,
+                   {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
+                                 static_cast<std::int64_t>(tokens_of(s)), s.training.precision)});
+}
+
+std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx) {
+  return w.compute(OpLabel::embedding, ctx,
+                   {detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * static_cast<double>(s.model.hidden_size))});
+}
+
 // Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.
 double bucket_params(const Setup& s) { return std::max(40e6, 1e6 * s.dp * s.plan.cp); }
 
@@ -101,12 +155,11 @@ Result<Program> build_program(const Setup& s) {
       holder[{dualpipe ? static_cast<int>(c) : 0, s.chunks[static_cast<std::size_t>(r)][c].virtual_stage}] = r;
 
   const double h = static_cast<double>(s.model.hidden_size);
-  const double tokens = static_cast<double>(s.seq_length) / s.plan.cp * s.plan.micro_batch_size;
+  const double tokens = tokens_of(s);
   // Each TP rank sends its 1/tp slice of the activation (sequence parallelism, or
   // Megatron's scatter/gather of pipeline tensors without it); the all-gather
   // that rebuilds it inside the receiving node is not modelled.
   const double p2p_bytes = 2.0 * tokens * h / s.plan.tp;
-  const Precision prec = s.training.precision;
   const double grad_bytes = bytes_of(s.training.grad_dtype);
   const double param_bytes = bytes_of(s.training.params_dtype);
   const bool distopt = s.plan.distributed_optimizer && s.dp * s.plan.cp > 1;
@@ -199,10 +252,7 @@ Result<Program> build_program(const Setup& s) {
           first_deps.push(*embedding_gate[static_cast<std::size_t>(st.chunk)]);
         std::optional<std::uint32_t> dep;
         if (vs == 0) {
-          dep = w.compute(OpLabel::embedding, ctx, {detail::memory(MemoryOp::embedding, 4.0 * tokens * h)}, first_deps);
-          if (s.plan.tp > 1)
-            dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp,
-                               CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {*dep});
+          dep = embedding_forward(w, s, ctx, first_deps);
         } else if (first_deps.count > 0) {
           // A receive (or the parameter gather) gates the first layer.
           dep = w.compute(OpLabel::attention, ctx, {}, first_deps);
@@ -218,14 +268,7 @@ Result<Program> build_program(const Setup& s) {
           dep = layers.forward(l, ctx, dep);
         }
         if (vs == last_vs) {
-          const std::int64_t T = static_cast<std::int64_t>(tokens);
-          const std::int64_t V = s.padded_vocab / s.plan.tp;
-          if (s.sequence_parallel)
-            dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, dep);
-          dep = w.compute(OpLabel::output_loss, ctx,
-                          {detail::memory(MemoryOp::norm, 4.0 * tokens * h), detail::gemm(T, V, s.model.hidden_size, prec),
-                           detail::memory(MemoryOp::cross_entropy, 3.0 * 4.0 * tokens * static_cast<double>(V))},
-                          dep);
+          dep = output_forward(w, s, ctx, dep);
         } else if (peer(vs + 1) != r) {
           w.p2p(OpKind::send, OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir),
                 p2p_bytes, dep);
@@ -236,17 +279,7 @@ Result<Program> build_program(const Setup& s) {
         if (vs < last_vs && peer(vs + 1) != r)
           dep = w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
                       p2p_bytes);
-        if (vs == last_vs) {
-          const std::int64_t T = static_cast<std::int64_t>(tokens);
-          const std::int64_t V = s.padded_vocab / s.plan.tp;
-          dep = w.compute(OpLabel::output_loss, ctx,
-                          {detail::memory(MemoryOp::cross_entropy, 2.0 * 4.0 * tokens * static_cast<double>(V)),
-                           detail::gemm(T, s.model.hidden_size, V, prec)},
-                          dep);
-          if (s.plan.tp > 1)
-            dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp,
-                               CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {*dep});
-        }
+        if (vs == last_vs) dep = output_backward(w, s, ctx, dep);
         const Recompute& rc = s.plan.recompute;
         const bool selective = rc.granularity == RecomputeGranularity::selective;
         const bool full = rc.granularity == RecomputeGranularity::full;
@@ -281,15 +314,13 @@ Result<Program> build_program(const Setup& s) {
         for (const Piece& piece : backward_pieces(s, ch)) {
           switch (piece.kind) {
             case Piece::Kind::output:
-              dep = w.compute(OpLabel::output_loss, ctx,
-                              {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
-                                            static_cast<std::int64_t>(tokens), prec)});
+              dep = output_weight(w, s, ctx);
               break;
             case Piece::Kind::layer:
               dep = layers.backward_weight(piece.layer, ctx, std::nullopt);
               break;
             case Piece::Kind::embedding:
-              dep = w.compute(OpLabel::embedding, ctx, {detail::memory(MemoryOp::embedding, 6.0 * tokens * h)});
+              dep = embedding_weight(w, s, ctx);
               break;
           }
           dense += piece.dense;
@@ -343,6 +374,51 @@ Result<Program> build_program(const Setup& s) {
   }
   if (auto ok = validate_program(prog); !ok) return tl::unexpected(ok.error());
   return prog;
+}
+
+LayerProbe probe_edge(const Setup& s, EdgePass pass) {
+  LayerProbe probe;
+  StageWriter w(probe.ops);
+  OpContext ctx{Phase::forward, std::nullopt, 0, 0};
+  switch (pass) {
+    case EdgePass::embedding_forward: probe.last = embedding_forward(w, s, ctx, {}); break;
+    case EdgePass::embedding_weight:
+      ctx.phase = Phase::backward_weight;
+      probe.last = embedding_weight(w, s, ctx);
+      break;
+    case EdgePass::output_forward: probe.last = output_forward(w, s, ctx, std::nullopt); break;
+    case EdgePass::output_backward_input:
+      ctx.phase = Phase::backward_input;
+      probe.last = output_backward(w, s, ctx, std::nullopt);
+      break;
+    case EdgePass::output_weight:
+      ctx.phase = Phase::backward_weight;
+      probe.last = output_weight(w, s, ctx);
+      break;
+  }
+  return probe;
+}
+
+LayerProbe probe_layer(const Setup& s, int layer, LayerPass pass) {
+  LayerProbe probe;
+  StageWriter w(probe.ops);
+  LayerEmitter layers{s, w};
+  OpContext ctx{Phase::forward, std::nullopt, 0, 0};
+  switch (pass) {
+    case LayerPass::forward:
+      probe.last = layers.forward(layer, ctx, std::nullopt);
+      break;
+    case LayerPass::backward_input:
+      ctx.phase = Phase::backward_input;
+      probe.last = layers.backward_input(layer, ctx, std::nullopt,
+                                         s.plan.recompute.granularity == RecomputeGranularity::selective);
+      break;
+    case LayerPass::backward_weight:
+      ctx.phase = Phase::backward_weight;
+      probe.last = layers.backward_weight(layer, ctx, std::nullopt);
+      break;
+  }
+  return probe;
 }
 
 }  // namespace megascope

@@ -10,4 +10,20 @@ namespace megascope {
 
 Result<Program> build_program(const Setup& s);
 
+// One transformer layer's ops for one micro-batch on one rank, exactly as
+// build_program emits them inside a pass (same kernels, collectives and
+// dependencies), for estimates that cost a layer without a whole Program.
+// `last` is the op the next layer waits for; ops after it (the tail of an
+// overlapped TP collective) run beside the next layer.
+enum class LayerPass : std::uint8_t { forward, backward_input, backward_weight };
+struct LayerProbe {
+  StageProgram ops;
+  std::uint32_t last = 0;
+};
+LayerProbe probe_layer(const Setup& s, int layer, LayerPass pass);
+// The same for the work at the ends of the model, per micro-batch.
+enum class EdgePass : std::uint8_t { embedding_forward, embedding_weight, output_forward, output_backward_input,
+                                     output_weight };
+LayerProbe probe_edge(const Setup& s, EdgePass pass);
+
 }  // namespace megascope

@@ -1,0 +1,41 @@
+// `megascope plan`: search every legal plan for a model, a cluster and a
+// batch, rank the best by simulation, explain the winner (or a given plan)
+// and print the Megatron-LM arguments.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "planner/planner.hpp"
+
+namespace megascope::cli {
+
+struct PlanCommandOptions {
+  std::optional<std::string> model, cluster, gpus, max_gpus, explain, calibration;
+  std::optional<int> nodes;
+  std::optional<std::int64_t> global_batch, seq_len;
+  int top = 32;
+  int threads = 0;
+  bool json = false, csv = false, no_progress = false;
+  // Constraints as given (parsed in run_plan so that errors name the option).
+  std::optional<std::string> tp, pp, vpp, dp, cp, ep, etp, mbs, schedules, recompute, sp, distopt, overlap_grad_reduce,
+      overlap_param_gather, tp_comm_overlap;
+  double headroom_gib = 2.0;
+  int min_dp = 1;
+  bool tp_across_domains = false;
+};
+
+// Adds the model/cluster/batch and constraint options shared by plan and sweep.
+void add_plan_options(CLI::App& cmd, PlanCommandOptions& o);
+
+// Resolves the options into search inputs (GPU counts from --gpus N | A-B or --max-gpus N).
+Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o);
+
+// The inline form of a candidate's plan, e.g. "tp=8,pp=8,vpp=3,...".
+std::string plan_text(const PlanSpec& p);
+
+int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err);
+
+}  // namespace megascope::cli

@@ -1,0 +1,486 @@
+#include "planner/estimate.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <unordered_map>
+
+#include "core/accounting/activations.hpp"
+#include "core/accounting/inflight.hpp"
+#include "core/accounting/memory.hpp"
+#include "core/accounting/params.hpp"
+#include "core/program/builder.hpp"
+#include "core/rank_grid.hpp"
+#include "core/setup.hpp"
+#include "sim/engine.hpp"
+#include "sim/network.hpp"
+
+namespace megascope::planner {
+
+namespace {
+
+// Keys of the caches: a few small integers packed into 64 bits.
+std::uint64_t pack(std::initializer_list<std::uint64_t> fields) {
+  std::uint64_t k = 0;
+  for (std::uint64_t f : fields) k = k * 0x10001ull + f;   // collision-free for fields < 65537 and <= 4 fields
+  return k;
+}
+
+struct LayerAct {
+  double stored = 0, checkpoint = 0, wgs = 0;
+};
+struct ActEntry {
+  LayerAct dense, moe;
+  double embedding = 0, output = 0;
+};
+
+struct LayerTime {
+  double f = 0, b = 0, w = 0;
+};
+struct TimeEntry {
+  LayerTime dense, moe;
+  double emb_f = 0, emb_w = 0, out_f = 0, out_b = 0, out_w = 0;
+};
+
+struct ChunkInfo {
+  int count = 0;
+  int virtual_stage = 0;
+  std::vector<int> moe_prefix;   // moe layers among the chunk's first k layers, k = 0..count
+};
+struct RankLayout {
+  ParamSplit params;
+  std::vector<ChunkInfo> chunks;
+  int dense_layers = 0, moe_layers = 0;
+  bool embedding = false, output = false;
+};
+struct Layout {
+  std::vector<RankLayout> ranks;
+  int virtual_stages = 0;
+  bool last_layer_moe = false;
+};
+
+// Isolated collective time over one group of one topology, by size.
+struct CommTable {
+  std::vector<int> devices;      // group members (device ids)
+  sim::CollectiveCurve curve;
+};
+
+}  // namespace
+
+struct Estimator::Impl {
+  SearchInputs in;
+  sim::CostModel cost;
+  BytesPerParam bpp;
+  bool have_bpp = false;
+  std::unordered_map<std::uint64_t, Layout> layouts;
+  std::unordered_map<std::uint64_t, ActEntry> acts;
+  std::unordered_map<std::uint64_t, TimeEntry> times;
+  std::map<int, sim::Topology> topologies;
+  std::unordered_map<std::uint64_t, CommTable> comm;
+  std::vector<double> back;   // scratch: per rank, B + W of one micro-batch
+
+  Impl(const SearchInputs& i, const sim::CostModel& c) : in(i), cost(c) {}
+
+  Result<Setup> setup_of(const Candidate& c) {
+    auto s = validate_setup(in.model, in.cluster, in.training, to_plan(c), c.gpus);
+    if (s && !have_bpp) {
+      bpp = bytes_per_param(*s);
+      have_bpp = true;
+    }
+    return s;
+  }
+
+  static RankGrid grid_of(const Candidate& c) {
+    const int edp = c.gpus / (c.etp * c.ep * c.pp);
+    return RankGrid{c.tp, c.cp, c.dp, c.pp, c.etp, c.ep, edp};
+  }
+
+  const sim::Topology& topology(int n) {
+    auto it = topologies.find(n);
+    if (it == topologies.end()) it = topologies.emplace(n, sim::Topology::build(in.cluster, n)).first;
+    return it->second;
+  }
+
+  // Rank 0's group as (size, stride): every group of rank 0 is 0, stride, 2 stride, ...
+  static std::pair<int, int> group_shape(const RankGrid& g, CommGroup group, sim::Collective kind) {
+    switch (group) {
+      case CommGroup::tp: return {g.tp, 1};
+      case CommGroup::cp: return {g.cp, g.tp};
+      case CommGroup::dp: return {g.dp, g.tp * g.cp};
+      case CommGroup::dp_cp: return {g.dp * g.cp, g.tp};
+      case CommGroup::pp:   // point-to-point: rank 0 and the next stage
+        return {kind == sim::Collective::send_recv ? std::min(2, g.pp) : g.pp, g.tp * g.cp * g.dp};
+      case CommGroup::etp: return {g.etp, 1};
+      case CommGroup::ep: return {g.ep, g.etp};
+      case CommGroup::edp: return {g.edp, g.etp * g.ep};
+      case CommGroup::embedding: return {std::min(2, g.pp), g.tp * g.cp * g.dp * std::max(1, g.pp - 1)};
+    }
+    return {1, 1};
+  }
+
+  // The table of a collective over rank 0's `group`; nullptr when the group has one member.
+  CommTable* table(int n, const RankGrid& grid, sim::Collective kind, CommGroup group) {
+    const auto [size, stride] = group_shape(grid, group, kind);
+    if (size < 2) return nullptr;
+    const std::uint64_t key = pack({static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(kind),
+                                    static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stride)});
+    auto it = comm.find(key);
+    if (it == comm.end()) {
+      CommTable t;
+      for (int i = 0; i < size; ++i) t.devices.push_back(i * stride);
+      if (kind != sim::Collective::send_recv)
+        MEGASCOPE_CHECK(t.devices == grid.group(0, group), "group shape differs from the rank grid's group");
+      t.curve = sim::collective_curve(topology(n), kind, t.devices);
+      it = comm.emplace(key, std::move(t)).first;
+    }
+    return &it->second;
+  }
+
+  // Seconds of `bytes` per rank on a table (exactly the simulator's isolated time).
+  static double time_on(const CommTable* t, double bytes) { return t ? t->curve.at(bytes) : 0.0; }
+
+  double comm_s(int n, const RankGrid& grid, sim::Collective kind, CommGroup group, double bytes) {
+    return time_on(table(n, grid, kind, group), bytes);
+  }
+
+  static sim::Collective collective_of(OpKind k) {
+    switch (k) {
+      case OpKind::all_reduce: return sim::Collective::all_reduce;
+      case OpKind::reduce_scatter: return sim::Collective::reduce_scatter;
+      case OpKind::all_gather: return sim::Collective::all_gather;
+      case OpKind::all_to_all: return sim::Collective::all_to_all;
+      default: return sim::Collective::send_recv;
+    }
+  }
+
+  // Runs one probe's ops on their streams for one rank of an idle cluster;
+  // returns when its `last` op ends.
+  double run_probe(const LayerProbe& p, int n, const RankGrid& grid) {
+    const std::vector<double> dur = sim::compute_durations(p.ops, cost);
+    std::array<double, kStreamCount> free{};
+    std::vector<double> end(p.ops.ops.size(), 0.0);
+    for (std::size_t i = 0; i < p.ops.ops.size(); ++i) {
+      const Op& op = p.ops.ops[i];
+      double start = free[static_cast<std::size_t>(op.stream)];
+      for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+        start = std::max(start, end[p.ops.deps[d]]);
+      const double t = op.kind == OpKind::compute ? dur[i] : comm_s(n, grid, collective_of(op.kind), op.group, op.bytes);
+      end[i] = start + t;
+      free[static_cast<std::size_t>(op.stream)] = end[i];
+    }
+    return p.ops.ops.empty() ? 0.0 : end[p.last];
+  }
+
+  static std::uint64_t layout_key(const Candidate& c) {
+    return pack({static_cast<std::uint64_t>(c.tp), static_cast<std::uint64_t>(c.etp) * 256 + c.ep,
+                 static_cast<std::uint64_t>(c.pp),
+                 static_cast<std::uint64_t>(c.vpp) * 16 + static_cast<std::uint64_t>(c.schedule)});
+  }
+
+  Result<const Layout*> layout(const Candidate& c, const Setup* have) {
+    const std::uint64_t key = layout_key(c);
+    if (auto it = layouts.find(key); it != layouts.end()) return &it->second;
+    std::optional<Setup> local;
+    if (!have) {
+      auto s = setup_of(c);
+      if (!s) return tl::unexpected(s.error());
+      local = std::move(*s);
+      have = &*local;
+    }
+    const Setup& s = *have;
+    Layout l;
+    l.virtual_stages = s.virtual_stages;
+    l.last_layer_moe = s.model.is_moe_layer(s.model.num_layers - 1);
+    for (int r = 0; r < s.plan.pp; ++r) {
+      RankLayout rl;
+      rl.params = rank_params(s, r);
+      rl.embedding = s.holds_embedding(r);
+      rl.output = s.holds_output(r);
+      for (const ChunkLayers& ch : s.chunks[static_cast<std::size_t>(r)]) {
+        ChunkInfo ci;
+        ci.count = ch.count;
+        ci.virtual_stage = ch.virtual_stage;
+        ci.moe_prefix.assign(static_cast<std::size_t>(ch.count) + 1, 0);
+        for (int i = 0; i < ch.count; ++i)
+          ci.moe_prefix[static_cast<std::size_t>(i) + 1] =
+              ci.moe_prefix[static_cast<std::size_t>(i)] + (s.model.is_moe_layer(ch.first + i) ? 1 : 0);
+        rl.moe_layers += ci.moe_prefix.back();
+        rl.dense_layers += ch.count - ci.moe_prefix.back();
+        rl.chunks.push_back(std::move(ci));
+      }
+      l.ranks.push_back(std::move(rl));
+    }
+    return &layouts.emplace(key, std::move(l)).first->second;
+  }
+
+  std::uint64_t act_key(const Candidate& c) const {
+    return pack({static_cast<std::uint64_t>(c.tp) * 2 + c.sp, static_cast<std::uint64_t>(c.cp),
+                 static_cast<std::uint64_t>(c.mbs) * 4 + static_cast<std::uint64_t>(c.recompute),
+                 static_cast<std::uint64_t>(c.etp) * 256 + c.ep});
+  }
+
+  // The first layer of each kind (dense, MoE); -1 when the model has none.
+  std::pair<int, int> kind_layers() const {
+    int dense = -1, moe = -1;
+    for (int l = 0; l < in.model.num_layers; ++l) {
+      if (in.model.is_moe_layer(l)) {
+        if (moe < 0) moe = l;
+      } else if (dense < 0) {
+        dense = l;
+      }
+    }
+    return {dense, moe};
+  }
+
+  Result<const ActEntry*> activations(const Candidate& c, const Setup* have) {
+    const std::uint64_t key = act_key(c);
+    if (auto it = acts.find(key); it != acts.end()) return &it->second;
+    std::optional<Setup> local;
+    if (!have) {
+      auto s = setup_of(c);
+      if (!s) return tl::unexpected(s.error());
+      local = std::move(*s);
+      have = &*local;
+    }
+    ActEntry e;
+    const auto [dense, moe] = kind_layers();
+    const auto fill = [&](int layer, LayerAct& out) {
+      if (layer < 0) return;
+      const LayerActivations la = layer_activations(*have, layer);
+      out = {la.stored, la.checkpoint, la.weight_grad_state};
+    };
+    fill(dense, e.dense);
+    fill(moe, e.moe);
+    const EdgeActivations edges = edge_activations(*have);
+    e.embedding = edges.embedding_bytes();
+    e.output = edges.output_bytes();
+    return &acts.emplace(key, e).first->second;
+  }
+
+  Result<const TimeEntry*> layer_times(const Candidate& c) {
+    const std::uint64_t key = act_key(c) * 0x9E3779B97F4A7C15ull ^
+                              pack({static_cast<std::uint64_t>(c.gpus), c.tp_comm_overlap});
+    if (auto it = times.find(key); it != times.end()) return &it->second;
+    auto s = setup_of(c);
+    if (!s) return tl::unexpected(s.error());
+    const RankGrid grid = grid_of(c);
+    TimeEntry e;
+    const auto [dense, moe] = kind_layers();
+    const auto fill = [&](int layer, LayerTime& out) {
+      if (layer < 0) return;
+      out.f = run_probe(probe_layer(*s, layer, LayerPass::forward), c.gpus, grid);
+      out.b = run_probe(probe_layer(*s, layer, LayerPass::backward_input), c.gpus, grid);
+      out.w = run_probe(probe_layer(*s, layer, LayerPass::backward_weight), c.gpus, grid);
+    };
+    fill(dense, e.dense);
+    fill(moe, e.moe);
+    e.emb_f = run_probe(probe_edge(*s, EdgePass::embedding_forward), c.gpus, grid);
+    e.emb_w = run_probe(probe_edge(*s, EdgePass::embedding_weight), c.gpus, grid);
+    e.out_f = run_probe(probe_edge(*s, EdgePass::output_forward), c.gpus, grid);
+    e.out_b = run_probe(probe_edge(*s, EdgePass::output_backward_input), c.gpus, grid);
+    e.out_w = run_probe(probe_edge(*s, EdgePass::output_weight), c.gpus, grid);
+    return &times.emplace(key, e).first->second;
+  }
+
+  int communicators(const Candidate& c) const {
+    const bool moe = in.model.moe.has_value();
+    const int edp = c.gpus / (c.etp * c.ep * c.pp);
+    int n = (c.tp > 1) + (c.cp > 1) + (c.dp * c.cp > 1) + (c.pp > 1);
+    if (moe) n += (c.ep > 1) + (c.etp > 1 && c.etp != c.tp) + (edp > 1 && edp != c.dp * c.cp);
+    if (c.pp > 1 && in.model.tied_embeddings) n += 1;
+    return n;
+  }
+
+  Result<Estimate> memory(const Candidate& c) {
+    auto lay = layout(c, nullptr);
+    if (!lay) return tl::unexpected(lay.error());
+    auto acts_of = activations(c, nullptr);
+    if (!acts_of) return tl::unexpected(acts_of.error());
+    const Layout& L = **lay;
+    const ActEntry& A = **acts_of;
+    const RuntimeOverheads& o = in.training.overheads;
+    const int edp = c.gpus / (c.etp * c.ep * c.pp);
+    const double dense_shard = c.distopt ? c.dp * c.cp : 1.0;
+    const double expert_shard = c.distopt ? edp : 1.0;
+    const bool full = c.recompute == RecomputeGranularity::full;
+    const bool uniform = c.recompute_method == RecomputeMethod::uniform;
+    const int m = static_cast<int>(in.training.global_batch_size / (static_cast<std::int64_t>(c.mbs) * c.dp));
+    const double fixed_other = o.cuda_context_bytes + o.nccl_bytes_per_group * communicators(c);
+    const int mtp = in.model.mtp_num_layers;
+    const LayerAct& last = L.last_layer_moe ? A.moe : A.dense;
+
+    Estimate e;
+    std::array<ChunkInflight, 8> inflight{};
+    for (int r = 0; r < c.pp; ++r) {
+      const RankLayout& rl = L.ranks[static_cast<std::size_t>(r)];
+      const double grads = rl.params.total() * bpp.grads;
+      double total = rl.params.total() * bpp.weights + grads + rl.params.dense * bpp.optimizer / dense_shard +
+                     rl.params.expert * bpp.optimizer / expert_shard;
+      const int nch = static_cast<int>(rl.chunks.size());
+      rank_inflight(c.schedule, c.pp, c.vpp, m, r, inflight.data(), nch);
+      double act = 0, working = 0;
+      for (int ci = 0; ci < nch; ++ci) {
+        const ChunkInfo& ch = rl.chunks[static_cast<std::size_t>(ci)];
+        const ChunkInflight in_c = inflight[static_cast<std::size_t>(ci)];
+        const int rec = !full ? 0 : (uniform ? ch.count : std::min<int>(ch.count, c.recompute_layers));
+        const int rec_moe = ch.moe_prefix[static_cast<std::size_t>(rec)];
+        const int rec_dense = rec - rec_moe;
+        const int moe_all = ch.moe_prefix.back();
+        const int st_moe = moe_all - rec_moe, st_dense = ch.count - rec - st_moe;
+        act += in_c.full * (st_dense * A.dense.stored + st_moe * A.moe.stored);
+        act += in_c.full * (rec_dense * A.dense.checkpoint + rec_moe * A.moe.checkpoint);
+        if (in_c.weight_grad_only > 0)
+          act += in_c.weight_grad_only * ((ch.count - moe_all) * A.dense.wgs + moe_all * A.moe.wgs);
+        if (rec_dense > 0) working = std::max(working, A.dense.stored);
+        if (rec_moe > 0) working = std::max(working, A.moe.stored);
+        if (ch.virtual_stage == 0) act += in_c.full * A.embedding;
+        if (ch.virtual_stage == L.virtual_stages - 1) {
+          act += in_c.full * A.output;
+          if (mtp > 0) act += in_c.full * mtp * (last.stored + A.output);
+        }
+      }
+      act += working;
+      total += act + fixed_other + o.fragmentation_fraction * (act + grads);
+      if (total > e.peak_bytes) {
+        e.peak_bytes = total;
+        e.peak_stage = r;
+      }
+    }
+    e.fits = e.peak_bytes + in.constraints.headroom_bytes <= in.cluster.device.memory_bytes;
+    return e;
+  }
+
+  Result<Estimate> evaluate(const Candidate& c) {
+    auto mem = memory(c);
+    if (!mem) return mem;
+    Estimate e = *mem;
+    auto lt = layer_times(c);
+    if (!lt) return tl::unexpected(lt.error());
+    const TimeEntry& T = **lt;
+    const Layout& lay = layouts.at(layout_key(c));
+    const int p = c.pp;
+    const int m = static_cast<int>(in.training.global_batch_size / (static_cast<std::int64_t>(c.mbs) * c.dp));
+    const bool full = c.recompute == RecomputeGranularity::full;
+    const bool uniform = c.recompute_method == RecomputeMethod::uniform;
+    const bool dualpipe = c.schedule == Schedule::dualpipe;
+    const double share = dualpipe ? 0.5 : 1.0;   // DualPipe: a micro-batch runs one of the rank's two chunks
+
+    double cmax = 0, csum = 0, fsum = 0, bsum = 0, wsum = 0;
+    back.assign(static_cast<std::size_t>(p), 0.0);
+    for (int r = 0; r < p; ++r) {
+      const RankLayout& rl = lay.ranks[static_cast<std::size_t>(r)];
+      double F = rl.dense_layers * T.dense.f + rl.moe_layers * T.moe.f;
+      double B = rl.dense_layers * T.dense.b + rl.moe_layers * T.moe.b;
+      double W = rl.dense_layers * T.dense.w + rl.moe_layers * T.moe.w;
+      if (rl.embedding) {
+        F += T.emb_f;
+        W += T.emb_w;
+      }
+      if (rl.output) {
+        F += T.out_f;
+        B += T.out_b;
+        W += T.out_w;
+      }
+      if (full) {
+        for (const ChunkInfo& ch : rl.chunks) {
+          const int rec = uniform ? ch.count : std::min<int>(ch.count, c.recompute_layers);
+          const int rec_moe = ch.moe_prefix[static_cast<std::size_t>(rec)];
+          B += (rec - rec_moe) * T.dense.f + rec_moe * T.moe.f;
+        }
+      }
+      F *= share;
+      B *= share;
+      W *= share;
+      const double cr = F + B + W;
+      cmax = std::max(cmax, cr);
+      csum += cr;
+      fsum += F;
+      bsum += B;
+      wsum += W;
+      back[static_cast<std::size_t>(r)] = B + W;
+    }
+    const double fm = fsum / p, bm = bsum / p, wm = wsum / p;
+    double bubble = 0;
+    switch (c.schedule) {
+      case Schedule::gpipe:
+      case Schedule::one_f_one_b: bubble = csum - cmax; break;
+      case Schedule::interleaved: bubble = (csum - cmax) / c.vpp; break;
+      case Schedule::zb_h1: bubble = (p - 1) * std::max(0.0, fm + bm - wm); break;
+      case Schedule::zb_v: bubble = (p - 1) * std::max(0.0, fm + bm - 2 * wm) / 2; break;
+      case Schedule::dualpipe: bubble = (p / 2 - 1) * std::max(0.0, fm + 2 * bm - wm); break;
+      case Schedule::dualpipev: bubble = (p - 1) * std::max(0.0, fm + 2 * bm - wm) / 2; break;
+    }
+    const RankGrid grid = grid_of(c);
+    const double h = static_cast<double>(in.model.hidden_size);
+    const double seq = static_cast<double>(in.training.seq_length.value_or(in.model.seq_length));
+    const double p2p_bytes = 2.0 * seq / c.cp * c.mbs * h / c.tp;
+    const double p2p = p > 1 ? comm_s(c.gpus, grid, sim::Collective::send_recv, CommGroup::pp, p2p_bytes) : 0.0;
+    const double pipeline = m * cmax + bubble + 2.0 * (p - 1) * p2p;
+
+    // Gradient reduction, optimizer, parameter gather: per rank after its last backward.
+    const int edp = c.gpus / (c.etp * c.ep * c.pp);
+    const bool distopt = c.distopt && c.dp * c.cp > 1;
+    const double grad_b = bytes_of(in.training.grad_dtype), param_b = bytes_of(in.training.params_dtype);
+    const double bucket = std::max(40e6, 1e6 * c.dp * c.cp);
+    const sim::Collective reduce = distopt ? sim::Collective::reduce_scatter : sim::Collective::all_reduce;
+    const double v_eff = c.schedule == Schedule::interleaved ? c.vpp : 1.0;
+    const bool has_dp = c.dp * c.cp > 1;
+    CommTable* dense_reduce = has_dp ? table(c.gpus, grid, reduce, CommGroup::dp_cp) : nullptr;
+    CommTable* expert_reduce = edp > 1 ? table(c.gpus, grid, reduce, CommGroup::edp) : nullptr;
+    CommTable* dense_gather = distopt ? table(c.gpus, grid, sim::Collective::all_gather, CommGroup::dp_cp) : nullptr;
+    CommTable* expert_gather = distopt && edp > 1 ? table(c.gpus, grid, sim::Collective::all_gather, CommGroup::edp)
+                                                  : nullptr;
+    CommTable* embedding = p > 1 && in.model.tied_embeddings
+                               ? table(c.gpus, grid, sim::Collective::all_reduce, CommGroup::embedding)
+                               : nullptr;
+    const double embedding_bytes = static_cast<double>(in.model.padded_vocab(c.tp)) * h / c.tp * grad_b;
+    double step = pipeline, dp_worst = 0;
+    for (int r = 0; r < p; ++r) {
+      const RankLayout& rl = lay.ranks[static_cast<std::size_t>(r)];
+      const double nch = static_cast<double>(rl.chunks.size());
+      double grad = 0, last_bucket = 0;
+      if (rl.params.dense > 0) {
+        grad += nch * time_on(dense_reduce, rl.params.dense / nch * grad_b);
+        last_bucket += time_on(dense_reduce, std::min(bucket, rl.params.dense) * grad_b);
+      }
+      if (rl.params.expert > 0) {
+        grad += nch * time_on(expert_reduce, rl.params.expert / nch * grad_b);
+        last_bucket += time_on(expert_reduce, std::min(bucket, rl.params.expert) * grad_b);
+      }
+      double exposed = c.overlap_grad_reduce ? std::max(last_bucket, grad - back[static_cast<std::size_t>(r)]) : grad;
+      if (rl.embedding != rl.output) exposed += time_on(embedding, embedding_bytes);
+      const double owned = distopt ? rl.params.dense / (c.dp * c.cp) + rl.params.expert / edp : rl.params.total();
+      exposed += cost.memory_s(MemoryOp::optimizer, 30.0 * owned);
+      if (distopt) {
+        const double dense_ag = time_on(
+            dense_gather, (c.overlap_param_gather ? std::min(bucket, rl.params.dense) : rl.params.dense) * param_b);
+        const double expert_ag =
+            rl.params.expert > 0
+                ? time_on(expert_gather,
+                          (c.overlap_param_gather ? std::min(bucket, rl.params.expert) : rl.params.expert) * param_b)
+                : 0.0;
+        exposed += dense_ag + expert_ag;
+      }
+      const double offset = r * back[static_cast<std::size_t>(r)] / v_eff;
+      step = std::max(step, pipeline - offset + exposed);
+      dp_worst = std::max(dp_worst, exposed);
+    }
+    e.pipeline_s = pipeline;
+    e.bubble_s = pipeline - m * cmax;
+    e.dp_exposed_s = dp_worst;
+    e.step_s = step;
+    return e;
+  }
+};
+
+Estimator::Estimator(const SearchInputs& in, const sim::CostModel& cost) : impl_(std::make_unique<Impl>(in, cost)) {}
+Estimator::~Estimator() = default;
+Estimator::Estimator(Estimator&&) noexcept = default;
+Estimator& Estimator::operator=(Estimator&&) noexcept = default;
+
+Result<Estimate> Estimator::memory(const Candidate& c) { return impl_->memory(c); }
+
+Result<Estimate> Estimator::evaluate(const Candidate& c) { return impl_->evaluate(c); }
+
+}  // namespace megascope::planner

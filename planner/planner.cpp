@@ -1,0 +1,279 @@
+#include "planner/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <queue>
+#include <thread>
+
+#include "core/program/builder.hpp"
+#include "sim/engine.hpp"
+#include "sim/network.hpp"
+
+namespace megascope::planner {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+Result<sim::CostModel> cost_model(const SearchInputs& in, const std::optional<std::string>& calibration) {
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  if (!cost) return cost;
+  if (calibration)
+    if (auto ok = cost->apply_calibration(*calibration); !ok) return tl::unexpected(ok.error());
+  return cost;
+}
+
+Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan, int gpus, const sim::CostModel& cost) {
+  auto s = validate_setup(in.model, in.cluster, in.training, plan, gpus);
+  if (!s) return tl::unexpected(s.error());
+  auto program = build_program(*s);
+  if (!program) return tl::unexpected(program.error());
+  const sim::Topology topo = sim::Topology::build(s->cluster, s->world);
+  sim::SimOptions so;
+  so.mode = sim::Mode::reduced;
+  auto result = sim::simulate(*program, topo, cost, so);
+  if (!result) return tl::unexpected(result.error());
+  SimulatedPlan out;
+  out.plan = plan;
+  out.gpus = gpus;
+  out.report = sim::make_report(*s, *program, *result);
+  out.memory = memory_report(*s);
+  if (auto c = from_plan(plan, gpus, s->dp)) out.candidate = *c;
+  return out;
+}
+
+// Ordering of stage-1 survivors: time, then enumeration order (deterministic).
+struct Ranked {
+  double step = 0;
+  std::uint64_t index = 0;
+  Candidate c;
+  Estimate e;
+  bool operator<(const Ranked& o) const { return step != o.step ? step < o.step : index < o.index; }
+};
+
+std::string pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
+
+}  // namespace
+
+double SimulatedPlan::exposed_comm_s() const {
+  double t = 0;
+  for (double e : report.exposed_comm_s) t += e;
+  return t;
+}
+
+Result<SimulatedPlan> simulate_plan(const SearchInputs& in, const PlanSpec& plan, int gpus,
+                                    const std::optional<std::string>& calibration) {
+  auto cost = cost_model(in, calibration);
+  if (!cost) return tl::unexpected(cost.error());
+  return simulate_with(in, plan, gpus, *cost);
+}
+
+Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
+  auto checked = check_inputs(raw);
+  if (!checked) return tl::unexpected(checked.error());
+  const SearchInputs& in = *checked;
+  auto cost = cost_model(in, o.calibration);
+  if (!cost) return tl::unexpected(cost.error());
+
+  SearchResult res;
+  res.capacity_bytes = in.cluster.device.memory_bytes;
+  res.headroom_bytes = in.constraints.headroom_bytes;
+  res.profile_source = cost->profile().source;
+  const auto t0 = Clock::now();
+
+  // A counting pass for the progress bar (an order of magnitude cheaper than evaluating).
+  std::uint64_t total = 0;
+  if (o.progress) {
+    Rejections scratch;
+    enumerate(in, scratch, [&](const Candidate&) { ++total; });
+  }
+
+  Estimator est(in, *cost);
+  const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
+  std::priority_queue<Ranked> best;   // max-heap of the K fastest
+  std::optional<Ranked> rejected;
+  std::optional<Error> failure;
+  std::uint64_t index = 0;
+  enumerate(in, res.rejections, [&](const Candidate& c) {
+    if (failure) return;
+    auto e = est.evaluate(c);
+    if (!e) {
+      failure = e.error();
+      return;
+    }
+    const std::uint64_t i = index++;
+    ++res.evaluated;
+    if (o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
+    Ranked r{e->step_s, i, c, *e};
+    if (!e->fits) {
+      ++res.rejections.memory;
+      if (!rejected || r < *rejected) rejected = r;
+      return;
+    }
+    ++res.fitting;
+    if (best.size() < k) best.push(r);
+    else if (r < best.top()) {
+      best.pop();
+      best.push(r);
+    }
+  });
+  if (failure)
+    return fail(failure->field, "a plan of the search space failed validation (a planner defect): " + failure->message);
+  if (rejected) {
+    res.best_rejected = rejected->c;
+    res.best_rejected_estimate = rejected->e;
+  }
+  res.stage1_s = seconds_since(t0);
+
+  // Stage 2: simulate the K best, in parallel; results land in their slots.
+  std::vector<Ranked> top;
+  while (!best.empty()) {
+    top.push_back(best.top());
+    best.pop();
+  }
+  std::sort(top.begin(), top.end());
+  const auto t1 = Clock::now();
+  std::vector<std::optional<Result<SimulatedPlan>>> out(top.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> finished{0};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < top.size(); i = next++) {
+      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost);
+      ++finished;
+    }
+  };
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = std::clamp(o.threads > 0 ? o.threads : hw, 1, std::max<int>(1, static_cast<int>(top.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  if (o.progress) {
+    // The calling thread reports progress and works.
+    for (std::size_t i = next++; i < top.size(); i = next++) {
+      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost);
+      ++finished;
+      o.progress({"stage 2", finished.load(), top.size()});
+    }
+  } else {
+    work();
+  }
+  for (std::thread& t : pool) t.join();
+  for (std::size_t i = 0; i < top.size(); ++i) {
+    if (!*out[i]) return tl::unexpected((*out[i]).error());
+    SimulatedPlan p = std::move(**out[i]);
+    p.candidate = top[i].c;
+    p.stage1 = top[i].e;
+    p.stage1_rank = i + 1;
+    res.ranked.push_back(std::move(p));
+  }
+  std::stable_sort(res.ranked.begin(), res.ranked.end(), [](const SimulatedPlan& a, const SimulatedPlan& b) {
+    return a.report.step_time_s < b.report.step_time_s;
+  });
+  res.stage2_s = seconds_since(t1);
+  return res;
+}
+
+std::vector<std::string> bounding_factors(const SimulatedPlan& p) {
+  const sim::SimReport& r = p.report;
+  const double step = r.step_time_s;
+  std::vector<std::pair<double, std::string>> f;
+  f.push_back({r.bubble_fraction, fmt::format("pipeline bubble: {} of the step", pct(r.bubble_fraction))});
+  const char* names[] = {"TP", "CP", "EP", "DP", "PP"};
+  for (int k = 0; k < sim::kCommKinds; ++k) {
+    const double x = r.exposed_comm_s[static_cast<std::size_t>(k)] / step;
+    if (x > 0.0005) f.push_back({x, fmt::format("{} communication not hidden by compute: {} of the step", names[k], pct(x))});
+  }
+  std::stable_sort(f.begin(), f.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (const auto& [x, s] : f) out.push_back(s);
+  const double head = p.headroom_bytes();
+  const double frac = p.memory.peak_bytes / p.memory.capacity_bytes;
+  out.push_back(fmt::format("memory: {:.1f} of {:.1f} GiB on stage {} ({} free){}", p.memory.peak_bytes / kGiB,
+                            p.memory.capacity_bytes / kGiB, p.memory.peak_stage, fmt::format("{:.1f} GiB", head / kGiB),
+                            frac > 0.9 ? "; memory binds: a larger micro-batch or less recomputation would not fit"
+                                       : ""));
+  return out;
+}
+
+Result<Explanation> explain(const SearchInputs& raw, const SearchResult& r, const PlanSpec& plan, int gpus,
+                            const SearchOptions& o) {
+  auto checked = check_inputs(raw);
+  if (!checked) return tl::unexpected(checked.error());
+  const SearchInputs& in = *checked;
+  Explanation ex;
+  auto s = validate_setup(in.model, in.cluster, in.training, plan, gpus);
+  if (!s) {
+    ex.legal = false;
+    ex.illegal_reason = s.error().str();
+    return ex;
+  }
+  auto cost = cost_model(in, o.calibration);
+  if (!cost) return tl::unexpected(cost.error());
+  auto sp = simulate_with(in, plan, gpus, *cost);
+  if (!sp) return tl::unexpected(sp.error());
+  ex.plan = std::move(*sp);
+  ex.fits = ex.plan.memory.peak_bytes + in.constraints.headroom_bytes <= ex.plan.memory.capacity_bytes;
+
+  // Stage-1 rank: fitting plans of the search predicted faster.
+  if (auto c = from_plan(plan, gpus, s->dp); c && ex.fits) {
+    Estimator est(in, *cost);
+    auto mine = est.evaluate(*c);
+    if (mine) {
+      ex.plan.stage1 = *mine;
+      std::uint64_t faster = 0;
+      Rejections scratch;
+      enumerate(in, scratch, [&](const Candidate& other) {
+        auto e = est.evaluate(other);
+        if (e && e->fits && e->step_s < mine->step_s) ++faster;
+      });
+      ex.stage1_rank = faster + 1;
+    }
+  }
+  ex.simulated_rank = 1;
+  for (const SimulatedPlan& p : r.ranked)
+    if (p.report.step_time_s < ex.plan.report.step_time_s) ++ex.simulated_rank;
+
+  if (!ex.fits) {
+    ex.reasons.push_back(fmt::format("does not fit: needs {:.1f} GiB on stage {} plus {:.1f} GiB headroom, the GPU has "
+                                     "{:.1f} GiB",
+                                     ex.plan.memory.peak_bytes / kGiB, ex.plan.memory.peak_stage,
+                                     in.constraints.headroom_bytes / kGiB, ex.plan.memory.capacity_bytes / kGiB));
+  }
+  if (r.ranked.empty()) return ex;
+  const SimulatedPlan& w = r.ranked.front();
+  const double ds = ex.plan.report.step_time_s - w.report.step_time_s;
+  if (ds <= 0) {
+    ex.reasons.push_back("it is as fast as the search's best plan or faster");
+    return ex;
+  }
+  ex.reasons.push_back(fmt::format("{:.1f}% slower than the best plan ({:.3f} s vs {:.3f} s per step)",
+                                   100.0 * ds / w.report.step_time_s, ex.plan.report.step_time_s,
+                                   w.report.step_time_s));
+  // Differences in where the time goes, largest first.
+  std::vector<std::pair<double, std::string>> diffs;
+  const auto busy = [](const sim::SimReport& rep) {
+    double b = 0;
+    for (const auto& st : rep.stages) b = std::max(b, st.compute_busy_s);
+    return b;
+  };
+  diffs.push_back({busy(ex.plan.report) - busy(w.report),
+                   fmt::format("compute on the busiest stage: {:+.3f} s", busy(ex.plan.report) - busy(w.report))});
+  const double bub = ex.plan.report.bubble_fraction * ex.plan.report.step_time_s - w.report.bubble_fraction * w.report.step_time_s;
+  diffs.push_back({bub, fmt::format("pipeline bubble: {:+.3f} s", bub)});
+  const char* names[] = {"TP", "CP", "EP", "DP", "PP"};
+  for (int k = 0; k < sim::kCommKinds; ++k) {
+    const double d = ex.plan.report.exposed_comm_s[static_cast<std::size_t>(k)] - w.report.exposed_comm_s[static_cast<std::size_t>(k)];
+    if (std::abs(d) > 1e-4) diffs.push_back({d, fmt::format("exposed {} communication: {:+.3f} s", names[k], d)});
+  }
+  std::stable_sort(diffs.begin(), diffs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [d, text] : diffs)
+    if (d > 1e-4) ex.reasons.push_back(text);
+  return ex;
+}
+
+}  // namespace megascope::planner

@@ -1,0 +1,313 @@
+#include "planner/space.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+namespace megascope::planner {
+
+namespace {
+
+using Err = tl::unexpected<Error>;
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+std::optional<int> to_int(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 1) return std::nullopt;
+  return v;
+}
+
+int scale_up_size(const ClusterSpec& c) {
+  return c.scale_up_domain > 0 ? c.scale_up_domain : c.node.devices_per_node;
+}
+
+bool allowed(const std::optional<bool>& fixed, bool v) { return !fixed || *fixed == v; }
+
+}  // namespace
+
+bool IntSet::contains(int v) const {
+  if (!values.empty() && std::find(values.begin(), values.end(), v) == values.end()) return false;
+  if (lo && v < *lo) return false;
+  if (hi && v > *hi) return false;
+  return true;
+}
+
+Result<IntSet> parse_int_set(const std::string& text, const std::string& option) {
+  IntSet s;
+  const auto bad = [&] {
+    return Err(Error{fmt::format("'{}' is not a value set: use N, A-B, <=N, >=N or a list A,B,C of positive integers",
+                                 text),
+                     option, std::nullopt});
+  };
+  std::string_view t = text;
+  if (t.rfind("<=", 0) == 0 || t.rfind(">=", 0) == 0) {
+    auto v = to_int(t.substr(2));
+    if (!v) return bad();
+    (t[0] == '<' ? s.hi : s.lo) = *v;
+    return s;
+  }
+  if (auto dash = t.find('-'); dash != std::string_view::npos) {
+    auto a = to_int(t.substr(0, dash)), b = to_int(t.substr(dash + 1));
+    if (!a || !b || *a > *b) return bad();
+    s.lo = *a;
+    s.hi = *b;
+    return s;
+  }
+  while (true) {
+    const auto comma = t.find(',');
+    auto v = to_int(t.substr(0, comma));
+    if (!v) return bad();
+    s.values.push_back(*v);
+    if (comma == std::string_view::npos) break;
+    t.remove_prefix(comma + 1);
+  }
+  return s;
+}
+
+PlanSpec to_plan(const Candidate& c) {
+  PlanSpec p;
+  p.tp = c.tp;
+  p.pp = c.pp;
+  if (c.schedule == Schedule::interleaved || c.vpp != default_vpp(c.schedule)) p.vpp = c.vpp;
+  p.dp = c.dp;
+  p.cp = c.cp;
+  p.ep = c.ep;
+  if (c.etp != c.tp) p.etp = c.etp;
+  p.micro_batch_size = c.mbs;
+  p.sequence_parallel = c.sp;
+  p.recompute.granularity = c.recompute;
+  if (c.recompute == RecomputeGranularity::full) {
+    p.recompute.method = c.recompute_method;
+    p.recompute.num_layers = c.recompute_layers;
+  }
+  p.distributed_optimizer = c.distopt;
+  p.overlap_grad_reduce = c.overlap_grad_reduce;
+  p.overlap_param_gather = c.overlap_param_gather;
+  p.tp_comm_overlap = c.tp_comm_overlap;
+  p.schedule = c.schedule;
+  return p;
+}
+
+std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
+  if (p.first_stage_layers || p.last_stage_layers || p.attention != AttentionKernel::flash ||
+      (p.cp > 1 && p.cp_comm != CpCommType::p2p))
+    return std::nullopt;
+  Candidate c;
+  c.gpus = gpus;
+  c.tp = static_cast<std::int16_t>(p.tp);
+  c.pp = static_cast<std::int16_t>(p.pp);
+  c.vpp = static_cast<std::int16_t>(p.vpp.value_or(default_vpp(p.schedule)));
+  c.cp = static_cast<std::int16_t>(p.cp);
+  c.ep = static_cast<std::int16_t>(p.ep);
+  c.etp = static_cast<std::int16_t>(p.etp.value_or(p.tp));
+  c.dp = dp;
+  c.mbs = p.micro_batch_size;
+  c.schedule = p.schedule;
+  c.recompute = p.recompute.granularity;
+  c.recompute_method = p.recompute.method.value_or(RecomputeMethod::uniform);
+  c.recompute_layers = static_cast<std::int16_t>(p.recompute.num_layers.value_or(0));
+  c.sp = p.sequence_parallel && p.tp > 1;
+  c.distopt = p.distributed_optimizer;
+  c.overlap_grad_reduce = p.overlap_grad_reduce;
+  c.overlap_param_gather = p.overlap_param_gather;
+  c.tp_comm_overlap = p.tp_comm_overlap;
+  return c;
+}
+
+Result<SearchInputs> check_inputs(SearchInputs in) {
+  auto m = validate_model(in.model);
+  if (!m) return Err(m.error());
+  auto c = validate_cluster(in.cluster);
+  if (!c) return Err(c.error());
+  auto t = validate_training(in.training);
+  if (!t) return Err(t.error());
+  in.model = *m;
+  in.cluster = *c;
+  in.training = *t;
+  if (in.gpu_counts.empty()) return fail("gpus", "no GPU count to search");
+  for (int n : in.gpu_counts) {
+    if (n < 1) return fail("gpus", fmt::format("must be >= 1, found {}", n));
+    if (n > in.cluster.total_devices())
+      return fail("gpus", fmt::format("{} GPUs exceed cluster '{}' ({} nodes x {})", n, in.cluster.name,
+                                      in.cluster.num_nodes, in.cluster.node.devices_per_node));
+  }
+  const std::int64_t seq = in.training.seq_length.value_or(in.model.seq_length);
+  if (in.model.position_embedding == PositionEmbedding::learned && seq > in.model.seq_length)
+    return fail("training.seq_length",
+                fmt::format("{} exceeds the model's learned position embeddings ({})", seq, in.model.seq_length));
+  if (in.training.precision == Precision::fp8 && !in.cluster.device.peak_fp8_flops)
+    return fail("training.precision", fmt::format("fp8 needs FP8 tensor cores; {} has none", in.cluster.device.name));
+  if (in.constraints.headroom_bytes < 0) return fail("headroom", "must be >= 0");
+  if (in.constraints.max_mbs < 1) return fail("mbs", "the largest micro-batch must be >= 1");
+  if (in.constraints.schedules.empty()) return fail("schedules", "no schedule allowed");
+  if (in.constraints.recompute.empty()) return fail("recompute", "no recomputation mode allowed");
+  return in;
+}
+
+std::vector<int> counts_up_to(const ClusterSpec& c, int n) {
+  std::vector<int> out;
+  const int node = c.node.devices_per_node;
+  for (int k = 1; k < node && k <= n; k *= 2) out.push_back(k);
+  for (int k = node; k <= n; k += node) out.push_back(k);
+  return out;
+}
+
+void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void(const Candidate&)>& visit) {
+  const ModelSpec& m = in.model;
+  const Constraints& k = in.constraints;
+  const std::int64_t seq = in.training.seq_length.value_or(m.seq_length);
+  const std::int64_t gbs = in.training.global_batch_size;
+  const int L = m.num_layers;
+  const int domain = scale_up_size(in.cluster);
+  const bool moe = m.moe.has_value();
+
+  // Schedules with their vpp values for a pipeline of pp ranks.
+  struct Sched {
+    Schedule s;
+    int vpp;
+  };
+  std::vector<Sched> scheds;
+  const auto schedules_for = [&](int pp) {
+    scheds.clear();
+    for (Schedule s : k.schedules) {
+      if (s == Schedule::gpipe && pp == 1 &&
+          std::find(k.schedules.begin(), k.schedules.end(), Schedule::one_f_one_b) != k.schedules.end())
+        continue;   // the same plan as 1f1b at pp = 1
+      if (s == Schedule::interleaved) {
+        if (pp < 2 || L % pp != 0) {
+          scheds.push_back({s, 2});   // rejected below
+          continue;
+        }
+        for (int v = 2; v <= L / pp; ++v)
+          if ((L / pp) % v == 0) scheds.push_back({s, v});
+      } else {
+        scheds.push_back({s, default_vpp(s)});
+      }
+    }
+  };
+
+  for (int N : in.gpu_counts) {
+    for (int tp : divisors(N)) {
+      for (int cp : divisors(N / tp)) {
+        for (int pp : divisors(N / (tp * cp))) {
+          const int dp = N / (tp * cp * pp);
+          schedules_for(pp);
+          const std::vector<int> eps = moe ? divisors(tp * cp * dp) : std::vector<int>{1};
+          for (int ep : eps) {
+            const std::vector<int> etps = moe ? divisors(tp * cp * dp / ep) : std::vector<int>{tp};
+            for (int etp : etps) {
+              const int mbs_lo = k.mbs.lo.value_or(1);
+              const int mbs_hi = k.mbs.hi ? *k.mbs.hi
+                                 : !k.mbs.values.empty() ? *std::max_element(k.mbs.values.begin(), k.mbs.values.end())
+                                                         : k.max_mbs;
+              for (int mbs = mbs_lo; mbs <= mbs_hi; ++mbs) {
+                for (const Sched& sc : scheds) {
+                  ++rej.structural;
+                  const int vpp = sc.vpp;
+                  // The user's constraints.
+                  if (!k.tp.contains(tp) || !k.cp.contains(cp) || !k.pp.contains(pp) || !k.dp.contains(dp) ||
+                      !k.mbs.contains(mbs) || !k.vpp.contains(vpp) || (moe && (!k.ep.contains(ep) || !k.etp.contains(etp))) ||
+                      (k.tp_in_scale_up && domain % tp != 0) || dp < k.min_dp) {
+                    ++rej.constraint;
+                    continue;
+                  }
+                  // validate_setup's rules (same order of concerns; see core/setup.cpp).
+                  bool ok = m.num_attention_heads % tp == 0 &&
+                            (m.num_query_groups % tp == 0 || tp % m.num_query_groups == 0) &&
+                            m.ffn_hidden_size % tp == 0 && (cp == 1 || seq % (2 * cp) == 0) &&
+                            gbs % (static_cast<std::int64_t>(mbs) * dp) == 0;
+                  if (ok && moe) {
+                    const MoeSpec& e = *m.moe;
+                    ok = e.num_experts % ep == 0 && e.expert_ffn_hidden % etp == 0 &&
+                         e.shared_expert_ffn_hidden % tp == 0 && (tp * cp * dp) % (etp * ep) == 0 &&
+                         !(m.add_bias_linear && etp > 1) && !(ep > 1 && in.training.params_dtype == Dtype::fp16);
+                  }
+                  const int mb = ok ? static_cast<int>(gbs / (static_cast<std::int64_t>(mbs) * dp)) : 0;
+                  const Schedule s = sc.s;
+                  if (ok) {
+                    const bool pipelined = s != Schedule::gpipe && s != Schedule::one_f_one_b;
+                    ok = L % pp == 0 && !(pipelined && pp < 2);
+                    if (s == Schedule::interleaved) ok = ok && mb % pp == 0;
+                    if (s == Schedule::dualpipe) ok = ok && pp % 2 == 0 && mb % 2 == 0 && mb >= 2 * pp;
+                    if (s == Schedule::dualpipev) ok = ok && mb >= 2 * pp;
+                    const int split_vpp = s == Schedule::dualpipe ? 1 : vpp;
+                    ok = ok && (L / pp) % split_vpp == 0;
+                  }
+                  if (!ok) {
+                    ++rej.divisibility;
+                    continue;
+                  }
+                  const int chunk_layers = L / pp / (s == Schedule::dualpipe ? 1 : vpp);
+
+                  Candidate c;
+                  c.gpus = N;
+                  c.tp = static_cast<std::int16_t>(tp);
+                  c.pp = static_cast<std::int16_t>(pp);
+                  c.vpp = static_cast<std::int16_t>(vpp);
+                  c.cp = static_cast<std::int16_t>(cp);
+                  c.ep = static_cast<std::int16_t>(ep);
+                  c.etp = static_cast<std::int16_t>(etp);
+                  c.dp = dp;
+                  c.mbs = mbs;
+                  c.schedule = s;
+                  const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
+                  for (int sp = 0; sp < 2; ++sp) {
+                    if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;
+                    if (!sp && ep > 1 && tp > 1) continue;   // EP with TP needs SP
+                    if (!allowed(k.sp, sp != 0) && tp > 1) continue;
+                    c.sp = sp != 0;
+                    for (RecomputeGranularity g : k.recompute) {
+                      c.recompute = g;
+                      // Full: uniform over every layer (one per group), or block over the first j layers.
+                      const int variants = g == RecomputeGranularity::full ? chunk_layers : 1;
+                      for (int j = 0; j < variants; ++j) {
+                        if (g == RecomputeGranularity::full) {
+                          c.recompute_method = j == 0 ? RecomputeMethod::uniform : RecomputeMethod::block;
+                          c.recompute_layers = static_cast<std::int16_t>(j == 0 ? 1 : j);
+                        } else {
+                          c.recompute_method = RecomputeMethod::uniform;
+                          c.recompute_layers = 0;
+                        }
+                        for (int d = 0; d < 2; ++d) {
+                          if ((d && !has_dp) || !allowed(k.distopt, d != 0)) continue;
+                          c.distopt = d != 0;
+                          for (int o = 0; o < 2; ++o) {
+                            if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;
+                            c.overlap_grad_reduce = o != 0;
+                            for (int g2 = 0; g2 < 2; ++g2) {
+                              if ((g2 && !(c.distopt && c.overlap_grad_reduce)) ||
+                                  !allowed(k.overlap_param_gather, g2 != 0))
+                                continue;
+                              c.overlap_param_gather = g2 != 0;
+                              for (int t = 0; t < 2; ++t) {
+                                if ((t && !c.sp) || !allowed(k.tp_comm_overlap, t != 0)) continue;
+                                c.tp_comm_overlap = t != 0;
+                                visit(c);
+                              }
+                            }
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace megascope::planner

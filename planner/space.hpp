@@ -1,0 +1,105 @@
+// The search space: every legal plan for a model, a cluster, a batch and a
+// set of GPU counts, under the user's constraints.
+//
+// A Candidate is a PlanSpec in compact form (no optionals, no strings) so
+// that stage 1 can evaluate millions of them. enumerate() walks the space in
+// a fixed order and applies exactly the rules of validate_setup() that the
+// enumerated dimensions touch (tests/planner checks the two agree on every
+// combination of small cases), counting what it rejects and why.
+//
+// What is enumerated: tp, cp, pp (even layer split), ep and etp (MoE), dp
+// (the rest of the GPUs), micro-batch size, schedule with vpp (1f1b,
+// interleaved with every vpp dividing the layers per stage, gpipe, zb-h1,
+// zb-v, dualpipe, dualpipev), sequence parallelism, recomputation (none,
+// selective, full-uniform over every layer, full-block over the first k
+// layers of each chunk for every k), distributed optimizer, overlap of the DP
+// gradient reduce, of the parameter gather, and of TP communication. Options
+// that change nothing are not enumerated twice: sp at tp = 1, distopt and
+// the DP overlaps when there is no DP, tp_comm_overlap without SP.
+// Not enumerated: uneven first/last stages, unfused attention, the CP
+// all-gather variant (flash attention and ring CP are never slower here).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "core/model.hpp"
+#include "core/plan.hpp"
+#include "core/result.hpp"
+#include "core/training.hpp"
+
+namespace megascope::planner {
+
+// A set of allowed values for one integer dimension: a list, or a closed
+// range with optional ends; empty = anything.
+struct IntSet {
+  std::vector<int> values;          // non-empty: exactly these
+  std::optional<int> lo, hi;        // bounds (inclusive)
+  [[nodiscard]] bool contains(int v) const;
+  [[nodiscard]] bool empty() const { return values.empty() && !lo && !hi; }
+};
+// "8", "2-16", "1,2,4", "<=8", ">=2"; the error names `option`.
+Result<IntSet> parse_int_set(const std::string& text, const std::string& option);
+
+struct Constraints {
+  IntSet tp, pp, vpp, dp, cp, ep, etp, mbs;
+  int max_mbs = 16;                                // when mbs is unbounded
+  std::vector<Schedule> schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+  std::vector<RecomputeGranularity> recompute = {RecomputeGranularity::none, RecomputeGranularity::selective,
+                                                 RecomputeGranularity::full};
+  std::optional<bool> sp, distopt, overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
+  double headroom_bytes = 2.0 * 1024 * 1024 * 1024;  // memory kept free on every GPU
+  int min_dp = 1;
+  bool tp_in_scale_up = true;                       // TP groups inside one NVLink domain
+};
+
+struct Candidate {
+  int gpus = 0;
+  std::int16_t tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, etp = 1;
+  int dp = 1, mbs = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  RecomputeGranularity recompute = RecomputeGranularity::none;
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;   // full only
+  std::int16_t recompute_layers = 0;                             // full only
+  bool sp = false, distopt = false, overlap_grad_reduce = false, overlap_param_gather = false,
+       tp_comm_overlap = false;
+};
+
+PlanSpec to_plan(const Candidate& c);
+// The candidate of a user's plan (uneven stages, unfused attention and the
+// CP all-gather are not representable: nullopt).
+std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp);
+
+// Why candidates left the search, by count.
+struct Rejections {
+  std::uint64_t structural = 0;    // (gpus, tp, cp, pp, ep, etp, mbs, schedule, vpp) tuples looked at
+  std::uint64_t divisibility = 0;  // ... of which break a rule of the model, batch or schedule
+  std::uint64_t constraint = 0;    // ... of which the user's constraints exclude
+  std::uint64_t memory = 0;        // plans (all options) that do not fit with the headroom
+};
+
+struct SearchInputs {
+  ModelSpec model;
+  ClusterSpec cluster;             // large enough for the largest GPU count
+  TrainingSpec training;
+  std::vector<int> gpu_counts;
+  Constraints constraints;
+};
+
+// Validates the model, cluster and training, and that every GPU count fits
+// the cluster; returns the inputs with validated specs.
+Result<SearchInputs> check_inputs(SearchInputs in);
+
+// GPU counts for "at most N": every multiple of the node size up to N, and
+// the powers of two below one node.
+std::vector<int> counts_up_to(const ClusterSpec& c, int n);
+
+// Calls `visit` for every legal candidate, in a fixed order; counts the
+// structural rejections in `rej`.
+void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void(const Candidate&)>& visit);
+
+}  // namespace megascope::planner
