@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace megascope {
 
@@ -14,38 +18,79 @@ std::size_t Program::op_count() const {
 }
 
 Result<void> validate_program(const Program& p) {
-  using Key = std::tuple<int, int, std::uint64_t>;   // (from stage, to stage, tag)
-  std::map<Key, int> sends, recvs;
+  // Transfers as (from stage, to stage, tag) with the place of their op, in
+  // scan order. Sorted afterwards: a duplicate is the second op of a key (the
+  // earliest one in scan order is reported), an unmatched transfer is reported
+  // in key order. No per-op hashing or allocation.
+  struct Transfer {
+    int from, to;
+    std::uint64_t tag;
+    std::uint64_t at;   // (index in p.stages) << 32 | op index: scan order
+    bool operator<(const Transfer& o) const {
+      return std::tie(from, to, tag, at) < std::tie(o.from, o.to, o.tag, o.at);
+    }
+    [[nodiscard]] bool same_key(const Transfer& o) const { return from == o.from && to == o.to && tag == o.tag; }
+  };
+  const auto where = [&](std::uint64_t at) {
+    const StageProgram& s = p.stages[static_cast<std::size_t>(at >> 32)];
+    const std::size_t i = static_cast<std::uint32_t>(at);
+    const Op& op = s.ops[i];
+    return fmt::format("stage {} op {} ({} {})", s.stage, i, to_string(op.kind), to_string(op.label));
+  };
+  std::vector<Transfer> sends, recvs;
   std::map<int, std::vector<std::pair<OpKind, double>>> embedding_seq;
-  for (const StageProgram& s : p.stages) {
+  std::optional<std::pair<std::uint64_t, std::string>> op_error;   // the first error of a single op
+  for (std::size_t si = 0; si < p.stages.size() && !op_error; ++si) {
+    const StageProgram& s = p.stages[si];
     for (std::size_t i = 0; i < s.ops.size(); ++i) {
       const Op& op = s.ops[i];
-      const auto where = [&] { return fmt::format("stage {} op {} ({} {})", s.stage, i, to_string(op.kind), to_string(op.label)); };
-      if (op.kernel_begin + op.kernel_count > s.kernels.size())
-        return fail("program", where() + ": kernels out of range");
-      if (op.dep_begin + op.dep_count > s.deps.size()) return fail("program", where() + ": dependencies out of range");
-      for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
-        if (s.deps[d] >= i) return fail("program", where() + ": depends on a later op");
+      const std::uint64_t at = (static_cast<std::uint64_t>(si) << 32) | i;
+      const char* error = nullptr;
+      if (op.kernel_begin + op.kernel_count > s.kernels.size()) error = ": kernels out of range";
+      else if (op.dep_begin + op.dep_count > s.deps.size()) error = ": dependencies out of range";
+      else
+        for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count && !error; ++d)
+          if (s.deps[d] >= i) error = ": depends on a later op";
+      if (error) {  // checked before the op's transfer is matched
+        op_error.emplace(at, where(at) + error);
+        break;
+      }
       if (op.kind == OpKind::send) {
-        if (++sends[{s.stage, op.peer_stage, op.tag}] > 1) return fail("program", where() + ": duplicate send tag");
+        sends.push_back({s.stage, op.peer_stage, op.tag, at});
       } else if (op.kind == OpKind::recv) {
-        if (++recvs[{op.peer_stage, s.stage, op.tag}] > 1) return fail("program", where() + ": duplicate receive tag");
+        recvs.push_back({op.peer_stage, s.stage, op.tag, at});
       } else if (op.kind != OpKind::compute && op.group == CommGroup::embedding) {
         embedding_seq[s.stage].push_back({op.kind, op.bytes});
       }
       if ((op.kind == OpKind::send || op.kind == OpKind::recv) &&
-          (op.peer_stage < 0 || op.peer_stage >= static_cast<int>(p.stages.size()) || op.peer_stage == s.stage))
-        return fail("program", where() + ": bad peer stage");
+          (op.peer_stage < 0 || op.peer_stage >= static_cast<int>(p.stages.size()) || op.peer_stage == s.stage)) {
+        op_error.emplace(at, where(at) + ": bad peer stage");   // after its duplicate check
+        break;
+      }
     }
   }
-  for (const auto& [key, n] : sends)
-    if (!recvs.count(key))
-      return fail("program", fmt::format("send from stage {} to stage {} (tag {:#x}) has no matching receive",
-                                         std::get<0>(key), std::get<1>(key), std::get<2>(key)));
-  for (const auto& [key, n] : recvs)
-    if (!sends.count(key))
-      return fail("program", fmt::format("receive on stage {} from stage {} (tag {:#x}) has no matching send",
-                                         std::get<1>(key), std::get<0>(key), std::get<2>(key)));
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  std::optional<std::pair<std::uint64_t, const char*>> duplicate;
+  for (const auto& [list, what] : {std::pair{&sends, ": duplicate send tag"}, std::pair{&recvs, ": duplicate receive tag"}})
+    for (std::size_t k = 1; k < list->size(); ++k)
+      if ((*list)[k].same_key((*list)[k - 1]) && (!duplicate || (*list)[k].at < duplicate->first))
+        duplicate.emplace((*list)[k].at, what);
+  if (duplicate && (!op_error || duplicate->first <= op_error->first))
+    return fail("program", where(duplicate->first) + duplicate->second);
+  if (op_error) return fail("program", op_error->second);
+  const auto matched = [](const std::vector<Transfer>& in, const Transfer& t) {
+    auto it = std::lower_bound(in.begin(), in.end(), Transfer{t.from, t.to, t.tag, 0});
+    return it != in.end() && it->same_key(t);
+  };
+  for (const Transfer& t : sends)
+    if (!matched(recvs, t))
+      return fail("program", fmt::format("send from stage {} to stage {} (tag {:#x}) has no matching receive", t.from,
+                                         t.to, t.tag));
+  for (const Transfer& t : recvs)
+    if (!matched(sends, t))
+      return fail("program", fmt::format("receive on stage {} from stage {} (tag {:#x}) has no matching send", t.to,
+                                         t.from, t.tag));
   if (!embedding_seq.empty() && p.stages.size() > 1) {
     const auto& first = embedding_seq[0];
     const auto& last = embedding_seq[static_cast<int>(p.stages.size()) - 1];

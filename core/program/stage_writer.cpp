@@ -1,6 +1,42 @@
 #include "core/program/stage_writer.hpp"
 
+#include <algorithm>
+#include <bit>
+
 namespace megascope::detail {
+
+namespace {
+
+bool same(const Kernel& a, const Kernel& b) {
+  const AttentionShape &x = a.attention, &y = b.attention;
+  return a.kind == b.kind && a.gemm == b.gemm && a.memory == b.memory && a.bytes == b.bytes &&
+         a.precision == b.precision && x.batch == y.batch && x.heads == y.heads && x.kv_heads == y.kv_heads &&
+         x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
+         x.causal == y.causal;
+}
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+std::uint64_t hash_of(std::span<const Kernel> kernels) {
+  std::uint64_t h = kernels.size();
+  for (const Kernel& k : kernels) {
+    const AttentionShape& a = k.attention;
+    h = mix(h, static_cast<std::uint64_t>(k.kind) | (static_cast<std::uint64_t>(k.memory) << 8) |
+                   (static_cast<std::uint64_t>(k.precision) << 16) | (static_cast<std::uint64_t>(a.causal) << 24));
+    h = mix(h, static_cast<std::uint64_t>(k.gemm.m));
+    h = mix(h, static_cast<std::uint64_t>(k.gemm.n));
+    h = mix(h, static_cast<std::uint64_t>(k.gemm.k));
+    h = mix(h, std::bit_cast<std::uint64_t>(k.bytes));
+    h = mix(h, static_cast<std::uint64_t>(a.batch ^ (a.heads << 16) ^ (a.kv_heads << 32)));
+    h = mix(h, static_cast<std::uint64_t>(a.seq_q ^ (a.seq_kv << 24) ^ (a.head_dim << 48) ^ (a.head_dim_v << 56)));
+  }
+  return h;
+}
+
+}  // namespace
 
 std::uint32_t StageWriter::push(Op op, const Deps& deps) {
   op.dep_begin = static_cast<std::uint32_t>(out_.deps.size());
@@ -24,9 +60,19 @@ std::uint32_t StageWriter::compute(OpLabel label, const OpContext& ctx, std::spa
   op.chunk = ctx.chunk;
   op.kernel_begin = static_cast<std::uint32_t>(out_.kernels.size());
   op.kernel_count = static_cast<std::uint32_t>(kernels.size());
-  for (const Kernel& k : kernels) {
-    out_.kernels.push_back(k);
-    op.flops += kernel_flops(k);
+  const std::uint64_t h = hash_of(kernels);
+  const auto it = ranges_.find(h);
+  if (it != ranges_.end() && it->second.count == kernels.size() &&
+      it->second.begin + it->second.count <= out_.kernels.size() &&
+      std::equal(kernels.begin(), kernels.end(), out_.kernels.begin() + it->second.begin, same)) {
+    op.kernel_begin = it->second.begin;
+    op.flops = it->second.flops;   // the same sum, in the same order, as below
+  } else {
+    for (const Kernel& k : kernels) {
+      out_.kernels.push_back(k);
+      op.flops += kernel_flops(k);
+    }
+    if (it == ranges_.end()) ranges_.emplace(h, KernelRange{op.kernel_begin, op.kernel_count, op.flops});
   }
   const std::uint32_t id = push(op, deps);
   last_compute_ = id;

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/program/program.hpp"
@@ -42,6 +44,8 @@ class StageWriter {
   explicit StageWriter(StageProgram& out) : out_(out) {}
 
   // A compute op made of `kernels`, depending on `deps` (besides stream order).
+  // Ops with the same kernels share one range of the stage's kernel list
+  // (every layer of every micro-batch repeats a handful of kernel lists).
   std::uint32_t compute(OpLabel label, const OpContext& ctx, std::span<const Kernel> kernels,
                         Deps deps = {});
   std::uint32_t compute(OpLabel label, const OpContext& ctx, std::initializer_list<Kernel> kernels,
@@ -60,8 +64,13 @@ class StageWriter {
 
  private:
   std::uint32_t push(Op op, const Deps& deps);
+  struct KernelRange {
+    std::uint32_t begin = 0, count = 0;
+    double flops = 0;
+  };
   StageProgram& out_;
   std::optional<std::uint32_t> last_compute_;
+  std::unordered_map<std::uint64_t, KernelRange> ranges_;   // by hash of the kernel list
 };
 
 // Kernel constructors.
