@@ -2,20 +2,30 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <limits>
 #include <map>
-#include <tuple>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 
 namespace megascope::sim {
 
 std::vector<double> compute_durations(const StageProgram& stage, const CostModel& cost) {
   std::vector<double> out(stage.ops.size(), 0.0);
+  // Ops of one stage repeat a few kernel lists (and the builder shares their
+  // ranges): each range is priced once, summed in the same order.
+  std::vector<std::pair<std::uint32_t, double>> memo(stage.kernels.size(), {0, 0.0});   // begin -> (count, time)
   for (std::size_t i = 0; i < stage.ops.size(); ++i) {
     const Op& op = stage.ops[i];
-    if (op.kind != OpKind::compute) continue;
+    if (op.kind != OpKind::compute || op.kernel_count == 0) continue;
+    const bool memoisable = op.kernel_begin < memo.size();
+    if (memoisable && memo[op.kernel_begin].first == op.kernel_count) {
+      out[i] = memo[op.kernel_begin].second;
+      continue;
+    }
     double t = 0;
     for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
       const Kernel& kr = stage.kernels[k];
@@ -27,6 +37,7 @@ std::vector<double> compute_durations(const StageProgram& stage, const CostModel
       }
     }
     out[i] = t;
+    if (memoisable && memo[op.kernel_begin].first == 0) memo[op.kernel_begin] = {op.kernel_count, t};
   }
   return out;
 }
@@ -34,8 +45,10 @@ std::vector<double> compute_durations(const StageProgram& stage, const CostModel
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
 bool is_async(Stream s) { return s == Stream::pp_send || s == Stream::pp_recv; }
+bool is_p2p(OpKind k) { return k == OpKind::send || k == OpKind::recv; }
 
 Collective collective_of(OpKind k) {
   switch (k) {
@@ -47,6 +60,23 @@ Collective collective_of(OpKind k) {
   }
 }
 
+// What fixes a communication op's flow on a given rank: for a collective its
+// kind, group and size; for a send or receive its direction, peer and size.
+struct CommClass {
+  OpKind kind;
+  std::uint8_t group;    // CommGroup of a collective; 0 for send/recv
+  std::int32_t peer;     // peer stage of a send/recv; 0 for a collective
+  double bytes;
+  bool operator==(const CommClass&) const = default;
+};
+struct CommClassHash {
+  std::size_t operator()(const CommClass& c) const {
+    std::uint64_t h = std::bit_cast<std::uint64_t>(c.bytes);
+    h ^= (static_cast<std::uint64_t>(c.kind) << 8 | c.group | static_cast<std::uint64_t>(c.peer) << 16) * 0x9e3779b97f4a7c15ULL;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+
 struct StageInfo {
   const StageProgram* prog = nullptr;
   std::vector<double> duration;
@@ -55,6 +85,9 @@ struct StageInfo {
   std::vector<std::uint32_t> ordinal;    // collective -> index among ops of its (stream, group)
   std::vector<std::uint32_t> dependents_begin;
   std::vector<std::uint32_t> dependents;
+  std::vector<std::uint32_t> comm_class; // communication op -> its CommClass among the stage's
+  std::vector<std::uint32_t> match;      // send/recv -> the op it pairs with on the peer stage (kNone: none)
+  std::uint32_t classes = 0;
 };
 
 StageInfo analyse(const StageProgram& s, const CostModel& cost) {
@@ -64,17 +97,33 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   const std::size_t n = s.ops.size();
   info.position.assign(n, 0);
   info.ordinal.assign(n, 0);
-  std::map<std::pair<int, int>, std::uint32_t> counters;
+  info.comm_class.assign(n, kNone);
+  info.match.assign(n, kNone);
+  std::array<std::uint32_t, kStreamCount * kCommGroupCount> counters{};
+  std::unordered_map<CommClass, std::uint32_t, CommClassHash> classes;
+  std::optional<std::pair<CommClass, std::uint32_t>> last_class;
   std::vector<std::uint32_t> count(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
     info.position[i] = static_cast<std::uint32_t>(list.size());
     list.push_back(static_cast<std::uint32_t>(i));
-    if (op.kind != OpKind::compute && op.kind != OpKind::send && op.kind != OpKind::recv)
-      info.ordinal[i] = counters[{static_cast<int>(op.stream), static_cast<int>(op.group)}]++;
+    if (op.kind != OpKind::compute) {
+      if (!is_p2p(op.kind))
+        info.ordinal[i] = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+      const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
+                                          : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
+      if (last_class && last_class->first == c) {
+        info.comm_class[i] = last_class->second;
+      } else {
+        const auto it = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size())).first;
+        info.comm_class[i] = it->second;
+        last_class.emplace(c, it->second);
+      }
+    }
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) count[s.deps[d]] += 1;
   }
+  info.classes = static_cast<std::uint32_t>(classes.size());
   info.dependents_begin.assign(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) info.dependents_begin[i + 1] = info.dependents_begin[i] + count[i];
   info.dependents.assign(info.dependents_begin[n], 0);
@@ -87,6 +136,36 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   return info;
 }
 
+// Pairs every send with the receive of the same tag on its peer stage (and
+// back). A transfer is matched by (source stage, destination stage, tag);
+// one without a partner never starts (the engine then reports a deadlock).
+void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
+  struct End {
+    int from, to;
+    std::uint64_t tag;
+    std::uint32_t op;
+    bool operator<(const End& o) const { return std::tie(from, to, tag, op) < std::tie(o.from, o.to, o.tag, o.op); }
+  };
+  std::vector<End> sends, recvs;
+  for (const StageProgram& s : p.stages)
+    for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+      const Op& op = s.ops[i];
+      if (op.kind == OpKind::send) sends.push_back({s.stage, op.peer_stage, op.tag, i});
+      else if (op.kind == OpKind::recv) recvs.push_back({op.peer_stage, s.stage, op.tag, i});
+    }
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < stages.size(); };
+  std::size_t j = 0;
+  for (const End& e : sends) {
+    while (j < recvs.size() && std::tie(recvs[j].from, recvs[j].to, recvs[j].tag) < std::tie(e.from, e.to, e.tag)) ++j;
+    if (j == recvs.size() || recvs[j].from != e.from || recvs[j].to != e.to || recvs[j].tag != e.tag) continue;
+    if (!stage_ok(e.from) || !stage_ok(e.to)) continue;
+    stages[static_cast<std::size_t>(e.from)].match[e.op] = recvs[j].op;
+    stages[static_cast<std::size_t>(e.to)].match[recvs[j].op] = e.op;
+  }
+}
+
 struct RankState {
   int rank = 0;
   int stage = 0;
@@ -94,7 +173,9 @@ struct RankState {
   std::vector<std::uint64_t> started, finished;   // bitsets over the stage's ops
   std::size_t remaining = 0;
   std::vector<double> start_time;                 // traced ranks only
-  std::array<std::int64_t, kCommGroupCount> group_id{};         // per CommGroup, computed once
+  std::array<std::int64_t, kCommGroupCount> group_id{};     // per CommGroup, computed once
+  std::array<std::int32_t, kCommGroupCount> group_size{};   // full mode: members of each group
+  std::vector<Network::Prepared> flow_of_class;   // the stage's CommClass -> its flow from this rank (kNone: not yet)
 };
 
 bool test(const std::vector<std::uint64_t>& bits, std::uint32_t i) { return (bits[i >> 6] >> (i & 63)) & 1U; }
@@ -105,30 +186,6 @@ struct Member {
   std::uint32_t op;
 };
 
-struct CollKey {
-  std::int64_t group;
-  std::uint32_t ordinal;
-  std::uint8_t stream;
-  bool operator==(const CollKey&) const = default;
-};
-struct CollKeyHash {
-  std::size_t operator()(const CollKey& k) const {
-    return std::hash<std::int64_t>()(k.group) ^ (std::hash<std::uint32_t>()(k.ordinal) * 0x9e3779b97f4a7c15ULL) ^
-           (static_cast<std::size_t>(k.stream) << 59);
-  }
-};
-struct P2PKey {
-  int from, to;
-  std::uint64_t tag;
-  bool operator==(const P2PKey&) const = default;
-};
-struct P2PKeyHash {
-  std::size_t operator()(const P2PKey& k) const {
-    return std::hash<std::uint64_t>()(k.tag) ^ (static_cast<std::size_t>(k.from) * 0x9e3779b97f4a7c15ULL) ^
-           (static_cast<std::size_t>(k.to) << 32);
-  }
-};
-
 struct Event {
   double t;
   std::uint64_t seq;
@@ -137,11 +194,21 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
+// Collectives of one (group instance, stream) waiting for members, by
+// ordinal: slots[head + (ordinal - base)] is the waiting list (kNone: none).
+// Members reach a group's collectives in order, so the window only slides.
+struct Channel {
+  std::vector<std::uint32_t> slots;
+  std::uint32_t head = 0, base = 0;
+};
+
 class Engine {
  public:
   Engine(const Program& p, const Topology& topo, const CostModel& cost, const SimOptions& opt)
       : p_(p), topo_(topo), opt_(opt), net_(topo) {
+    stages_.reserve(p.stages.size());
     for (const StageProgram& s : p.stages) stages_.push_back(analyse(s, cost));
+    match_transfers(p, stages_);
   }
 
   Result<SimResult> run() {
@@ -162,15 +229,27 @@ class Engine {
         for (int s = 0; s < g.pp; ++s) traced.push_back(g.rank_of(0, 0, 0, s));
     }
     state_of_rank_.assign(static_cast<std::size_t>(g.world()), -1);
+    states_.reserve(out.simulated_ranks.size());
+    // Group sizes depend only on the group kind's shape; computed for one
+    // rank per stage and shared (full mode only).
+    std::vector<std::array<std::int32_t, kCommGroupCount>> sizes_of_stage(static_cast<std::size_t>(g.pp));
+    if (opt_.mode == Mode::full)
+      for (int s = 0; s < g.pp; ++s)
+        for (int k = 0; k < kCommGroupCount; ++k)
+          sizes_of_stage[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
+              static_cast<std::int32_t>(g.group(g.rank_of(0, 0, 0, s), static_cast<CommGroup>(k)).size());
     for (int r : out.simulated_ranks) {
       RankState st;
       st.rank = r;
       st.stage = g.coord(r).pp;
-      const std::size_t n = stages_[static_cast<std::size_t>(st.stage)].prog->ops.size();
+      const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
+      const std::size_t n = info.prog->ops.size();
       st.started.assign((n + 63) / 64, 0);
       st.finished.assign((n + 63) / 64, 0);
       st.remaining = n;
       for (int k = 0; k < kCommGroupCount; ++k) st.group_id[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
+      st.group_size = sizes_of_stage[static_cast<std::size_t>(st.stage)];
+      st.flow_of_class.assign(info.classes, kNone);
       state_of_rank_[static_cast<std::size_t>(r)] = static_cast<int>(states_.size());
       states_.push_back(std::move(st));
     }
@@ -196,6 +275,7 @@ class Engine {
       }
     }
     double now = 0;
+    std::vector<FlowId> done;
     while (true) {
       const double t_heap = heap_.empty() ? kInf : heap_.top().t;
       const std::optional<double> tn = net_.next_event_time();
@@ -208,12 +288,17 @@ class Engine {
         finish(e.state, e.op, now);
       } else {
         now = t_net;
-        for (FlowId f : net_.advance_to(t_net)) {
-          auto it = flows_.find(f);
-          MEGASCOPE_CHECK(it != flows_.end(), "a finished flow has no waiting ops");
-          const std::vector<Member> members = std::move(it->second);
-          flows_.erase(it);
-          for (const Member& m : members) finish(m.state, m.op, now);
+        net_.advance_to(t_net, done);
+        for (FlowId f : done) {
+          MEGASCOPE_CHECK(f < waiting_.size() && waiting_[f] != kNone, "a finished flow has no waiting ops");
+          const std::uint32_t w = waiting_[f];
+          waiting_[f] = kNone;
+          // finish() may start flows and take lists from the pool: index afresh each time.
+          for (std::size_t k = 0; k < pool_[w].size(); ++k) {
+            const Member m = pool_[w][k];
+            finish(m.state, m.op, now);
+          }
+          release(w);
         }
       }
       ++events_;
@@ -250,9 +335,30 @@ class Engine {
   }
 
   int expected_members(const RankState& st, CommGroup g) const {
-    if (opt_.mode == Mode::full) return static_cast<int>(p_.grid.group(st.rank, g).size());
+    if (opt_.mode == Mode::full) return st.group_size[static_cast<std::size_t>(g)];
     // Reduced: the other members of an intra-stage group are symmetric copies.
     return g == CommGroup::embedding ? (p_.grid.pp > 1 ? 2 : 1) : 1;
+  }
+
+  // Waiting lists of members, reused.
+  std::uint32_t acquire() {
+    if (!free_.empty()) {
+      const std::uint32_t w = free_.back();
+      free_.pop_back();
+      pool_[w].clear();
+      return w;
+    }
+    pool_.emplace_back();
+    return static_cast<std::uint32_t>(pool_.size() - 1);
+  }
+  void release(std::uint32_t w) { free_.push_back(w); }
+
+  // Starts the transfer of the members in waiting list w.
+  void launch(std::uint32_t w, Network::Prepared flow, double now) {
+    mark_transfer_start(pool_[w], now);
+    const FlowId id = net_.start(flow, now);
+    if (id >= waiting_.size()) waiting_.resize(std::max<std::size_t>(id + 1, 2 * waiting_.size()), kNone);
+    waiting_[id] = w;
   }
 
   void try_start(std::uint32_t s, std::uint32_t i, double now) {
@@ -271,34 +377,68 @@ class Engine {
         return;
       case OpKind::send:
       case OpKind::recv: {
+        // The pair starts when its second end is posted; the first waits.
+        const std::uint32_t j = info.match[i];
+        if (j == kNone) return;
         const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
-        const P2PKey key = op.kind == OpKind::send ? P2PKey{st.rank, peer, op.tag} : P2PKey{peer, st.rank, op.tag};
-        auto& slot = p2p_[key];
-        slot.push_back({s, i});
-        if (slot.size() == 2) {
-          const FlowSpec& f = p2p_spec(key.from, key.to, op.bytes);
-          mark_transfer_start(slot, now);
-          const FlowId id = net_.start(f, now);
-          flows_[id] = std::move(slot);
-          p2p_.erase(key);
-        }
+        const int ps = state_of_rank_[static_cast<std::size_t>(peer)];
+        if (ps < 0 || !test(states_[static_cast<std::size_t>(ps)].started, j)) return;
+        const std::uint32_t w = acquire();
+        pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
+        pool_[w].push_back({s, i});
+        Network::Prepared& flow = st.flow_of_class[info.comm_class[i]];
+        if (flow == kNone)
+          flow = op.kind == OpKind::send ? p2p_flow(st.rank, peer, op.bytes) : p2p_flow(peer, st.rank, op.bytes);
+        launch(w, flow, now);
         return;
       }
       default: {
-        const std::int64_t gid = st.group_id[static_cast<std::size_t>(op.group)];
-        const CollKey key{gid, info.ordinal[i], static_cast<std::uint8_t>(op.stream)};
-        auto& slot = coll_[key];
-        slot.push_back({s, i});
-        if (static_cast<int>(slot.size()) == expected_members(st, op.group)) {
-          const FlowSpec& f = collective_spec(st.rank, gid, op);
-          mark_transfer_start(slot, now);
-          const FlowId id = net_.start(f, now);
-          flows_[id] = std::move(slot);
-          coll_.erase(key);
+        const int expected = expected_members(st, op.group);
+        std::uint32_t w;
+        if (expected <= 1) {
+          w = acquire();
+          pool_[w].push_back({s, i});
+        } else {
+          const std::int64_t gid = st.group_id[static_cast<std::size_t>(op.group)];
+          Channel& ch = channel(gid, op.stream);
+          const std::uint32_t ordinal = info.ordinal[i];
+          MEGASCOPE_CHECK(ordinal >= ch.base, "a member reached a collective its group has finished");
+          const std::size_t k = ch.head + (ordinal - ch.base);
+          if (k >= ch.slots.size()) ch.slots.resize(k + 1, kNone);
+          if (ch.slots[k] == kNone) ch.slots[k] = acquire();
+          w = ch.slots[k];
+          pool_[w].push_back({s, i});
+          if (static_cast<int>(pool_[w].size()) < expected) return;
+          ch.slots[k] = kNone;
+          while (ch.head < ch.slots.size() && ch.slots[ch.head] == kNone) {
+            ++ch.head;
+            ++ch.base;
+          }
+          if (ch.head == ch.slots.size()) {
+            ch.slots.clear();
+            ch.head = 0;
+          } else if (ch.head >= 64 && 2 * ch.head >= ch.slots.size()) {
+            ch.slots.erase(ch.slots.begin(), ch.slots.begin() + ch.head);
+            ch.head = 0;
+          }
         }
+        Network::Prepared& flow = st.flow_of_class[info.comm_class[i]];
+        if (flow == kNone) flow = collective_flow_of(st.rank, st.group_id[static_cast<std::size_t>(op.group)], op);
+        launch(w, flow, now);
         return;
       }
     }
+  }
+
+  Channel& channel(std::int64_t gid, Stream stream) {
+    if (channel_of_.empty()) channel_of_.assign(static_cast<std::size_t>(kCommGroupCount) * p_.grid.world() * kStreamCount, kNone);
+    const std::size_t key = static_cast<std::size_t>(gid) * kStreamCount + static_cast<std::size_t>(stream);
+    MEGASCOPE_CHECK(key < channel_of_.size(), "a group id out of range");
+    if (channel_of_[key] == kNone) {
+      channel_of_[key] = static_cast<std::uint32_t>(channels_.size());
+      channels_.emplace_back();
+    }
+    return channels_[channel_of_[key]];
   }
 
   // A transfer's span starts when the data moves, not when a member posted it:
@@ -311,20 +451,24 @@ class Engine {
   }
 
   // Routes repeat (the same neighbours exchange the same sizes every micro-batch).
-  const FlowSpec& p2p_spec(int from, int to, double bytes) {
+  Network::Prepared p2p_flow(int from, int to, double bytes) {
     const auto key = std::make_tuple(from, to, bytes);
     auto it = p2p_cache_.find(key);
     if (it != p2p_cache_.end()) return it->second;
     const std::vector<int> devices = {from, to};
-    return p2p_cache_.emplace(key, collective_flow(topo_, Collective::send_recv, devices, bytes)).first->second;
+    const Network::Prepared f = net_.prepare(collective_flow(topo_, Collective::send_recv, devices, bytes));
+    p2p_cache_.emplace(key, f);
+    return f;
   }
 
-  const FlowSpec& collective_spec(int rank, std::int64_t gid, const Op& op) {
+  Network::Prepared collective_flow_of(int rank, std::int64_t gid, const Op& op) {
     const auto key = std::make_tuple(gid, static_cast<int>(op.kind), op.bytes);
     auto it = spec_cache_.find(key);
     if (it != spec_cache_.end()) return it->second;
     const std::vector<int> members = p_.grid.group(rank, op.group);
-    return spec_cache_.emplace(key, collective_flow(topo_, collective_of(op.kind), members, op.bytes)).first->second;
+    const Network::Prepared f = net_.prepare(collective_flow(topo_, collective_of(op.kind), members, op.bytes));
+    spec_cache_.emplace(key, f);
+    return f;
   }
 
   void finish(std::uint32_t s, std::uint32_t i, double now) {
@@ -353,11 +497,13 @@ class Engine {
   std::vector<RankState> states_;
   std::vector<int> state_of_rank_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
-  std::unordered_map<FlowId, std::vector<Member>> flows_;
-  std::unordered_map<CollKey, std::vector<Member>, CollKeyHash> coll_;
-  std::unordered_map<P2PKey, std::vector<Member>, P2PKeyHash> p2p_;
-  std::map<std::tuple<std::int64_t, int, double>, FlowSpec> spec_cache_;
-  std::map<std::tuple<int, int, double>, FlowSpec> p2p_cache_;
+  std::vector<std::vector<Member>> pool_;   // waiting lists
+  std::vector<std::uint32_t> free_;         // free waiting lists
+  std::vector<std::uint32_t> waiting_;      // FlowId -> waiting list of its members
+  std::vector<std::uint32_t> channel_of_;   // (group id, stream) -> channel
+  std::vector<Channel> channels_;
+  std::map<std::tuple<std::int64_t, int, double>, Network::Prepared> spec_cache_;
+  std::map<std::tuple<int, int, double>, Network::Prepared> p2p_cache_;
   std::vector<Span> spans_;
   bool record_ = true;
   std::uint64_t seq_ = 0;

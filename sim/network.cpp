@@ -28,8 +28,11 @@
 // Scratch vectors are reused, so an event allocates nothing beyond growth.
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <span>
 #include <stdexcept>
+#include <type_traits>
 
 #include "sim/network.hpp"
 
@@ -62,10 +65,17 @@ struct Network::State {
     int unfrozen = 0;
     std::uint32_t version = 0;
   };
+  // A normalised FlowSpec: links sorted and merged, positive weights only.
+  struct Shape {
+    std::vector<std::pair<LinkId, double>> load;
+    double solo = 0;
+    double payload = 0, latency = 0;
+  };
   struct Flow {
     FlowId id = 0;
     std::uint32_t version = 0;
-    std::vector<std::pair<LinkId, double>> load;
+    std::span<const std::pair<LinkId, double>> load;   // its shape's, or `own`
+    std::vector<std::pair<LinkId, double>> own;        // a flow started from a FlowSpec
     std::vector<std::uint32_t> pos;  // position in links[load[k].first].flows
     double remaining = 0, rate = 0, last = 0, new_rate = 0;
     double solo = 0;                 // rate alone on the network
@@ -74,6 +84,7 @@ struct Network::State {
     std::uint32_t in_set = 0;        // epoch
     bool live = false, transferring = false, frozen = false;
   };
+  static_assert(std::is_nothrow_move_constructible_v<Flow>, "a Flow's load may point into its own storage");
   struct Event {
     double t;
     FlowId id;
@@ -101,6 +112,7 @@ struct Network::State {
 
   std::vector<Link> links;
   std::vector<Flow> flows;
+  std::deque<Shape> shapes;   // prepared flows (a deque: their loads never move)
   std::vector<std::uint32_t> free_slots;
   std::vector<Event> events;  // heap
   double now = 0;
@@ -111,6 +123,10 @@ struct Network::State {
   std::vector<std::pair<LinkId, double>> bottlenecks;  // (link, level) of this solve
   std::vector<std::uint32_t> set;
   std::vector<Level> levels;
+
+  double normalise(const FlowSpec& f, std::vector<std::pair<LinkId, double>>& out) const;
+  FlowId begin(std::uint32_t slot, double solo, double payload, double latency_s);
+  std::uint32_t take_slot(double at);
 
   bool valid(const Event& e) const {
     const Flow& f = flows[e.slot];
@@ -364,46 +380,84 @@ Network::Network(const Topology& topo) : state_(std::make_shared<State>()) {
   for (std::size_t i = 0; i < links.size(); ++i) state_->links[i].capacity = links[i].capacity_Bps;
 }
 
-FlowId Network::start(const FlowSpec& f, double now) {
-  State& s = *state_;
-  if (now > s.now) s.now = now;  // never earlier than the network's clock
-  std::uint32_t slot;
-  if (!s.free_slots.empty()) {
-    slot = s.free_slots.back();
-    s.free_slots.pop_back();
-  } else {
-    slot = static_cast<std::uint32_t>(s.flows.size());
-    s.flows.emplace_back();
-  }
-  State::Flow& fl = s.flows[slot];
-  fl.load.clear();
+// Checks and normalises a FlowSpec's load into `out` (links sorted, repeated
+// links merged, weights > 0) and returns its solo rate.
+double Network::State::normalise(const FlowSpec& f, std::vector<std::pair<LinkId, double>>& out) const {
+  out.clear();
   for (const auto& [l, w] : f.load) {
-    if (l >= s.links.size()) throw std::out_of_range("Network::start: link " + std::to_string(l) + " is not in the topology");
-    if (w > 0) fl.load.emplace_back(l, w);
+    if (l >= links.size()) throw std::out_of_range("Network::start: link " + std::to_string(l) + " is not in the topology");
+    if (w > 0) out.emplace_back(l, w);
   }
-  std::sort(fl.load.begin(), fl.load.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::size_t w = 0;  // merge repeated links
-  for (std::size_t i = 0; i < fl.load.size(); ++i) {
-    if (w > 0 && fl.load[w - 1].first == fl.load[i].first) {
-      fl.load[w - 1].second += fl.load[i].second;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (w > 0 && out[w - 1].first == out[i].first) {
+      out[w - 1].second += out[i].second;
     } else {
-      fl.load[w++] = fl.load[i];
+      out[w++] = out[i];
     }
   }
-  fl.load.resize(w);
-  fl.solo = std::numeric_limits<double>::infinity();
-  for (const auto& [l, x] : fl.load) fl.solo = std::min(fl.solo, s.links[l].capacity / x);
-  fl.id = s.next_id++;
+  out.resize(w);
+  double solo = std::numeric_limits<double>::infinity();
+  for (const auto& [l, x] : out) solo = std::min(solo, links[l].capacity / x);
+  return solo;
+}
+
+// Starts a flow in `slot` (its load already set): the common part of both starts.
+FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, double latency_s) {
+  Flow& fl = flows[slot];
+  fl.solo = solo;
+  fl.id = next_id++;
   ++fl.version;
-  fl.remaining = std::max(0.0, f.payload_bytes);
+  fl.remaining = std::max(0.0, payload);
   fl.rate = 0;
-  fl.last = s.now;
+  fl.last = now;
   fl.live = true;
   fl.transferring = false;
-  ++s.live;
-  const double latency = f.latency_s > 0 && std::isfinite(f.latency_s) ? f.latency_s : 0.0;
-  s.push_event(s.now + latency, slot);
+  ++live;
+  const double latency = latency_s > 0 && std::isfinite(latency_s) ? latency_s : 0.0;
+  push_event(now + latency, slot);
   return fl.id;
+}
+
+std::uint32_t Network::State::take_slot(double at) {
+  if (at > now) now = at;  // never earlier than the network's clock
+  std::uint32_t slot;
+  if (!free_slots.empty()) {
+    slot = free_slots.back();
+    free_slots.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(flows.size());
+    flows.emplace_back();
+  }
+  return slot;
+}
+
+FlowId Network::start(const FlowSpec& f, double now) {
+  State& s = *state_;
+  const std::uint32_t slot = s.take_slot(now);
+  State::Flow& fl = s.flows[slot];
+  const double solo = s.normalise(f, fl.own);
+  fl.load = fl.own;
+  return s.begin(slot, solo, f.payload_bytes, f.latency_s);
+}
+
+Network::Prepared Network::prepare(const FlowSpec& f) {
+  State& s = *state_;
+  State::Shape& shape = s.shapes.emplace_back();
+  shape.solo = s.normalise(f, shape.load);
+  shape.payload = f.payload_bytes;
+  shape.latency = f.latency_s;
+  return static_cast<Prepared>(s.shapes.size() - 1);
+}
+
+FlowId Network::start(Prepared f, double now) {
+  State& s = *state_;
+  if (f >= s.shapes.size()) throw std::out_of_range("Network::start: no prepared flow " + std::to_string(f));
+  const State::Shape& shape = s.shapes[f];
+  const std::uint32_t slot = s.take_slot(now);
+  s.flows[slot].load = shape.load;
+  return s.begin(slot, shape.solo, shape.payload, shape.latency);
 }
 
 std::optional<double> Network::next_event_time() const {
@@ -415,8 +469,14 @@ std::optional<double> Network::next_event_time() const {
 }
 
 std::vector<FlowId> Network::advance_to(double t) {
-  State& s = *state_;
   std::vector<FlowId> done;
+  advance_to(t, done);
+  return done;
+}
+
+void Network::advance_to(double t, std::vector<FlowId>& done) {
+  State& s = *state_;
+  done.clear();
   if (!(t >= s.now)) t = s.now;
   s.recompute();
   for (;;) {
@@ -436,7 +496,6 @@ std::vector<FlowId> Network::advance_to(double t) {
   }
   s.now = std::max(s.now, t);
   std::sort(done.begin(), done.end());
-  return done;
 }
 
 std::size_t Network::active() const { return state_->live; }

@@ -97,14 +97,23 @@ CollectiveCurve collective_curve(const Topology& topo, Collective c, std::span<c
 double bus_bandwidth(Collective c, int n, double bytes, double seconds);
 
 // Flows in progress, sharing link capacity max-min fairly. Deterministic:
-// ties are broken by flow id.
+// ties are broken by flow id. Flow ids are 1, 2, 3, ... in start order.
 class Network {
  public:
+  // A FlowSpec checked and normalised once (links merged and sorted, its solo
+  // rate worked out), for flows that repeat: start(prepare(f), now) behaves
+  // exactly as start(f, now).
+  using Prepared = std::uint32_t;
+
   explicit Network(const Topology& topo);
   FlowId start(const FlowSpec& f, double now);
+  [[nodiscard]] Prepared prepare(const FlowSpec& f);
+  FlowId start(Prepared f, double now);
   [[nodiscard]] std::optional<double> next_event_time() const;
   // Advances to t (<= next_event_time()) and returns the flows that finished at t.
   std::vector<FlowId> advance_to(double t);
+  // The same, into `done` (cleared first), so that a caller can reuse it.
+  void advance_to(double t, std::vector<FlowId>& done);
   [[nodiscard]] std::size_t active() const;
 
  private:
