@@ -1,0 +1,223 @@
+// The search space against validate_setup(), exhaustively on small cases:
+// every plan enumerate() emits is legal, and every legal plan of the brute-
+// force cross product (restricted to the forms the planner enumerates) is
+// emitted exactly once.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "config/plan_settings.hpp"
+#include "core/models.hpp"
+#include "planner/space.hpp"
+#include "small_models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::planner;
+
+namespace {
+
+using test::small_gpt;
+using test::small_moe;
+
+SearchInputs inputs(const ModelSpec& m, int gpus, std::int64_t batch) {
+  SearchInputs in;
+  in.model = m;
+  in.cluster = *with_device_count(test::shipped_cluster("dgx-h100"), gpus);
+  in.training.global_batch_size = batch;
+  in.gpu_counts = {gpus};
+  in.constraints.tp_in_scale_up = false;
+  in.constraints.max_mbs = 4;
+  in.constraints.schedules = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
+                              Schedule::zb_v,  Schedule::dualpipe,     Schedule::dualpipev};
+  return in;
+}
+
+std::set<std::string> enumerated(const SearchInputs& in, Rejections& rej) {
+  std::set<std::string> out;
+  enumerate(in, rej, [&](const Candidate& c) {
+    const std::string key = format_inline_plan(to_plan(c));
+    INFO(key);
+    REQUIRE(out.insert(key).second);   // emitted once
+  });
+  return out;
+}
+
+// What the planner enumerates for recomputation of a chunk of `chunk_layers`.
+std::vector<Recompute> recompute_forms(int chunk_layers) {
+  std::vector<Recompute> r = {{RecomputeGranularity::none, {}, {}}, {RecomputeGranularity::selective, {}, {}},
+                              {RecomputeGranularity::full, RecomputeMethod::uniform, 1}};
+  for (int k = 1; k < chunk_layers; ++k) r.push_back({RecomputeGranularity::full, RecomputeMethod::block, k});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("Every structural plan of a small dense model: enumerated exactly when validate_setup accepts it") {
+  SearchInputs in = inputs(small_gpt(), 16, 16);
+  // Options fixed so that the brute force stays small; the next test opens them.
+  in.constraints.distopt = false;
+  in.constraints.overlap_grad_reduce = false;
+  in.constraints.overlap_param_gather = false;
+  in.constraints.tp_comm_overlap = false;
+  Rejections rej;
+  const std::set<std::string> got = enumerated(in, rej);
+  REQUIRE(!got.empty());
+
+  std::set<std::string> legal;
+  const ClusterSpec& cl = in.cluster;
+  for (int tp = 1; tp <= 16; ++tp)
+    for (int cp = 1; tp * cp <= 16; ++cp)
+      for (int pp = 1; tp * cp * pp <= 16; ++pp)
+        for (int vpp = 1; vpp <= 8; ++vpp)
+          for (int mbs = 1; mbs <= 4; ++mbs)
+            for (Schedule s : in.constraints.schedules)
+              for (int sp = 0; sp < 2; ++sp)
+                for (const Recompute& rc : recompute_forms(8)) {
+                  PlanSpec p;
+                  p.tp = tp;
+                  p.cp = cp;
+                  p.pp = pp;
+                  p.vpp = vpp;
+                  p.micro_batch_size = mbs;
+                  p.schedule = s;
+                  p.sequence_parallel = sp != 0;
+                  p.recompute = rc;
+                  auto setup = validate_setup(in.model, cl, in.training, p, 16);
+                  if (!setup) continue;
+                  // The planner's canonical forms: sp only with tp > 1, gpipe only with pp > 1,
+                  // block recomputation below the chunk size.
+                  if (sp && tp == 1) continue;
+                  if (s == Schedule::gpipe && pp == 1) continue;
+                  const int chunk = setup->chunks[0][0].count;
+                  if (rc.granularity == RecomputeGranularity::full && rc.method == RecomputeMethod::block &&
+                      *rc.num_layers >= chunk)
+                    continue;
+                  PlanSpec canon = p;
+                  canon.dp = setup->dp;
+                  if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
+                  legal.insert(format_inline_plan(canon));
+                }
+  for (const std::string& k : legal) {
+    INFO("legal but not enumerated: " << k);
+    CHECK(got.count(k) == 1);
+  }
+  for (const std::string& k : got) {
+    INFO("enumerated but not legal: " << k);
+    CHECK(legal.count(k) == 1);
+  }
+  CHECK(got.size() == legal.size());
+  CHECK(rej.structural == rej.divisibility + rej.constraint +
+                              (rej.structural - rej.divisibility - rej.constraint));   // counted, not guessed
+  CHECK(rej.divisibility > 0);
+}
+
+TEST_CASE("The optimizer and overlap options: every legal combination once, none that changes nothing") {
+  SearchInputs in = inputs(small_gpt(), 8, 16);
+  in.constraints.tp = {{2}, {}, {}};
+  in.constraints.pp = {{2}, {}, {}};
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.schedules = {Schedule::one_f_one_b};
+  in.constraints.recompute = {RecomputeGranularity::none};
+  Rejections rej;
+  const std::set<std::string> got = enumerated(in, rej);
+  std::set<std::string> legal;
+  for (int cp : {1, 2})
+    for (int bits = 0; bits < 32; ++bits) {
+      PlanSpec p;
+      p.tp = 2;
+      p.pp = 2;
+      p.cp = cp;
+      p.sequence_parallel = bits & 1;
+      p.distributed_optimizer = bits & 2;
+      p.overlap_grad_reduce = bits & 4;
+      p.overlap_param_gather = bits & 8;
+      p.tp_comm_overlap = bits & 16;
+      auto s = validate_setup(in.model, in.cluster, in.training, p, 8);
+      if (!s) continue;
+      p.dp = s->dp;
+      legal.insert(format_inline_plan(p));
+    }
+  CHECK(got == legal);
+  // dp x cp = 2 in both cases: every flag matters, so 2 x (sp: 2 tp_comm_overlap forms + 1) x 5 optimizer forms.
+  CHECK(got.size() == 2 * 3 * 5);
+}
+
+TEST_CASE("MoE: every legal ep x etp split of the stage is enumerated, and only those") {
+  SearchInputs in = inputs(small_moe(), 8, 8);
+  in.constraints.schedules = {Schedule::one_f_one_b};
+  in.constraints.recompute = {RecomputeGranularity::none};
+  in.constraints.distopt = false;
+  in.constraints.overlap_grad_reduce = false;
+  in.constraints.tp_comm_overlap = false;
+  in.constraints.mbs = {{1}, {}, {}};
+  Rejections rej;
+  const std::set<std::string> got = enumerated(in, rej);
+  std::set<std::string> legal;
+  for (int tp = 1; tp <= 8; ++tp)
+    for (int pp = 1; pp <= 8; ++pp)
+      for (int cp = 1; cp <= 8; ++cp)
+        for (int ep = 1; ep <= 8; ++ep)
+          for (int etp = 1; etp <= 8; ++etp)
+            for (int sp = 0; sp < 2; ++sp) {
+              if (tp * pp * cp > 8 || (sp && tp == 1)) continue;
+              PlanSpec p;
+              p.tp = tp;
+              p.pp = pp;
+              p.cp = cp;
+              p.ep = ep;
+              p.etp = etp;
+              p.sequence_parallel = sp != 0;
+              auto s = validate_setup(in.model, in.cluster, in.training, p, 8);
+              if (!s) continue;
+              p.dp = s->dp;
+              if (etp == tp) p.etp.reset();
+              legal.insert(format_inline_plan(p));
+            }
+  CHECK(got == legal);
+  bool some_ep = false;
+  for (const auto& k : got) some_ep = some_ep || k.find("ep=") != std::string::npos;
+  CHECK(some_ep);
+}
+
+TEST_CASE("Constraints bound the space and are counted as such") {
+  SearchInputs in = inputs(small_gpt(), 16, 16);
+  Rejections all_rej;
+  const std::size_t all = enumerated(in, all_rej).size();
+  in.constraints.tp = *parse_int_set("2-4", "--tp");
+  in.constraints.min_dp = 2;
+  Rejections rej;
+  const std::set<std::string> some = enumerated(in, rej);
+  CHECK(some.size() < all);
+  CHECK(rej.constraint > all_rej.constraint);
+  for (const std::string& k : some) {
+    auto p = parse_inline_plan(k);
+    REQUIRE(p);
+    CHECK(p->tp >= 2);
+    CHECK(p->tp <= 4);
+    CHECK(*p->dp >= 2);
+  }
+  // TP inside the scale-up domain by default: an 8-GPU NVLink domain admits tp <= 8 only.
+  SearchInputs d = inputs(small_gpt(), 16, 16);
+  d.constraints.tp_in_scale_up = true;
+  Rejections drej;
+  for (const std::string& k : enumerated(d, drej)) CHECK(parse_inline_plan(k)->tp <= 8);
+}
+
+TEST_CASE("Value sets parse N, A-B, <=N, >=N and lists, and name the option when they do not") {
+  CHECK(parse_int_set("8", "--tp")->contains(8));
+  CHECK_FALSE(parse_int_set("8", "--tp")->contains(4));
+  CHECK(parse_int_set("2-8", "--tp")->contains(5));
+  CHECK_FALSE(parse_int_set("2-8", "--tp")->contains(9));
+  CHECK(parse_int_set("<=4", "--pp")->contains(1));
+  CHECK_FALSE(parse_int_set(">=4", "--pp")->contains(2));
+  CHECK(parse_int_set("1,2,4", "--mbs")->contains(4));
+  for (const char* bad : {"", "0", "a", "8-2", "1,,2", "-3", "2-"}) {
+    auto r = parse_int_set(bad, "--tp");
+    INFO(bad);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().field == "--tp");
+  }
+  const auto counts = counts_up_to(test::shipped_cluster("dgx-a100"), 20);
+  CHECK(counts == std::vector<int>{1, 2, 4, 8, 16});
+}

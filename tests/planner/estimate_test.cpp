@@ -1,0 +1,132 @@
+// Stage 1 against the exact models: memory equals memory_report() on every
+// plan of small spaces and on samples of shipped models; collective curves
+// equal the simulator's isolated times; the closed-form time follows the
+// simulator on a sample of plans.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "config/plan_settings.hpp"
+#include "core/accounting/memory.hpp"
+#include "core/program/builder.hpp"
+#include "planner/estimate.hpp"
+#include "sim/engine.hpp"
+#include "sim/network.hpp"
+#include "small_models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::planner;
+
+namespace {
+
+SearchInputs inputs(const ModelSpec& m, const std::string& cluster, int gpus, std::int64_t batch) {
+  SearchInputs in;
+  in.model = m;
+  in.cluster = *with_device_count(test::shipped_cluster(cluster), gpus);
+  in.training.global_batch_size = batch;
+  in.gpu_counts = {gpus};
+  in.constraints.max_mbs = 4;
+  in.constraints.schedules = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
+                              Schedule::zb_v,  Schedule::dualpipe,     Schedule::dualpipev};
+  return in;
+}
+
+// Checks stage-1 memory against memory_report on every `stride`-th plan; returns how many were checked.
+int check_memory(const SearchInputs& in, int stride) {
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  REQUIRE(cost);
+  Estimator est(in, *cost);
+  Rejections rej;
+  int i = 0, checked = 0;
+  enumerate(in, rej, [&](const Candidate& c) {
+    if (i++ % stride != 0) return;
+    const PlanSpec p = to_plan(c);
+    INFO(format_inline_plan(p));
+    auto s = validate_setup(in.model, in.cluster, in.training, p, c.gpus);
+    REQUIRE(s);
+    const MemoryReport ref = memory_report(*s);
+    auto e = est.memory(c);
+    REQUIRE(e);
+    CHECK(e->peak_bytes == Approx(ref.peak_bytes).epsilon(1e-12));
+    CHECK(e->peak_stage == ref.peak_stage);
+    CHECK(e->fits == (ref.peak_bytes + in.constraints.headroom_bytes <= ref.capacity_bytes));
+    ++checked;
+  });
+  return checked;
+}
+
+}  // namespace
+
+TEST_CASE("Stage-1 memory equals memory_report on every plan of a small dense space") {
+  CHECK(check_memory(inputs(test::small_gpt(), "dgx-h100", 16, 16), 1) > 1000);
+}
+
+TEST_CASE("Stage-1 memory equals memory_report on every plan of a small MoE space with a dense first layer") {
+  CHECK(check_memory(inputs(test::small_moe(), "dgx-h100", 8, 16), 1) > 500);
+}
+
+TEST_CASE("Stage-1 memory equals memory_report on samples of shipped models (GPT-3, Llama 3 GQA, DeepSeek-V3 MLA+MTP)") {
+  CHECK(check_memory(inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512), 97) > 100);
+  CHECK(check_memory(inputs(test::shipped_model("llama3-70b"), "dgx-h100", 128, 256), 89) > 100);
+  // 61 layers: only pp = 1 and 61 split evenly (uneven stages are not enumerated).
+  SearchInputs ds = inputs(test::shipped_model("deepseek-v3"), "dgx-h100", 256, 512);
+  ds.constraints.pp = {{1}, {}, {}};
+  CHECK(check_memory(ds, 7) > 50);
+}
+
+TEST_CASE("A collective curve gives exactly the simulator's isolated time at every size") {
+  const ClusterSpec cl = *with_device_count(test::shipped_cluster("dgx-a100"), 64);
+  const sim::Topology topo = sim::Topology::build(cl, 64);
+  const std::vector<std::vector<int>> groups = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 8, 16, 24, 32, 40, 48, 56}, {0, 2}, {3, 40}};
+  for (const auto& g : groups)
+    for (sim::Collective c : {sim::Collective::all_reduce, sim::Collective::reduce_scatter, sim::Collective::all_gather,
+                              sim::Collective::all_to_all, sim::Collective::send_recv}) {
+      if (c == sim::Collective::send_recv && g.size() != 2) continue;
+      const sim::CollectiveCurve curve = sim::collective_curve(topo, c, g);
+      for (double bytes = 1; bytes < 1e11; bytes *= 3.7) {
+        INFO(g.size() << " ranks, collective " << static_cast<int>(c) << ", " << bytes << " bytes");
+        CHECK(curve.at(bytes) == Approx(sim::isolated_time(topo, sim::collective_flow(topo, c, g, bytes))).epsilon(1e-12));
+      }
+      CHECK(curve.at(0) == 0);
+    }
+}
+
+TEST_CASE("Stage-1 time follows the simulator on a sample of GPT-3 175B plans on 256 A100s") {
+  SearchInputs in = inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512);
+  in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+  in.constraints.mbs = {{1, 2}, {}, {}};
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  REQUIRE(cost);
+  Estimator est(in, *cost);
+  Rejections rej;
+  std::vector<double> errors;
+  int i = 0;
+  const sim::Topology topo = sim::Topology::build(in.cluster, 256);
+  enumerate(in, rej, [&](const Candidate& c) {
+    if (i++ % 997 != 0) return;
+    auto e = est.evaluate(c);
+    REQUIRE(e);
+    if (!e->fits || c.pp > 16) return;
+    auto s = validate_setup(in.model, in.cluster, in.training, to_plan(c), c.gpus);
+    REQUIRE(s);
+    auto prog = build_program(*s);
+    REQUIRE(prog);
+    sim::SimOptions so;
+    so.record_trace = false;
+    auto r = sim::simulate(*prog, topo, *cost, so);
+    REQUIRE(r);
+    errors.push_back(e->step_s / r->step_time_s - 1);
+  });
+  REQUIRE(errors.size() >= 15);
+  std::vector<double> abs_err;
+  for (double x : errors) abs_err.push_back(std::abs(x));
+  std::sort(abs_err.begin(), abs_err.end());
+  const double median = abs_err[abs_err.size() / 2];
+  const double worst = abs_err.back();
+  WARN("stage 1 vs simulator on " << abs_err.size() << " plans: median |error| " << 100 * median << "%, worst "
+                                  << 100 * worst << "%");
+  CHECK(median < 0.10);
+  CHECK(worst < 0.35);
+}
