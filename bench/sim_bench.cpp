@@ -2,7 +2,8 @@
 // row per case (wall time of program building and simulation, events, events
 // per second, peak resident memory), then the rows as JSON. Not a test.
 //
-//   ./build/bench/sim_bench [--skip-full] [--repeat N]
+//   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT]
+// --case keeps the cases whose name contains TEXT ("gpt3", "1t").
 // With --repeat N every case runs N times and the fastest run is reported
 // (the first run of a process pays for page faults the later ones reuse).
 // Cases: GPT-3 175B on 1024 A100s (the default example) in both modes, and
@@ -47,9 +48,11 @@ struct Row {
 int main(int argc, char** argv) {
   bool skip_full = false;
   int repeat = 1;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     skip_full = skip_full || std::strcmp(argv[i], "--skip-full") == 0;
     if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = argv[++i];
   }
   struct Case {
     const char* name;
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (const Case& c : cases) {
     if (skip_full && c.mode == sim::Mode::full) continue;
+    if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
     auto model = resolve_model(c.model);
     auto cluster = resolve_cluster(c.cluster);
     auto plan = parse_inline_plan(c.plan);
