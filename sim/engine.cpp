@@ -87,7 +87,7 @@ struct StageInfo {
   std::vector<std::uint32_t> dependents;
   std::vector<std::uint32_t> comm_class; // communication op -> its CommClass among the stage's
   std::vector<std::uint32_t> match;      // send/recv -> the op it pairs with on the peer stage (kNone: none)
-  std::uint32_t classes = 0;
+  std::vector<std::uint32_t> class_op;   // CommClass -> its first op
 };
 
 StageInfo analyse(const StageProgram& s, const CostModel& cost) {
@@ -116,14 +116,14 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
       if (last_class && last_class->first == c) {
         info.comm_class[i] = last_class->second;
       } else {
-        const auto it = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size())).first;
+        const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
+        if (added) info.class_op.push_back(static_cast<std::uint32_t>(i));
         info.comm_class[i] = it->second;
         last_class.emplace(c, it->second);
       }
     }
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) count[s.deps[d]] += 1;
   }
-  info.classes = static_cast<std::uint32_t>(classes.size());
   info.dependents_begin.assign(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) info.dependents_begin[i + 1] = info.dependents_begin[i] + count[i];
   info.dependents.assign(info.dependents_begin[n], 0);
@@ -249,7 +249,7 @@ class Engine {
       st.remaining = n;
       for (int k = 0; k < kCommGroupCount; ++k) st.group_id[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
       st.group_size = sizes_of_stage[static_cast<std::size_t>(st.stage)];
-      st.flow_of_class.assign(info.classes, kNone);
+      st.flow_of_class.assign(info.class_op.size(), kNone);
       state_of_rank_[static_cast<std::size_t>(r)] = static_cast<int>(states_.size());
       states_.push_back(std::move(st));
     }
@@ -261,6 +261,7 @@ class Engine {
       out.traced_ranks.push_back(r);
     }
     record_ = opt_.record_trace;
+    prepare_flows();
 
     // Start: every stream head and every op with no predecessor constraint.
     for (std::uint32_t s = 0; s < states_.size(); ++s) {
@@ -353,8 +354,32 @@ class Engine {
   }
   void release(std::uint32_t w) { free_.push_back(w); }
 
+  // Every flow a rank can start, prepared before the first starts, so that
+  // the network can merge links that all flows load alike (Network::seal).
+  // A send or receive without a partner (or whose peer is not simulated)
+  // never starts and gets none.
+  void prepare_flows() {
+    for (RankState& st : states_) {
+      const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
+      for (std::size_t c = 0; c < info.class_op.size(); ++c) {
+        const std::uint32_t i = info.class_op[c];
+        const Op& op = info.prog->ops[i];
+        if (is_p2p(op.kind)) {
+          if (info.match[i] == kNone) continue;
+          const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
+          if (peer < 0 || peer >= p_.grid.world() || state_of_rank_[static_cast<std::size_t>(peer)] < 0) continue;
+          st.flow_of_class[c] = op.kind == OpKind::send ? p2p_flow(st.rank, peer, op.bytes) : p2p_flow(peer, st.rank, op.bytes);
+        } else {
+          st.flow_of_class[c] = collective_flow_of(st.rank, st.group_id[static_cast<std::size_t>(op.group)], op);
+        }
+      }
+    }
+    net_.seal();
+  }
+
   // Starts the transfer of the members in waiting list w.
   void launch(std::uint32_t w, Network::Prepared flow, double now) {
+    MEGASCOPE_CHECK(flow != kNone, "a transfer starts without a prepared flow");
     mark_transfer_start(pool_[w], now);
     const FlowId id = net_.start(flow, now);
     if (id >= waiting_.size()) waiting_.resize(std::max<std::size_t>(id + 1, 2 * waiting_.size()), kNone);
@@ -386,10 +411,7 @@ class Engine {
         const std::uint32_t w = acquire();
         pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
         pool_[w].push_back({s, i});
-        Network::Prepared& flow = st.flow_of_class[info.comm_class[i]];
-        if (flow == kNone)
-          flow = op.kind == OpKind::send ? p2p_flow(st.rank, peer, op.bytes) : p2p_flow(peer, st.rank, op.bytes);
-        launch(w, flow, now);
+        launch(w, st.flow_of_class[info.comm_class[i]], now);
         return;
       }
       default: {
@@ -422,9 +444,7 @@ class Engine {
             ch.head = 0;
           }
         }
-        Network::Prepared& flow = st.flow_of_class[info.comm_class[i]];
-        if (flow == kNone) flow = collective_flow_of(st.rank, st.group_id[static_cast<std::size_t>(op.group)], op);
-        launch(w, flow, now);
+        launch(w, st.flow_of_class[info.comm_class[i]], now);
         return;
       }
     }

@@ -27,12 +27,14 @@
 // ordered by (time, flow id), stale entries skipped by a version number.
 // Scratch vectors are reused, so an event allocates nothing beyond growth.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <deque>
 #include <limits>
 #include <span>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
 
 #include "sim/network.hpp"
 
@@ -111,6 +113,14 @@ struct Network::State {
   static bool binding(const Link& L) { return L.flows.size() > 1 && L.demand > L.capacity * (1 + 1e-12); }
 
   std::vector<Link> links;
+  // Links merged by seal(): link l keeps its state in links[rep[l]] (rep[l] =
+  // l unless merged); the links merged into representative r are
+  // dups[dup_begin[r] .. dup_begin[r + 1]). Only a merged link's heap
+  // version is its own.
+  std::vector<LinkId> rep;
+  std::vector<std::uint32_t> dup_begin;
+  std::vector<LinkId> dups;
+  bool sealed = false;
   std::vector<Flow> flows;
   std::deque<Shape> shapes;   // prepared flows (a deque: their loads never move)
   std::vector<std::uint32_t> free_slots;
@@ -125,6 +135,8 @@ struct Network::State {
   std::vector<Level> levels;
 
   double normalise(const FlowSpec& f, std::vector<std::pair<LinkId, double>>& out) const;
+  void seal();
+  Link& state_of(LinkId l) { return links[rep[l]]; }
   FlowId begin(std::uint32_t slot, double solo, double payload, double latency_s);
   std::uint32_t take_slot(double at);
 
@@ -204,7 +216,7 @@ struct Network::State {
   // link on which no flow is faster.
   bool has_bottleneck(const Flow& f) {
     if (f.bottleneck == no_link) return true;
-    Link& L = links[f.bottleneck];
+    Link& L = state_of(f.bottleneck);
     if (L.usage < L.capacity * (1 - rel)) return false;
     if (L.max_epoch != epoch) {  // the fastest flow on the link, once per recompute
       L.max_epoch = epoch;
@@ -242,15 +254,19 @@ struct Network::State {
       }
       levels.push_back(Level{f.solo, no_link, slot});
     }
+    // A merged link takes part as itself (its own heap entries and version)
+    // with its representative's state, exactly as it would unmerged.
     auto push_level = [&](LinkId l) {
-      Link& L = links[l];
-      ++L.version;
-      levels.push_back(Level{L.residual / std::max(L.unfrozen_load, 1e-300), l, L.version});
+      const Link& L = state_of(l);
+      const std::uint32_t version = ++links[l].version;
+      levels.push_back(Level{L.residual / std::max(L.unfrozen_load, 1e-300), l, version});
     };
     for (LinkId l : solve_links) {
       Link& L = links[l];
       L.residual = std::max(0.0, L.capacity - std::max(0.0, L.usage - L.set_usage));
       push_level(l);
+      if (sealed)
+        for (std::uint32_t d = dup_begin[l]; d < dup_begin[l + 1]; ++d) push_level(dups[d]);
     }
     std::make_heap(levels.begin(), levels.end(), higher);
     double floor = 0;
@@ -279,8 +295,8 @@ struct Network::State {
       }
       // A link's level only rises as flows freeze elsewhere, so its heap key
       // is a lower bound: re-queue it at its current level if that is higher.
-      Link& L = links[top.link];
-      if (top.version != L.version || L.unfrozen <= 0) continue;
+      Link& L = state_of(top.link);
+      if (top.version != links[top.link].version || L.unfrozen <= 0) continue;
       const double current = L.residual / std::max(L.unfrozen_load, 1e-300);
       if (current > top.level * (1 + 1e-12)) {
         push_level(top.link);
@@ -333,7 +349,8 @@ struct Network::State {
     }
     for (std::size_t i = 0; fair && i < bottlenecks.size(); ++i) {
       const auto [l, level] = bottlenecks[i];
-      fair = std::none_of(links[l].flows.begin(), links[l].flows.end(), [&](const Member& m) {
+      const Link& L = state_of(l);
+      fair = std::none_of(L.flows.begin(), L.flows.end(), [&](const Member& m) {
         return flows[m.flow].in_set != epoch && flows[m.flow].rate > level * (1 + rel);
       });
     }
@@ -377,7 +394,63 @@ struct Network::State {
 Network::Network(const Topology& topo) : state_(std::make_shared<State>()) {
   const auto& links = topo.links();
   state_->links.resize(links.size());
-  for (std::size_t i = 0; i < links.size(); ++i) state_->links[i].capacity = links[i].capacity_Bps;
+  state_->rep.resize(links.size());
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    state_->links[i].capacity = links[i].capacity_Bps;
+    state_->rep[i] = static_cast<LinkId>(i);
+  }
+}
+
+// Two links are merged when they have the same capacity and every prepared
+// flow puts the same load on both (or none on either): then every update
+// one gets the other gets too, in the same order, and their states stay
+// equal (bit for bit). Each class keeps its lowest link as representative;
+// flows carry only representatives, and the solve lets a merged link take
+// part under its own id and heap version with the shared state, so that ties
+// and re-queued levels resolve exactly as without merging.
+void Network::State::seal() {
+  if (sealed) throw std::logic_error("Network::seal: already sealed");
+  if (next_id != 1) throw std::logic_error("Network::seal: flows have started");
+  const std::size_t n = links.size();
+  // The shapes loading each link, in shape order, with their loads.
+  std::vector<std::uint32_t> begin(n + 1, 0);
+  for (const Shape& sh : shapes)
+    for (const auto& [l, w] : sh.load) ++begin[l + 1];
+  for (std::size_t l = 0; l < n; ++l) begin[l + 1] += begin[l];
+  std::vector<std::pair<std::uint32_t, double>> uses(begin[n]);
+  std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
+  for (std::uint32_t i = 0; i < shapes.size(); ++i)
+    for (const auto& [l, w] : shapes[i].load) uses[fill[l]++] = {i, w};
+  const auto uses_of = [&](std::size_t l) {
+    return std::span<const std::pair<std::uint32_t, double>>(uses.data() + begin[l], begin[l + 1] - begin[l]);
+  };
+  std::unordered_map<std::uint64_t, std::vector<LinkId>> classes;   // by hash: representatives
+  for (std::size_t l = 0; l < n; ++l) {
+    if (begin[l] == begin[l + 1]) continue;
+    std::uint64_t h = std::bit_cast<std::uint64_t>(links[l].capacity);
+    for (const auto& [i, w] : uses_of(l)) {
+      h ^= (std::bit_cast<std::uint64_t>(w) + 0x9e3779b97f4a7c15ULL * (i + 1)) + (h << 6) + (h >> 2);
+      h *= 0xff51afd7ed558ccdULL;
+    }
+    auto& reps = classes[h];
+    const auto same = [&](LinkId r) {
+      const auto a = uses_of(l), b = uses_of(r);
+      return links[r].capacity == links[l].capacity && std::equal(a.begin(), a.end(), b.begin(), b.end());
+    };
+    const auto it = std::find_if(reps.begin(), reps.end(), same);
+    if (it != reps.end()) rep[l] = *it;
+    else reps.push_back(static_cast<LinkId>(l));
+  }
+  dup_begin.assign(n + 1, 0);
+  for (std::size_t l = 0; l < n; ++l)
+    if (rep[l] != l) ++dup_begin[rep[l] + 1];
+  for (std::size_t l = 0; l < n; ++l) dup_begin[l + 1] += dup_begin[l];
+  dups.assign(dup_begin[n], 0);
+  std::vector<std::uint32_t> at(dup_begin.begin(), dup_begin.end() - 1);
+  for (std::size_t l = 0; l < n; ++l)
+    if (rep[l] != l) dups[at[rep[l]]++] = static_cast<LinkId>(l);
+  for (Shape& sh : shapes) std::erase_if(sh.load, [&](const auto& e) { return rep[e.first] != e.first; });
+  sealed = true;
 }
 
 // Checks and normalises a FlowSpec's load into `out` (links sorted, repeated
@@ -435,6 +508,7 @@ std::uint32_t Network::State::take_slot(double at) {
 
 FlowId Network::start(const FlowSpec& f, double now) {
   State& s = *state_;
+  if (s.sealed) throw std::logic_error("Network::start: a sealed network starts prepared flows only");
   const std::uint32_t slot = s.take_slot(now);
   State::Flow& fl = s.flows[slot];
   const double solo = s.normalise(f, fl.own);
@@ -444,6 +518,7 @@ FlowId Network::start(const FlowSpec& f, double now) {
 
 Network::Prepared Network::prepare(const FlowSpec& f) {
   State& s = *state_;
+  if (s.sealed) throw std::logic_error("Network::prepare: the network is sealed");
   State::Shape& shape = s.shapes.emplace_back();
   shape.solo = s.normalise(f, shape.load);
   shape.payload = f.payload_bytes;
@@ -459,6 +534,8 @@ FlowId Network::start(Prepared f, double now) {
   s.flows[slot].load = shape.load;
   return s.begin(slot, shape.solo, shape.payload, shape.latency);
 }
+
+void Network::seal() { state_->seal(); }
 
 std::optional<double> Network::next_event_time() const {
   State& s = *state_;
