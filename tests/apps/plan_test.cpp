@@ -1,0 +1,125 @@
+// `megascope plan`, run in-process: the ranked table in its three formats,
+// determinism, the Megatron-LM arguments of the winner, --explain, and one
+// clear error for bad constraints.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/cli.hpp"
+#include "config/library.hpp"
+#include "config/megatron_args.hpp"
+#include "config/plan_settings.hpp"
+
+using megascope::cli::run_cli;
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+Run run(std::vector<std::string> args) {
+  args.insert(args.begin(), "megascope");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+const std::vector<std::string> kSmall = {"plan", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--gpus", "64",
+                                         "--global-batch", "128", "--top", "6", "--no-progress"};
+
+std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<std::string> more) {
+  a.insert(a.end(), more);
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("plan --json ranks simulated plans fastest first, all fitting, with counts that add up", "[apps]") {
+  const Run r = run(with(kSmall, {"--json"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& ranked = j.at("ranked");
+  REQUIRE(ranked.size() == 6);
+  double prev = 0;
+  for (const auto& p : ranked) {
+    const double step = p.at("step_time_s").get<double>();
+    CHECK(step >= prev);
+    prev = step;
+    CHECK(p.at("headroom_bytes").get<double>() >= 2.0 * 1024 * 1024 * 1024);
+    CHECK(p.at("mfu").get<double>() > 0.1);
+    CHECK(p.at("mfu").get<double>() < 1.0);
+    CHECK(p.at("tokens_per_s").get<double>() == Approx(128.0 * 2048 / step));
+    CHECK(p.at("gpus").get<int>() == 64);
+  }
+  const auto& c = j.at("considered");
+  CHECK(c.at("evaluated").get<std::uint64_t>() ==
+        c.at("rejected_memory").get<std::uint64_t>() + c.at("fitting").get<std::uint64_t>());
+  CHECK(c.at("structural").get<std::uint64_t>() >=
+        c.at("rejected_divisibility").get<std::uint64_t>() + c.at("rejected_constraint").get<std::uint64_t>());
+  CHECK(c.at("rejected_divisibility").get<std::uint64_t>() > 0);
+  CHECK(c.at("rejected_constraint").get<std::uint64_t>() > 0);   // tp = 16, 32, 64 leave the 8-GPU NVLink domain
+  CHECK_FALSE(j.at("bounded_by").empty());
+
+  // The winner's Megatron-LM arguments import back to the winner's plan.
+  const std::string args = j.at("megatron_args").get<std::string>();
+  REQUIRE_FALSE(args.empty());
+  auto imported = megascope::import_megatron_args(args);
+  REQUIRE(imported);
+  CHECK(imported->plan.tp == megascope::parse_inline_plan(ranked[0].at("plan").get<std::string>())->tp);
+  CHECK(imported->training.global_batch_size == 128);
+}
+
+TEST_CASE("plan output is deterministic, whatever the number of threads", "[apps]") {
+  const Run a = run(with(kSmall, {"--csv", "--threads", "1"}));
+  const Run b = run(with(kSmall, {"--csv", "--threads", "2"}));
+  REQUIRE(a.code == 0);
+  CHECK(a.out == b.out);
+  CHECK(std::count(a.out.begin(), a.out.end(), '\n') == 7);   // header + 6 rows
+  CHECK(a.out.rfind("rank,plan,gpus,tokens_per_s", 0) == 0);
+}
+
+TEST_CASE("plan --explain places a given plan among the simulated ones and says why it is slower", "[apps]") {
+  const Run r = run(with(kSmall, {"--explain", "tp=4,pp=2,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("explain tp=4,pp=2") && Catch::Contains("among the 7 simulated plans") &&
+                        Catch::Contains("slower than the best plan") && Catch::Contains("compute on the busiest stage"));
+  CHECK_THAT(r.out, Catch::Contains("Megatron-LM arguments:") && Catch::Contains("--tensor-model-parallel-size"));
+
+  const Run bad = run(with(kSmall, {"--explain", "tp=3"}));
+  REQUIRE(bad.code == 0);
+  CHECK_THAT(bad.out, Catch::Contains("not a legal plan") && Catch::Contains("divisible by tp"));
+}
+
+TEST_CASE("plan constraints are honoured and bad ones are one clear error", "[apps]") {
+  const Run r = run(with(kSmall, {"--json", "--tp", "2", "--pp", "1-2", "--schedules", "1f1b", "--recompute", "selective"}));
+  REQUIRE(r.code == 0);
+  for (const auto& p : nlohmann::json::parse(r.out).at("ranked")) {
+    const std::string plan = p.at("plan").get<std::string>();
+    CHECK_THAT(plan, Catch::Contains("tp=2") && Catch::Contains("recompute=selective"));
+    CHECK_THAT(plan, !Catch::Contains("interleaved") && !Catch::Contains("pp=4"));
+  }
+  for (auto [args, words] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--tp", "0"}, "--tp"},
+           {{"--schedules", "2f2b"}, "--schedules"},
+           {{"--sp", "maybe"}, "--sp"},
+           {{"--headroom", "-1"}, "--headroom"},
+           {{"--gpus", "0"}, "--gpus"}}) {
+    std::vector<std::string> a = kSmall;
+    // --gpus is in kSmall already: replace it rather than repeat it.
+    if (args.front() == "--gpus") a[6] = args[1];
+    else a.insert(a.end(), args.begin(), args.end());
+    const Run e = run(a);
+    INFO(e.err);
+    CHECK(e.code == 1);
+    CHECK(e.out.empty());
+    CHECK_THAT(e.err, Catch::Contains("megascope plan: error:") && Catch::Contains(words));
+  }
+}
