@@ -119,6 +119,8 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--schedules", o.schedules,
                  "allowed schedules, comma-separated, or 'all' (default: 1f1b,interleaved, which Megatron-LM runs)");
   cmd.add_option("--recompute", o.recompute, "allowed recomputation: none,selective,full (default: all three)");
+  cmd.add_option("--block-recompute", o.block_recompute,
+                 "with full recomputation, also try the first k layers of each chunk only: on|off (default on)");
   cmd.add_option("--sp", o.sp, "fix sequence parallelism: on|off (default: both)");
   cmd.add_option("--distopt", o.distopt, "fix the distributed optimizer: on|off (default: both)");
   cmd.add_option("--overlap-grad-reduce", o.overlap_grad_reduce, "fix: on|off (default: both)");
@@ -212,6 +214,9 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
     if (!v) return Err(v.error());
     *slot = *v;
   }
+  auto block = on_off(o.block_recompute, "--block-recompute");
+  if (!block) return Err(block.error());
+  k.block_recompute = block->value_or(true);
   if (o.headroom_gib < 0) return Err(usage("--headroom", "must be >= 0"));
   k.headroom_bytes = o.headroom_gib * kGiB;
   if (o.min_dp < 1) return Err(usage("--min-dp", "must be >= 1"));
@@ -343,15 +348,17 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   if (res->ranked.empty()) {
     out << "no plan fits";
   } else {
-    out << fmt::format("{:>4}  {:<72} {:>5} {:>10} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7}\n", "rank", "plan", "gpus",
+    std::size_t width = 4;
+    for (const planner::SimulatedPlan& p : res->ranked) width = std::max(width, plan_with_gpus(p).size());
+    out << fmt::format("{:>4}  {:<{}} {:>5} {:>10} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7}\n", "rank", "plan", width, "gpus",
                        "tokens/s", "TFLOP/s", "MFU", "step s", "peak", "free", "bubble", "exposed");
-    out << fmt::format("{:>4}  {:<72} {:>5} {:>10} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7}\n", "", "", "", "", "/GPU",
+    out << fmt::format("{:>4}  {:<{}} {:>5} {:>10} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7}\n", "", "", width, "", "", "/GPU",
                        "", "", "GiB", "GiB", "", "comm");
     for (std::size_t i = 0; i < res->ranked.size(); ++i) {
       const planner::SimulatedPlan& p = res->ranked[i];
       const sim::SimReport& r = p.report;
-      out << fmt::format("{:>4}  {:<72} {:>5} {:>10.0f} {:>7.1f} {:>5.1f}% {:>8.3f} {:>7.1f} {:>7.1f} {:>6.1f}% {:>6.1f}%\n",
-                         i + 1, plan_with_gpus(p), p.gpus, r.tokens_per_s, r.tflops_per_gpu, 100 * r.mfu, r.step_time_s,
+      out << fmt::format("{:>4}  {:<{}} {:>5} {:>10.0f} {:>7.1f} {:>5.1f}% {:>8.3f} {:>7.1f} {:>7.1f} {:>6.1f}% {:>6.1f}%\n",
+                         i + 1, plan_with_gpus(p), width, p.gpus, r.tokens_per_s, r.tflops_per_gpu, 100 * r.mfu, r.step_time_s,
                          p.memory.peak_bytes / kGiB, p.headroom_bytes() / kGiB, 100 * r.bubble_fraction,
                          100 * p.exposed_comm_s() / r.step_time_s);
     }

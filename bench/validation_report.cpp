@@ -27,33 +27,12 @@
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
+#include "published.hpp"
 
 using namespace megascope;
 using namespace megascope::cli;
 
 namespace {
-
-std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::map<std::string, std::string>> rows;
-  std::vector<std::string> header;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    std::string c;
-    while (std::getline(ss, c, ',')) cells.push_back(c);
-    if (header.empty()) {
-      header = cells;
-      continue;
-    }
-    std::map<std::string, std::string> row;
-    for (std::size_t i = 0; i < header.size() && i < cells.size(); ++i) row[header[i]] = cells[i];
-    rows.push_back(row);
-  }
-  return rows;
-}
 
 struct Prediction {
   bool ok = false;
@@ -90,12 +69,6 @@ Prediction predict(const std::string& model, const std::string& cluster, int gpu
   return p;
 }
 
-std::string model_name(const std::string& prefix, std::string size) {
-  if (size == "1008.0") return "gpt-1t";
-  if (!size.empty() && size.back() == 'B') size.pop_back();
-  return prefix + size + "b";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,30 +91,19 @@ int main(int argc, char** argv) {
   add("|---|---|---|---|---|---|---|---|");
   double sum_err = 0;
   int n = 0;
-  for (const auto& row : read_csv(ref + "/narayanan2021_table1_weak_scaling.csv")) {
-    const int L = std::stoi(row.at("num_layers")), pp = std::stoi(row.at("pp"));
-    // 2021: no fused attention; PyTorch DDP ("torch") overlaps the gradient all-reduce, Megatron's "local" does not.
-    std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused",
-                                   row.at("tp"), row.at("pp"), row.at("micro_batch"));
-    if (row.at("ddp_impl") == "torch") plan += ",overlap_grad_reduce=on";
-    if (!row.at("layers_per_virtual_stage").empty()) {
-      const int vpp = L / pp / std::stoi(row.at("layers_per_virtual_stage"));
-      if (vpp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vpp);
-    }
-    const int gpus = std::stoi(row.at("gpus"));
-    const auto batch = static_cast<std::int64_t>(std::stod(row.at("global_batch")));
-    const Prediction p = predict(model_name("gpt-", row.at("params_b")), "dgx-a100", gpus, plan, batch);
-    const double published = std::stod(row.at("tflops_per_gpu"));
+  for (const bench::PublishedRun& run : bench::narayanan_table1(ref)) {
+    const Prediction p = predict(run.model, run.cluster, run.gpus, run.plan, run.batch);
+    const double published = run.tflops_per_gpu;
     if (!p.ok) {
-      add(fmt::format("| {}B | {} | `{}` | {} | {} | error: {} | | |", row.at("params_b"), gpus, plan, batch, published, p.error));
+      add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
       continue;
     }
     const double predicted = p.out.report.hardware_tflops_per_gpu_no_causal;
     const double err = (predicted - published) / published;
     sum_err += std::abs(err);
     ++n;
-    add(fmt::format("| {}B | {} | `{}` | {} | {:.0f} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", row.at("params_b"), gpus, plan,
-                    batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
+    add(fmt::format("| {} | {} | `{}` | {} | {:.0f} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", run.label, run.gpus, run.plan,
+                    run.batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
   }
   const double mae_a100 = n ? sum_err / n : 0;
   add("");
@@ -159,24 +121,19 @@ int main(int argc, char** argv) {
   add("|---|---|---|---|---|---|---|---|");
   sum_err = 0;
   n = 0;
-  for (const auto& row : read_csv(ref + "/megatron_readme_h100_weak_scaling.csv")) {
-    const std::string tp = row.at("tp");
-    std::string plan = fmt::format("tp={},pp={},mbs=1,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on", tp, row.at("pp"));
-    if (tp != "1") plan += ",sp=on,tp_comm_overlap=on";
-    const int gpus = std::stoi(row.at("gpus"));
-    const auto batch = static_cast<std::int64_t>(std::stod(row.at("global_batch")));
-    const Prediction p = predict(model_name("mcore-gpt-", row.at("model")), "dgx-h100", gpus, plan, batch);
-    const double published = std::stod(row.at("tflops_per_gpu"));
+  for (const bench::PublishedRun& run : bench::megatron_h100(ref)) {
+    const Prediction p = predict(run.model, run.cluster, run.gpus, run.plan, run.batch);
+    const double published = run.tflops_per_gpu;
     if (!p.ok) {
-      add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", row.at("model"), gpus, plan, batch, published, p.error));
+      add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
       continue;
     }
     const double predicted = p.out.report.tflops_per_gpu_no_causal;
     const double err = (predicted - published) / published;
     sum_err += std::abs(err);
     ++n;
-    add(fmt::format("| {} | {} | `{}` | {} | {:.1f} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", row.at("model"), gpus, plan, batch,
-                    published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
+    add(fmt::format("| {} | {} | `{}` | {} | {:.1f} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", run.label, run.gpus, run.plan,
+                    run.batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
   }
   const double mae_h100 = n ? sum_err / n : 0;
   add("");

@@ -269,7 +269,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     for (RecomputeGranularity g : k.recompute) {
                       c.recompute = g;
                       // Full: uniform over every layer (one per group), or block over the first j layers.
-                      const int variants = g == RecomputeGranularity::full ? chunk_layers : 1;
+                      const int variants = g == RecomputeGranularity::full && k.block_recompute ? chunk_layers : 1;
                       for (int j = 0; j < variants; ++j) {
                         if (g == RecomputeGranularity::full) {
                           c.recompute_method = j == 0 ? RecomputeMethod::uniform : RecomputeMethod::block;

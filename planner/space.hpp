@@ -51,6 +51,7 @@ struct Constraints {
   std::vector<Schedule> schedules = {Schedule::one_f_one_b, Schedule::interleaved};
   std::vector<RecomputeGranularity> recompute = {RecomputeGranularity::none, RecomputeGranularity::selective,
                                                  RecomputeGranularity::full};
+  bool block_recompute = true;                      // full recomputation of the first k layers of a chunk, k < chunk
   std::optional<bool> sp, distopt, overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
   double headroom_bytes = 2.0 * 1024 * 1024 * 1024;  // memory kept free on every GPU
   int min_dp = 1;

@@ -1,0 +1,129 @@
+// planner_bench: speed and quality of the planner. Prints tables, not a test.
+//
+//   ./build/bench/planner_bench [--quick] [reference dir, default tests/reference]
+//
+// Speed: for GPT-3 175B on 1024 A100s and the 530B model of Narayanan Table 1
+// on 2520 A100s, every dimension open: plans in the space, stage-1 rate on one
+// core (cold: caches filled during the pass; warm: a second pass), and the
+// wall time of the whole search (stage 1 + 32 simulations on all cores).
+// Quality: for every row of Narayanan Table 1 and the Megatron-LM README H100
+// table, the published plan's simulated throughput against the planner's pick
+// (open search), and where the published plan ranks in a search restricted
+// to the options of its time (--explain).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "config/library.hpp"
+#include "config/plan_settings.hpp"
+#include "planner/planner.hpp"
+#include "published.hpp"
+
+using namespace megascope;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+planner::SearchInputs inputs(const std::string& model, const std::string& cluster, int gpus, std::int64_t batch) {
+  planner::SearchInputs in;
+  in.model = *resolve_model(model);
+  in.cluster = *with_device_count(*resolve_cluster(cluster), gpus);
+  in.training.global_batch_size = batch;
+  in.gpu_counts = {gpus};
+  return in;
+}
+
+void speed(const std::string& name, const planner::SearchInputs& in) {
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  planner::Estimator est(in, *cost);
+  planner::Rejections rej;
+  std::uint64_t n = 0, fit = 0;
+  auto t0 = Clock::now();
+  planner::enumerate(in, rej, [&](const planner::Candidate& c) {
+    auto e = est.evaluate(c);
+    ++n;
+    fit += e && e->fits;
+  });
+  const double cold = since(t0);
+  t0 = Clock::now();
+  planner::enumerate(in, rej, [&](const planner::Candidate& c) { (void)est.evaluate(c); });
+  const double warm = since(t0);
+  planner::SearchOptions so;
+  so.top_k = 32;
+  t0 = Clock::now();
+  auto r = planner::search(in, so);
+  const double whole = since(t0);
+  fmt::print("{:<28} {:>9} {:>8} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>9.2f}   {}\n", name, n, fit,
+             static_cast<double>(n) / cold / 1e6, static_cast<double>(n) / warm / 1e6, r ? r->stage1_s : 0.0, r ? r->stage2_s : 0.0, whole,
+             r && !r->ranked.empty() ? format_inline_plan(r->ranked.front().plan) : "-");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string ref = "tests/reference";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else ref = argv[i];
+  }
+  fmt::print("planner speed ({} hardware threads; stage 1 runs on one)\n", std::thread::hardware_concurrency());
+  fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}   {}\n", "case", "plans", "fit", "stage1", "stage1",
+             "stage1", "stage2", "search", "best plan");
+  fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}\n", "", "", "", "M/s cold", "M/s warm", "s", "s (32)",
+             "s total");
+  speed("gpt3-175b, 1024 A100", inputs("gpt3-175b", "dgx-a100", 1024, 1536));
+  speed("gpt-529.6b, 2520 A100", inputs("gpt-529.6b", "dgx-a100", 2520, 2520));
+  if (quick) return 0;
+
+  fmt::print("\nquality: published plan vs the planner's pick (simulated tokens/s; open search, top 32)\n");
+  fmt::print("  regime: the published plan's rank among plans with the options of its time (--explain)\n");
+  fmt::print("{:<18} {:>6} {:>12} {:>12} {:>8}   {:>14} {:>16}   {}\n", "row", "gpus", "published", "planner",
+             "gain", "regime rank", "stage-1 rank", "planner's pick");
+  for (const auto& rows : {bench::narayanan_table1(ref), bench::megatron_h100(ref)}) {
+    for (const bench::PublishedRun& run : rows) {
+      planner::SearchInputs in = inputs(run.model, run.cluster, run.gpus, run.batch);
+      planner::SearchOptions so;
+      auto open = planner::search(in, so);
+      auto plan = parse_inline_plan(run.plan);
+      if (!open || !plan || open->ranked.empty()) {
+        fmt::print("{:<18} {:>6} search failed\n", run.table.substr(0, 9) + " " + run.label, run.gpus);
+        continue;
+      }
+      auto published = planner::simulate_plan(in, *plan, run.gpus, std::nullopt);
+      // The regime of the published run: its recomputation, optimizer and overlap options fixed.
+      planner::SearchInputs reg = in;
+      planner::Constraints& k = reg.constraints;
+      k.recompute = {plan->recompute.granularity};
+      k.block_recompute = plan->recompute.method == RecomputeMethod::block;
+      k.distopt = plan->distributed_optimizer;
+      k.overlap_grad_reduce = plan->overlap_grad_reduce;
+      k.overlap_param_gather = plan->overlap_param_gather;
+      k.tp_comm_overlap = plan->tp_comm_overlap;
+      if (plan->tp > 1) k.sp = plan->sequence_parallel;
+      PlanSpec flash = *plan;
+      flash.attention = AttentionKernel::flash;   // the search has fused attention only
+      auto in_regime = planner::search(reg, so);
+      std::string regime = "-", s1 = "-";
+      if (in_regime) {
+        auto ex = planner::explain(reg, *in_regime, flash, run.gpus, so);
+        if (ex && ex->legal) {
+          regime = fmt::format("{} of {}", ex->simulated_rank, in_regime->ranked.size() + 1);
+          if (ex->stage1_rank) s1 = fmt::format("{} of {}", *ex->stage1_rank, in_regime->fitting);
+          else if (!ex->fits) s1 = "does not fit";
+        }
+      }
+      const double pub = published ? published->report.tokens_per_s : 0;
+      const double best = open->ranked.front().report.tokens_per_s;
+      fmt::print("{:<18} {:>6} {:>12.0f} {:>12.0f} {:>+7.1f}%   {:>14} {:>16}   {}\n",
+                 run.table.substr(0, 9) + " " + run.label, run.gpus, pub, best, pub > 0 ? 100 * (best / pub - 1) : 0.0,
+                 regime, s1, format_inline_plan(open->ranked.front().plan));
+    }
+  }
+  return 0;
+}
