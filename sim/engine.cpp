@@ -77,57 +77,78 @@ struct CommClassHash {
   }
 };
 
+// The engine's view of one op of a stage, packed: what try_start and finish
+// read for every op (the Op itself is only read to report a deadlock).
+struct OpInfo {
+  double duration = 0;                      // compute: summed kernel time
+  std::uint32_t dep_begin = 0, dep_count = 0;    // its deps, in StageProgram::deps
+  std::uint32_t next_begin = 0, next_count = 0;  // the ops that depend on it, in StageInfo::dependents
+  std::uint32_t position = 0;               // index in its ordered stream
+  std::uint32_t pair = kNone;               // collective: index among ops of its (stream, group);
+                                            // send/recv: the op it pairs with on the peer stage
+  std::uint32_t comm_class = kNone;         // communication: its CommClass among the stage's
+  std::int32_t peer_stage = 0;              // send/recv
+  OpKind kind = OpKind::compute;
+  Stream stream = Stream::compute;
+  CommGroup group = CommGroup::tp;
+};
+
 struct StageInfo {
   const StageProgram* prog = nullptr;
-  std::vector<double> duration;
+  std::vector<OpInfo> ops;
   std::array<std::vector<std::uint32_t>, kStreamCount> stream_ops;
-  std::vector<std::uint32_t> position;   // op -> index in its ordered stream
-  std::vector<std::uint32_t> ordinal;    // collective -> index among ops of its (stream, group)
-  std::vector<std::uint32_t> dependents_begin;
   std::vector<std::uint32_t> dependents;
-  std::vector<std::uint32_t> comm_class; // communication op -> its CommClass among the stage's
-  std::vector<std::uint32_t> match;      // send/recv -> the op it pairs with on the peer stage (kNone: none)
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
+  double compute_s = 0;                  // summed duration of its compute ops
 };
 
 StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   StageInfo info;
   info.prog = &s;
-  info.duration = compute_durations(s, cost);
+  const std::vector<double> duration = compute_durations(s, cost);
+  for (double d : duration) info.compute_s += d;
   const std::size_t n = s.ops.size();
-  info.position.assign(n, 0);
-  info.ordinal.assign(n, 0);
-  info.comm_class.assign(n, kNone);
-  info.match.assign(n, kNone);
+  info.ops.resize(n);
   std::array<std::uint32_t, kStreamCount * kCommGroupCount> counters{};
   std::unordered_map<CommClass, std::uint32_t, CommClassHash> classes;
   std::optional<std::pair<CommClass, std::uint32_t>> last_class;
-  std::vector<std::uint32_t> count(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
+    OpInfo& o = info.ops[i];
+    o.duration = duration[i];
+    o.dep_begin = op.dep_begin;
+    o.dep_count = op.dep_count;
+    o.peer_stage = op.peer_stage;
+    o.kind = op.kind;
+    o.stream = op.stream;
+    o.group = op.group;
     auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
-    info.position[i] = static_cast<std::uint32_t>(list.size());
+    o.position = static_cast<std::uint32_t>(list.size());
     list.push_back(static_cast<std::uint32_t>(i));
     if (op.kind != OpKind::compute) {
       if (!is_p2p(op.kind))
-        info.ordinal[i] = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+        o.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
       const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
                                           : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
       if (last_class && last_class->first == c) {
-        info.comm_class[i] = last_class->second;
+        o.comm_class = last_class->second;
       } else {
         const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
         if (added) info.class_op.push_back(static_cast<std::uint32_t>(i));
-        info.comm_class[i] = it->second;
+        o.comm_class = it->second;
         last_class.emplace(c, it->second);
       }
     }
-    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) count[s.deps[d]] += 1;
+    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) info.ops[s.deps[d]].next_count += 1;
   }
-  info.dependents_begin.assign(n + 1, 0);
-  for (std::size_t i = 0; i < n; ++i) info.dependents_begin[i + 1] = info.dependents_begin[i] + count[i];
-  info.dependents.assign(info.dependents_begin[n], 0);
-  std::vector<std::uint32_t> fill(info.dependents_begin.begin(), info.dependents_begin.end() - 1);
+  std::uint32_t at = 0;
+  for (OpInfo& o : info.ops) {
+    o.next_begin = at;
+    at += o.next_count;
+  }
+  info.dependents.assign(at, 0);
+  std::vector<std::uint32_t> fill(n);
+  for (std::size_t i = 0; i < n; ++i) fill[i] = info.ops[i].next_begin;
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
@@ -161,25 +182,21 @@ void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
     while (j < recvs.size() && std::tie(recvs[j].from, recvs[j].to, recvs[j].tag) < std::tie(e.from, e.to, e.tag)) ++j;
     if (j == recvs.size() || recvs[j].from != e.from || recvs[j].to != e.to || recvs[j].tag != e.tag) continue;
     if (!stage_ok(e.from) || !stage_ok(e.to)) continue;
-    stages[static_cast<std::size_t>(e.from)].match[e.op] = recvs[j].op;
-    stages[static_cast<std::size_t>(e.to)].match[recvs[j].op] = e.op;
+    stages[static_cast<std::size_t>(e.from)].ops[e.op].pair = recvs[j].op;
+    stages[static_cast<std::size_t>(e.to)].ops[recvs[j].op].pair = e.op;
   }
 }
 
-struct RankState {
-  int rank = 0;
-  int stage = 0;
-  std::array<std::uint32_t, kStreamCount> head{};
-  std::vector<std::uint64_t> started, finished;   // bitsets over the stage's ops
+// One simulated rank: what every event of the rank reads, in one cache line.
+struct alignas(64) RankState {
+  std::uint32_t stage = 0;
+  std::int32_t rank = 0;
+  std::size_t bits = 0;                 // its words in Engine::bits_: started, finished, per 64 ops
   std::size_t remaining = 0;
-  std::vector<double> start_time;                 // traced ranks only
-  std::array<std::int64_t, kCommGroupCount> group_id{};     // per CommGroup, computed once
-  std::array<std::int32_t, kCommGroupCount> group_size{};   // full mode: members of each group
-  std::vector<Network::Prepared> flow_of_class;   // the stage's CommClass -> its flow from this rank (kNone: not yet)
+  double* start_time = nullptr;         // traced ranks only: start of each op
+  std::uint32_t flows = 0;              // its flows in Engine::flow_of_class_, by the stage's CommClass
+  std::array<std::uint32_t, kStreamCount> head{};
 };
-
-bool test(const std::vector<std::uint64_t>& bits, std::uint32_t i) { return (bits[i >> 6] >> (i & 63)) & 1U; }
-void set(std::vector<std::uint64_t>& bits, std::uint32_t i) { bits[i >> 6] |= (std::uint64_t{1} << (i & 63)); }
 
 struct Member {
   std::uint32_t state;
@@ -191,7 +208,11 @@ struct Event {
   std::uint64_t seq;
   std::uint32_t state;
   std::uint32_t op;
-  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  [[nodiscard]] bool before(const Event& o) const { return t < o.t || (t == o.t && seq < o.seq); }
+};
+
+struct Later {
+  bool operator()(const Event& a, const Event& b) const { return b.before(a); }
 };
 
 // Collectives of one (group instance, stream) waiting for members, by
@@ -229,7 +250,10 @@ class Engine {
         for (int s = 0; s < g.pp; ++s) traced.push_back(g.rank_of(0, 0, 0, s));
     }
     state_of_rank_.assign(static_cast<std::size_t>(g.world()), -1);
-    states_.reserve(out.simulated_ranks.size());
+    const std::size_t n_states = out.simulated_ranks.size();
+    states_.reserve(n_states);
+    group_id_.reserve(n_states);
+    group_size_.reserve(n_states);
     // Group sizes depend only on the group kind's shape; computed for one
     // rank per stage and shared (full mode only).
     std::vector<std::array<std::int32_t, kCommGroupCount>> sizes_of_stage(static_cast<std::size_t>(g.pp));
@@ -238,26 +262,34 @@ class Engine {
         for (int k = 0; k < kCommGroupCount; ++k)
           sizes_of_stage[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
               static_cast<std::int32_t>(g.group(g.rank_of(0, 0, 0, s), static_cast<CommGroup>(k)).size());
+    std::size_t words = 0, flows = 0;
     for (int r : out.simulated_ranks) {
       RankState st;
       st.rank = r;
-      st.stage = g.coord(r).pp;
-      const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
-      const std::size_t n = info.prog->ops.size();
-      st.started.assign((n + 63) / 64, 0);
-      st.finished.assign((n + 63) / 64, 0);
+      st.stage = static_cast<std::uint32_t>(g.coord(r).pp);
+      const StageInfo& info = stages_[st.stage];
+      const std::size_t n = info.ops.size();
+      st.bits = words;
+      words += 2 * ((n + 63) / 64);
       st.remaining = n;
-      for (int k = 0; k < kCommGroupCount; ++k) st.group_id[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
-      st.group_size = sizes_of_stage[static_cast<std::size_t>(st.stage)];
-      st.flow_of_class.assign(info.class_op.size(), kNone);
+      st.flows = static_cast<std::uint32_t>(flows);
+      flows += info.class_op.size();
+      std::array<std::int64_t, kCommGroupCount> ids{};
+      for (int k = 0; k < kCommGroupCount; ++k) ids[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
+      group_id_.push_back(ids);
+      group_size_.push_back(sizes_of_stage[st.stage]);
       state_of_rank_[static_cast<std::size_t>(r)] = static_cast<int>(states_.size());
-      states_.push_back(std::move(st));
+      states_.push_back(st);
     }
+    bits_.assign(words, 0);
+    flow_of_class_.assign(flows, kNone);
+    start_times_.resize(n_states);
     for (int r : traced) {
       if (r < 0 || r >= g.world() || state_of_rank_[static_cast<std::size_t>(r)] < 0)
         return fail("simulate", fmt::format("rank {} to trace is not simulated in this mode", r));
-      RankState& st = states_[static_cast<std::size_t>(state_of_rank_[static_cast<std::size_t>(r)])];
-      st.start_time.assign(stages_[static_cast<std::size_t>(st.stage)].prog->ops.size(), 0.0);
+      const auto s = static_cast<std::size_t>(state_of_rank_[static_cast<std::size_t>(r)]);
+      start_times_[s].assign(stages_[states_[s].stage].ops.size(), 0.0);
+      states_[s].start_time = start_times_[s].data();
       out.traced_ranks.push_back(r);
     }
     record_ = opt_.record_trace;
@@ -265,7 +297,7 @@ class Engine {
 
     // Start: every stream head and every op with no predecessor constraint.
     for (std::uint32_t s = 0; s < states_.size(); ++s) {
-      const StageInfo& info = stages_[static_cast<std::size_t>(states_[s].stage)];
+      const StageInfo& info = stages_[states_[s].stage];
       for (int k = 0; k < kStreamCount; ++k) {
         const auto& list = info.stream_ops[static_cast<std::size_t>(k)];
         if (is_async(static_cast<Stream>(k))) {
@@ -306,9 +338,9 @@ class Engine {
     }
     for (const RankState& st : states_) {
       if (st.remaining == 0) continue;
-      const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
-      for (std::uint32_t i = 0; i < info.prog->ops.size(); ++i) {
-        if (test(st.finished, i)) continue;
+      const StageInfo& info = stages_[st.stage];
+      for (std::uint32_t i = 0; i < info.ops.size(); ++i) {
+        if (finished(st, i)) continue;
         const Op& op = info.prog->ops[i];
         return fail("simulate", fmt::format("deadlock: rank {} (stage {}) cannot finish op {} ({} {} on stream {}, "
                                             "micro-batch {}); {} of its ops never ran",
@@ -320,23 +352,31 @@ class Engine {
     out.step_time_s = end_;
     out.spans = std::move(spans_);
     out.events = events_;
-    for (const StageInfo& info : stages_) {
-      double t = 0;
-      for (double d : info.duration) t += d;
-      out.compute_time_s.push_back(t);
-    }
+    for (const StageInfo& info : stages_) out.compute_time_s.push_back(info.compute_s);
     return out;
   }
 
  private:
-  bool deps_done(const RankState& st, const StageProgram& sp, const Op& op) const {
+  // Started and finished bits of a rank's ops, interleaved per 64 ops.
+  [[nodiscard]] bool started(const RankState& st, std::uint32_t i) const {
+    return (bits_[st.bits + 2 * (i >> 6)] >> (i & 63)) & 1U;
+  }
+  [[nodiscard]] bool finished(const RankState& st, std::uint32_t i) const {
+    return (bits_[st.bits + 2 * (i >> 6) + 1] >> (i & 63)) & 1U;
+  }
+  void set_started(const RankState& st, std::uint32_t i) { bits_[st.bits + 2 * (i >> 6)] |= std::uint64_t{1} << (i & 63); }
+  void set_finished(const RankState& st, std::uint32_t i) {
+    bits_[st.bits + 2 * (i >> 6) + 1] |= std::uint64_t{1} << (i & 63);
+  }
+
+  bool deps_done(const RankState& st, const StageProgram& sp, const OpInfo& op) const {
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
-      if (!test(st.finished, sp.deps[d])) return false;
+      if (!finished(st, sp.deps[d])) return false;
     return true;
   }
 
-  int expected_members(const RankState& st, CommGroup g) const {
-    if (opt_.mode == Mode::full) return st.group_size[static_cast<std::size_t>(g)];
+  int expected_members(std::uint32_t s, CommGroup g) const {
+    if (opt_.mode == Mode::full) return group_size_[s][static_cast<std::size_t>(g)];
     // Reduced: the other members of an intra-stage group are symmetric copies.
     return g == CommGroup::embedding ? (p_.grid.pp > 1 ? 2 : 1) : 1;
   }
@@ -359,18 +399,20 @@ class Engine {
   // A send or receive without a partner (or whose peer is not simulated)
   // never starts and gets none.
   void prepare_flows() {
-    for (RankState& st : states_) {
-      const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
+    for (std::size_t s = 0; s < states_.size(); ++s) {
+      const RankState& st = states_[s];
+      const StageInfo& info = stages_[st.stage];
       for (std::size_t c = 0; c < info.class_op.size(); ++c) {
         const std::uint32_t i = info.class_op[c];
         const Op& op = info.prog->ops[i];
+        Network::Prepared& flow = flow_of_class_[st.flows + c];
         if (is_p2p(op.kind)) {
-          if (info.match[i] == kNone) continue;
+          if (info.ops[i].pair == kNone) continue;
           const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
           if (peer < 0 || peer >= p_.grid.world() || state_of_rank_[static_cast<std::size_t>(peer)] < 0) continue;
-          st.flow_of_class[c] = op.kind == OpKind::send ? p2p_flow(st.rank, peer, op.bytes) : p2p_flow(peer, st.rank, op.bytes);
+          flow = op.kind == OpKind::send ? p2p_flow(st.rank, peer, op.bytes) : p2p_flow(peer, st.rank, op.bytes);
         } else {
-          st.flow_of_class[c] = collective_flow_of(st.rank, st.group_id[static_cast<std::size_t>(op.group)], op);
+          flow = collective_flow_of(st.rank, group_id_[s][static_cast<std::size_t>(op.group)], op);
         }
       }
     }
@@ -388,42 +430,41 @@ class Engine {
 
   void try_start(std::uint32_t s, std::uint32_t i, double now) {
     RankState& st = states_[s];
-    if (test(st.started, i)) return;
-    const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
-    const StageProgram& sp = *info.prog;
-    const Op& op = sp.ops[i];
-    if (!is_async(op.stream) && info.position[i] != st.head[static_cast<std::size_t>(op.stream)]) return;
-    if (!deps_done(st, sp, op)) return;
-    set(st.started, i);
-    if (!st.start_time.empty()) st.start_time[i] = now;
+    if (started(st, i)) return;
+    const StageInfo& info = stages_[st.stage];
+    const OpInfo& op = info.ops[i];
+    if (!is_async(op.stream) && op.position != st.head[static_cast<std::size_t>(op.stream)]) return;
+    if (!deps_done(st, *info.prog, op)) return;
+    set_started(st, i);
+    if (st.start_time) st.start_time[i] = now;
     switch (op.kind) {
       case OpKind::compute:
-        heap_.push({now + info.duration[i], seq_++, s, i});
+        heap_.push({now + op.duration, seq_++, s, i});
         return;
       case OpKind::send:
       case OpKind::recv: {
         // The pair starts when its second end is posted; the first waits.
-        const std::uint32_t j = info.match[i];
+        const std::uint32_t j = op.pair;
         if (j == kNone) return;
         const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
         const int ps = state_of_rank_[static_cast<std::size_t>(peer)];
-        if (ps < 0 || !test(states_[static_cast<std::size_t>(ps)].started, j)) return;
+        if (ps < 0 || !started(states_[static_cast<std::size_t>(ps)], j)) return;
         const std::uint32_t w = acquire();
         pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
         pool_[w].push_back({s, i});
-        launch(w, st.flow_of_class[info.comm_class[i]], now);
+        launch(w, flow_of_class_[st.flows + op.comm_class], now);
         return;
       }
       default: {
-        const int expected = expected_members(st, op.group);
+        const int expected = expected_members(s, op.group);
         std::uint32_t w;
         if (expected <= 1) {
           w = acquire();
           pool_[w].push_back({s, i});
         } else {
-          const std::int64_t gid = st.group_id[static_cast<std::size_t>(op.group)];
+          const std::int64_t gid = group_id_[s][static_cast<std::size_t>(op.group)];
           Channel& ch = channel(gid, op.stream);
-          const std::uint32_t ordinal = info.ordinal[i];
+          const std::uint32_t ordinal = op.pair;
           MEGASCOPE_CHECK(ordinal >= ch.base, "a member reached a collective its group has finished");
           const std::size_t k = ch.head + (ordinal - ch.base);
           if (k >= ch.slots.size()) ch.slots.resize(k + 1, kNone);
@@ -444,7 +485,7 @@ class Engine {
             ch.head = 0;
           }
         }
-        launch(w, st.flow_of_class[info.comm_class[i]], now);
+        launch(w, flow_of_class_[st.flows + op.comm_class], now);
         return;
       }
     }
@@ -466,7 +507,7 @@ class Engine {
   void mark_transfer_start(const std::vector<Member>& members, double now) {
     for (const Member& m : members) {
       RankState& st = states_[m.state];
-      if (!st.start_time.empty()) st.start_time[m.op] = now;
+      if (st.start_time) st.start_time[m.op] = now;
     }
   }
 
@@ -493,20 +534,19 @@ class Engine {
 
   void finish(std::uint32_t s, std::uint32_t i, double now) {
     RankState& st = states_[s];
-    const StageInfo& info = stages_[static_cast<std::size_t>(st.stage)];
-    const Op& op = info.prog->ops[i];
-    set(st.finished, i);
+    const StageInfo& info = stages_[st.stage];
+    const OpInfo& op = info.ops[i];
+    set_finished(st, i);
     st.remaining -= 1;
     end_ = std::max(end_, now);
-    if (record_ && !st.start_time.empty()) spans_.push_back({st.rank, i, st.start_time[i], now});
+    if (record_ && st.start_time) spans_.push_back({st.rank, i, st.start_time[i], now});
     if (!is_async(op.stream)) {
       auto& head = st.head[static_cast<std::size_t>(op.stream)];
       head += 1;
       const auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
       if (head < list.size()) try_start(s, list[head], now);
     }
-    for (std::uint32_t d = info.dependents_begin[i]; d < info.dependents_begin[i + 1]; ++d)
-      try_start(s, info.dependents[d], now);
+    for (std::uint32_t d = op.next_begin; d < op.next_begin + op.next_count; ++d) try_start(s, info.dependents[d], now);
   }
 
   const Program& p_;
@@ -515,8 +555,13 @@ class Engine {
   Network net_;
   std::vector<StageInfo> stages_;
   std::vector<RankState> states_;
+  std::vector<std::uint64_t> bits_;                       // every rank's started/finished bits
+  std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
+  std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
+  std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage
+  std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> heap_;
+  std::priority_queue<Event, std::vector<Event>, Later> heap_;   // compute completions
   std::vector<std::vector<Member>> pool_;   // waiting lists
   std::vector<std::uint32_t> free_;         // free waiting lists
   std::vector<std::uint32_t> waiting_;      // FlowId -> waiting list of its members
