@@ -144,7 +144,44 @@ std::uint32_t compute_then_reduce(StageWriter& w, const Setup& s, OpLabel label,
 
 }  // namespace
 
+template <class Emit>
+std::uint32_t LayerEmitter::memo(Pass pass, int layer, bool flag, const OpContext& ctx,
+                                 std::optional<std::uint32_t> input_dep, Emit emit) {
+  Memo& m = memo_[static_cast<std::size_t>(pass) * 8 + (s.model.is_moe_layer(layer) ? 4 : 0) + (flag ? 2 : 0) +
+                  (input_dep ? 1 : 0)];
+  if (m.ops) return w.replay(*m.ops, ctx, input_dep);
+  const std::uint32_t first = w.size();
+  const std::uint32_t result = emit();
+  if (!m.tried) m.ops = w.record(first, ctx, input_dep, result);
+  m.tried = true;
+  return result;
+}
+
+// The context each pass gives its ops (as the emit_ functions set it).
 std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
+  OpContext ctx = ctx_in;
+  ctx.layer = layer;
+  return memo(Pass::forward, layer, false, ctx, input_dep, [&] { return emit_forward(layer, ctx_in, input_dep); });
+}
+
+std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep,
+                                           bool recomputed_core) {
+  OpContext ctx = ctx_in;
+  ctx.layer = layer;
+  ctx.phase = Phase::backward_input;
+  return memo(Pass::backward_input, layer, recomputed_core, ctx, input_dep,
+              [&] { return emit_backward_input(layer, ctx_in, input_dep, recomputed_core); });
+}
+
+std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
+  OpContext ctx = ctx_in;
+  ctx.layer = layer;
+  ctx.phase = Phase::backward_weight;
+  return memo(Pass::backward_weight, layer, false, ctx, input_dep,
+              [&] { return emit_backward_weight(layer, ctx_in, input_dep); });
+}
+
+std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;
@@ -229,8 +266,8 @@ std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::opt
   return *dep;
 }
 
-std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep,
-                                           bool recomputed_core) {
+std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_in,
+                                                std::optional<std::uint32_t> input_dep, bool recomputed_core) {
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;
@@ -298,7 +335,8 @@ std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, s
   return *dep;
 }
 
-std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
+std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx_in,
+                                                 std::optional<std::uint32_t> input_dep) {
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;

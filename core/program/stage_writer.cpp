@@ -118,6 +118,48 @@ void StageWriter::add_dep(std::uint32_t op, std::uint32_t dep) {
   out_.ops[op].dep_count += 1;
 }
 
+std::optional<OpTemplate> StageWriter::record(std::uint32_t first, const OpContext& ctx,
+                                              std::optional<std::uint32_t> input, std::uint32_t result) const {
+  if (result < first || result >= out_.ops.size()) return std::nullopt;
+  OpTemplate t;
+  t.result = result - first;
+  for (std::uint32_t i = first; i < out_.ops.size(); ++i) {
+    const Op& op = out_.ops[i];
+    if (op.phase != ctx.phase || op.layer != ctx.layer || op.microbatch != ctx.microbatch || op.chunk != ctx.chunk)
+      return std::nullopt;
+    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
+      const std::uint32_t dep = out_.deps[d];
+      if (dep >= first) t.deps.push_back(dep - first);
+      else if (input && dep == *input) t.deps.push_back(OpTemplate::kInput);
+      else return std::nullopt;
+    }
+    if (op.kind == OpKind::compute) t.last_compute = i - first;
+    t.ops.push_back(op);
+  }
+  return t;
+}
+
+std::uint32_t StageWriter::replay(const OpTemplate& t, const OpContext& ctx, std::optional<std::uint32_t> input) {
+  const auto base = static_cast<std::uint32_t>(out_.ops.size());
+  std::size_t d = 0;
+  for (const Op& recorded : t.ops) {
+    Op op = recorded;
+    op.phase = ctx.phase;
+    op.layer = ctx.layer;
+    op.microbatch = ctx.microbatch;
+    op.chunk = ctx.chunk;
+    op.dep_begin = static_cast<std::uint32_t>(out_.deps.size());
+    for (std::uint32_t k = 0; k < op.dep_count; ++k, ++d) {
+      const std::uint32_t dep = t.deps[d];
+      MEGASCOPE_CHECK(dep != OpTemplate::kInput || input, "a replayed op needs the input dependency it was recorded with");
+      out_.deps.push_back(dep == OpTemplate::kInput ? *input : base + dep);
+    }
+    out_.ops.push_back(op);
+  }
+  if (t.last_compute) last_compute_ = base + *t.last_compute;
+  return base + t.result;
+}
+
 Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, Precision p) {
   Kernel x;
   x.kind = KernelKind::gemm;

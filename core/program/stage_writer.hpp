@@ -39,6 +39,19 @@ struct Deps {
   }
 };
 
+// The ops one call of an emitter appended, for appending the same ops again
+// in another context (StageWriter::replay): every op as recorded (kernel
+// ranges are the stage's, so a template is only replayed into the stage that
+// recorded it), and per op its dependencies, as offsets from the first op or
+// kInput (the call's input dependency).
+struct OpTemplate {
+  static constexpr std::uint32_t kInput = 0xffffffffu;
+  std::vector<Op> ops;
+  std::vector<std::uint32_t> deps;              // all ops' dependencies, in order (ops[k].dep_count each)
+  std::optional<std::uint32_t> last_compute;    // offset of its last compute op
+  std::uint32_t result = 0;                     // offset of the op the call returned
+};
+
 class StageWriter {
  public:
   explicit StageWriter(StageProgram& out) : out_(out) {}
@@ -58,6 +71,16 @@ class StageWriter {
   std::uint32_t p2p(OpKind kind, OpLabel label, const OpContext& ctx, int peer_stage, std::uint64_t tag, double bytes,
                     Deps deps = {});
   void add_dep(std::uint32_t op, std::uint32_t dep);
+  // The ops [first, size()) as a template returning `result`, if every one of
+  // them carries the context `ctx` and depends only on ops among them or on
+  // `input`; nothing otherwise.
+  [[nodiscard]] std::optional<OpTemplate> record(std::uint32_t first, const OpContext& ctx,
+                                                 std::optional<std::uint32_t> input, std::uint32_t result) const;
+  // Appends the template's ops with the context `ctx` and the input
+  // dependency `input` (present if the recorded call had one); returns the
+  // id of its result op. The same ops, deps and kernels as the recorded call
+  // would append with these arguments.
+  std::uint32_t replay(const OpTemplate& t, const OpContext& ctx, std::optional<std::uint32_t> input);
   [[nodiscard]] std::uint32_t size() const { return static_cast<std::uint32_t>(out_.ops.size()); }
   [[nodiscard]] std::optional<std::uint32_t> last_compute() const { return last_compute_; }
   StageProgram& program() { return out_; }
@@ -82,13 +105,37 @@ double kernel_flops(const Kernel& k);
 // Emits one transformer layer's forward (or recompute), backward-input and
 // backward-weight ops (layer_ops.cpp). `input_dep` is the op the layer's first
 // compute waits for (a receive or the previous layer); returns the last op.
-struct LayerEmitter {
-  const Setup& s;
-  StageWriter& w;
+//
+// The ops of a call depend only on the pass, on whether the layer is an MoE
+// layer, on recomputed_core and on whether there is an input dependency (the
+// shapes are the same for every layer); the context (phase, layer,
+// micro-batch, chunk) is copied into every op. So each distinct call is
+// emitted once per stage and replayed afterwards (StageWriter::replay).
+class LayerEmitter {
+ public:
+  LayerEmitter(const Setup& setup, StageWriter& writer) : s(setup), w(writer) {}
   std::uint32_t forward(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
   std::uint32_t backward_input(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
                                bool recomputed_core);
   std::uint32_t backward_weight(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
+
+ private:
+  enum class Pass : std::uint8_t { forward, backward_input, backward_weight };
+  struct Memo {
+    bool tried = false;
+    std::optional<OpTemplate> ops;   // absent: the call could not be recorded, it is emitted every time
+  };
+  template <class Emit>
+  std::uint32_t memo(Pass pass, int layer, bool flag, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
+                     Emit emit);
+  std::uint32_t emit_forward(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
+  std::uint32_t emit_backward_input(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
+                                    bool recomputed_core);
+  std::uint32_t emit_backward_weight(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
+
+  const Setup& s;
+  StageWriter& w;
+  std::array<Memo, 24> memo_{};   // by (pass, MoE layer, flag, has input)
 };
 
 }  // namespace megascope::detail
