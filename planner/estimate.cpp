@@ -178,17 +178,12 @@ struct Estimator::Impl {
                  static_cast<std::uint64_t>(c.vpp) * 16 + static_cast<std::uint64_t>(c.schedule)});
   }
 
-  Result<const Layout*> layout(const Candidate& c, const Setup* have) {
+  Result<const Layout*> layout(const Candidate& c) {
     const std::uint64_t key = layout_key(c);
     if (auto it = layouts.find(key); it != layouts.end()) return &it->second;
-    std::optional<Setup> local;
-    if (!have) {
-      auto s = setup_of(c);
-      if (!s) return tl::unexpected(s.error());
-      local = std::move(*s);
-      have = &*local;
-    }
-    const Setup& s = *have;
+    auto valid = setup_of(c);
+    if (!valid) return tl::unexpected(valid.error());
+    const Setup& s = *valid;
     Layout l;
     l.virtual_stages = s.virtual_stages;
     l.last_layer_moe = s.model.is_moe_layer(s.model.num_layers - 1);
@@ -233,16 +228,11 @@ struct Estimator::Impl {
     return {dense, moe};
   }
 
-  Result<const ActEntry*> activations(const Candidate& c, const Setup* have) {
+  Result<const ActEntry*> activations(const Candidate& c) {
     const std::uint64_t key = act_key(c);
     if (auto it = acts.find(key); it != acts.end()) return &it->second;
-    std::optional<Setup> local;
-    if (!have) {
-      auto s = setup_of(c);
-      if (!s) return tl::unexpected(s.error());
-      local = std::move(*s);
-      have = &*local;
-    }
+    auto have = setup_of(c);
+    if (!have) return tl::unexpected(have.error());
     ActEntry e;
     const auto [dense, moe] = kind_layers();
     const auto fill = [&](int layer, LayerAct& out) {
@@ -293,9 +283,9 @@ struct Estimator::Impl {
   }
 
   Result<Estimate> memory(const Candidate& c) {
-    auto lay = layout(c, nullptr);
+    auto lay = layout(c);
     if (!lay) return tl::unexpected(lay.error());
-    auto acts_of = activations(c, nullptr);
+    auto acts_of = activations(c);
     if (!acts_of) return tl::unexpected(acts_of.error());
     const Layout& L = **lay;
     const ActEntry& A = **acts_of;

@@ -140,6 +140,30 @@ FlowSpec to_flow(const Shape& s, const ProtocolParams& p, double bytes) {
   return f;
 }
 
+// The algorithms' link-load shapes NCCL would choose from (a requested
+// algorithm that does not apply falls back to NCCL's own choice).
+std::vector<Shape> candidate_shapes(const Topology& topo, Collective c, const Group& g, Algorithm algo) {
+  std::vector<Shape> shapes;
+  auto consider = [&](std::optional<Shape> s) {
+    if (!s) return;
+    for (auto& l : s->load) merge(l);
+    shapes.push_back(std::move(*s));
+  };
+  if (c == Collective::all_to_all || c == Collective::send_recv) {
+    consider(direct_shape(topo, c, g));
+    return shapes;
+  }
+  if (algo == Algorithm::automatic || algo == Algorithm::ring) consider(ring_shape(topo, c, g));
+  if (algo == Algorithm::automatic || algo == Algorithm::tree) consider(tree_shape(topo, c, g));
+  if (algo == Algorithm::automatic || algo == Algorithm::nvls) consider(nvls_shape(topo, c, g));
+  if (shapes.empty()) {
+    consider(ring_shape(topo, c, g));
+    consider(tree_shape(topo, c, g));
+    consider(nvls_shape(topo, c, g));
+  }
+  return shapes;
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -155,24 +179,7 @@ FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int
   none.algorithm = point ? Algorithm::direct : Algorithm::ring;
   if (g.size() < 2 || (c == Collective::send_recv && devices[0] == devices[1]) || !(bytes > 0)) return none;
 
-  std::vector<Shape> shapes;
-  auto consider = [&](std::optional<Shape> s) {
-    if (!s) return;
-    for (auto& l : s->load) merge(l);
-    shapes.push_back(std::move(*s));
-  };
-  if (point) {
-    consider(direct_shape(topo, c, g));
-  } else {
-    if (algo == Algorithm::automatic || algo == Algorithm::ring) consider(ring_shape(topo, c, g));
-    if (algo == Algorithm::automatic || algo == Algorithm::tree) consider(tree_shape(topo, c, g));
-    if (algo == Algorithm::automatic || algo == Algorithm::nvls) consider(nvls_shape(topo, c, g));
-    if (shapes.empty()) {  // the requested algorithm does not apply: NCCL falls back to its choice
-      consider(ring_shape(topo, c, g));
-      consider(tree_shape(topo, c, g));
-      consider(nvls_shape(topo, c, g));
-    }
-  }
+  const std::vector<Shape> shapes = candidate_shapes(topo, c, g, algo);
   FlowSpec best = none;
   double best_time = std::numeric_limits<double>::infinity();
   for (const Shape& s : shapes) {
@@ -206,25 +213,11 @@ double seconds_per_byte(const Topology& topo, const FlowSpec& f) {
 CollectiveCurve collective_curve(const Topology& topo, Collective c, std::span<const int> devices) {
   using namespace detail;
   CollectiveCurve curve;
-  const bool point = c == Collective::all_to_all || c == Collective::send_recv;
   if (c == Collective::send_recv && devices.size() != 2)
     throw std::invalid_argument("collective_curve: send_recv takes two devices (source, destination)");
   const Group g = make_group(topo, devices);
   if (g.size() < 2 || (c == Collective::send_recv && devices[0] == devices[1])) return curve;
-  std::vector<Shape> shapes;
-  auto consider = [&](std::optional<Shape> s) {
-    if (!s) return;
-    for (auto& l : s->load) merge(l);
-    shapes.push_back(std::move(*s));
-  };
-  if (point) {
-    consider(direct_shape(topo, c, g));
-  } else {
-    consider(ring_shape(topo, c, g));
-    consider(tree_shape(topo, c, g));
-    consider(nvls_shape(topo, c, g));
-  }
-  for (const Shape& s : shapes) {
+  for (const Shape& s : candidate_shapes(topo, c, g, Algorithm::automatic)) {
     for (const ProtocolParams* p : {&ll(), &ll128(), &simple()}) {
       if (s.only) p = s.only;
       const FlowSpec f = to_flow(s, *p, 1.0);

@@ -10,24 +10,13 @@
 #include <vector>
 
 #include "apps/cli.hpp"
+#include "cli_runner.hpp"
 
-using megascope::cli::run_cli;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-Run run(std::vector<std::string> args) {
-  args.insert(args.begin(), "megascope");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using megascope::test::Run;
+using megascope::test::run;
 
 std::string fixture(const std::string& name) { return std::string(MEGASCOPE_TEST_FIXTURES) + "/" + name; }
 

@@ -8,27 +8,16 @@
 #include <vector>
 
 #include "apps/cli.hpp"
+#include "cli_runner.hpp"
 #include "config/library.hpp"
 #include "config/megatron_args.hpp"
 #include "config/plan_settings.hpp"
 
-using megascope::cli::run_cli;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-Run run(std::vector<std::string> args) {
-  args.insert(args.begin(), "megascope");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using megascope::test::Run;
+using megascope::test::run;
 
 const std::vector<std::string> kSmall = {"plan", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--gpus", "64",
                                          "--global-batch", "128", "--top", "6", "--no-progress"};
