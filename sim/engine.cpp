@@ -160,29 +160,36 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
 // back). A transfer is matched by (source stage, destination stage, tag);
 // one without a partner never starts (the engine then reports a deadlock).
 void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
+  // Ends with stages in range only (others never match), keyed by
+  // (tag, source, destination) packed into two words.
   struct End {
-    int from, to;
     std::uint64_t tag;
+    std::uint64_t stages;   // source << 32 | destination
     std::uint32_t op;
-    bool operator<(const End& o) const { return std::tie(from, to, tag, op) < std::tie(o.from, o.to, o.tag, o.op); }
+    bool operator<(const End& o) const {
+      return tag != o.tag ? tag < o.tag : stages != o.stages ? stages < o.stages : op < o.op;
+    }
+    [[nodiscard]] bool same_key(const End& o) const { return tag == o.tag && stages == o.stages; }
   };
+  const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < stages.size(); };
   std::vector<End> sends, recvs;
   for (const StageProgram& s : p.stages)
     for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
       const Op& op = s.ops[i];
-      if (op.kind == OpKind::send) sends.push_back({s.stage, op.peer_stage, op.tag, i});
-      else if (op.kind == OpKind::recv) recvs.push_back({op.peer_stage, s.stage, op.tag, i});
+      if (!is_p2p(op.kind) || !stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
+      const bool send = op.kind == OpKind::send;
+      const auto from = static_cast<std::uint64_t>(send ? s.stage : op.peer_stage);
+      const auto to = static_cast<std::uint64_t>(send ? op.peer_stage : s.stage);
+      (send ? sends : recvs).push_back({op.tag, from << 32 | to, i});
     }
   std::sort(sends.begin(), sends.end());
   std::sort(recvs.begin(), recvs.end());
-  const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < stages.size(); };
   std::size_t j = 0;
   for (const End& e : sends) {
-    while (j < recvs.size() && std::tie(recvs[j].from, recvs[j].to, recvs[j].tag) < std::tie(e.from, e.to, e.tag)) ++j;
-    if (j == recvs.size() || recvs[j].from != e.from || recvs[j].to != e.to || recvs[j].tag != e.tag) continue;
-    if (!stage_ok(e.from) || !stage_ok(e.to)) continue;
-    stages[static_cast<std::size_t>(e.from)].ops[e.op].pair = recvs[j].op;
-    stages[static_cast<std::size_t>(e.to)].ops[recvs[j].op].pair = e.op;
+    while (j < recvs.size() && recvs[j] < End{e.tag, e.stages, 0}) ++j;
+    if (j == recvs.size() || !recvs[j].same_key(e)) continue;
+    stages[e.stages >> 32].ops[e.op].pair = recvs[j].op;
+    stages[e.stages & 0xffffffffu].ops[recvs[j].op].pair = e.op;
   }
 }
 

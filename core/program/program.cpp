@@ -23,13 +23,19 @@ Result<void> validate_program(const Program& p) {
   // earliest one in scan order is reported), an unmatched transfer is reported
   // in key order. No per-op hashing or allocation.
   struct Transfer {
-    int from, to;
+    std::uint64_t stages;   // (from, to) packed so that the order is that of the signed pair
     std::uint64_t tag;
-    std::uint64_t at;   // (index in p.stages) << 32 | op index: scan order
+    std::uint64_t at;       // (index in p.stages) << 32 | op index: scan order
+    Transfer(int from, int to, std::uint64_t t, std::uint64_t a)
+        : stages((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from) ^ 0x80000000u) << 32) |
+                 (static_cast<std::uint32_t>(to) ^ 0x80000000u)),
+          tag(t), at(a) {}
+    [[nodiscard]] int from() const { return static_cast<int>(static_cast<std::uint32_t>(stages >> 32) ^ 0x80000000u); }
+    [[nodiscard]] int to() const { return static_cast<int>(static_cast<std::uint32_t>(stages) ^ 0x80000000u); }
     bool operator<(const Transfer& o) const {
-      return std::tie(from, to, tag, at) < std::tie(o.from, o.to, o.tag, o.at);
+      return stages != o.stages ? stages < o.stages : tag != o.tag ? tag < o.tag : at < o.at;
     }
-    [[nodiscard]] bool same_key(const Transfer& o) const { return from == o.from && to == o.to && tag == o.tag; }
+    [[nodiscard]] bool same_key(const Transfer& o) const { return stages == o.stages && tag == o.tag; }
   };
   const auto where = [&](std::uint64_t at) {
     const StageProgram& s = p.stages[static_cast<std::size_t>(at >> 32)];
@@ -56,9 +62,9 @@ Result<void> validate_program(const Program& p) {
         break;
       }
       if (op.kind == OpKind::send) {
-        sends.push_back({s.stage, op.peer_stage, op.tag, at});
+        sends.emplace_back(s.stage, op.peer_stage, op.tag, at);
       } else if (op.kind == OpKind::recv) {
-        recvs.push_back({op.peer_stage, s.stage, op.tag, at});
+        recvs.emplace_back(op.peer_stage, s.stage, op.tag, at);
       } else if (op.kind != OpKind::compute && op.group == CommGroup::embedding) {
         embedding_seq[s.stage].push_back({op.kind, op.bytes});
       }
@@ -80,17 +86,19 @@ Result<void> validate_program(const Program& p) {
     return fail("program", where(duplicate->first) + duplicate->second);
   if (op_error) return fail("program", op_error->second);
   const auto matched = [](const std::vector<Transfer>& in, const Transfer& t) {
-    auto it = std::lower_bound(in.begin(), in.end(), Transfer{t.from, t.to, t.tag, 0});
+    Transfer key = t;
+    key.at = 0;
+    auto it = std::lower_bound(in.begin(), in.end(), key);
     return it != in.end() && it->same_key(t);
   };
   for (const Transfer& t : sends)
     if (!matched(recvs, t))
-      return fail("program", fmt::format("send from stage {} to stage {} (tag {:#x}) has no matching receive", t.from,
-                                         t.to, t.tag));
+      return fail("program", fmt::format("send from stage {} to stage {} (tag {:#x}) has no matching receive", t.from(),
+                                         t.to(), t.tag));
   for (const Transfer& t : recvs)
     if (!matched(sends, t))
-      return fail("program", fmt::format("receive on stage {} from stage {} (tag {:#x}) has no matching send", t.to,
-                                         t.from, t.tag));
+      return fail("program", fmt::format("receive on stage {} from stage {} (tag {:#x}) has no matching send", t.to(),
+                                         t.from(), t.tag));
   if (!embedding_seq.empty() && p.stages.size() > 1) {
     const auto& first = embedding_seq[0];
     const auto& last = embedding_seq[static_cast<int>(p.stages.size()) - 1];
