@@ -94,28 +94,45 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
     rep.mfu = rep.tflops_per_gpu / peak;
     rep.mfu_no_causal = rep.tflops_per_gpu_no_causal / peak;
   }
-  // Intervals per traced rank.
-  std::map<int, std::pair<Intervals, std::array<Intervals, kCommKinds>>> per_rank;
-  std::map<int, std::map<std::string, double>> by_label;
+  // Intervals per traced rank, and compute time by label (summed in span
+  // order). Ranks are looked up by index, labels by enum: no per-span maps.
+  struct RankSpans {
+    int rank = 0;
+    const StageProgram* program = nullptr;
+    Intervals compute;
+    std::array<Intervals, kCommKinds> comm;
+    std::array<double, kOpLabelCount> by_label{};
+    std::array<bool, kOpLabelCount> has_label{};
+  };
+  std::vector<RankSpans> per_rank;
+  std::vector<std::int32_t> slot_of_rank(static_cast<std::size_t>(std::max(0, p.grid.world())), -1);
   for (const Span& sp : r.spans) {
-    const Op& op = p.of_rank(sp.rank).ops[sp.op];
-    auto& entry = per_rank[sp.rank];
+    auto& slot = slot_of_rank.at(static_cast<std::size_t>(sp.rank));
+    if (slot < 0) {
+      slot = static_cast<std::int32_t>(per_rank.size());
+      per_rank.push_back(RankSpans{sp.rank, &p.of_rank(sp.rank), {}, {}, {}, {}});
+    }
+    RankSpans& entry = per_rank[static_cast<std::size_t>(slot)];
+    const Op& op = entry.program->ops[sp.op];
     if (op.kind == OpKind::compute) {
-      entry.first.push_back({sp.start, sp.end});
-      by_label[sp.rank][to_string(op.label)] += sp.end - sp.start;
+      entry.compute.push_back({sp.start, sp.end});
+      const auto l = static_cast<std::size_t>(op.label);
+      entry.by_label[l] += sp.end - sp.start;
+      entry.has_label[l] = true;
     } else if (auto k = comm_kind(op.label)) {
-      entry.second[static_cast<std::size_t>(*k)].push_back({sp.start, sp.end});
+      entry.comm[static_cast<std::size_t>(*k)].push_back({sp.start, sp.end});
     }
   }
-  for (auto& [rank, entry] : per_rank) {
+  for (RankSpans& entry : per_rank) {
+    const int rank = entry.rank;
     StageReport st;
     st.rank = rank;
     st.stage = p.grid.coord(rank).pp;
-    const Intervals compute = merged(entry.first);
+    const Intervals compute = merged(std::move(entry.compute));
     st.compute_busy_s = length(compute);
     Intervals all_comm;
     for (int k = 0; k < kCommKinds; ++k) {
-      const Intervals c = merged(entry.second[static_cast<std::size_t>(k)]);
+      const Intervals c = merged(std::move(entry.comm[static_cast<std::size_t>(k)]));
       st.exposed_comm_s[static_cast<std::size_t>(k)] = minus(c, compute);
       all_comm.insert(all_comm.end(), c.begin(), c.end());
     }
@@ -125,7 +142,9 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
       return v;
     }());
     st.bubble_s = std::max(0.0, r.step_time_s - length(busy));
-    st.compute_by_label_s = by_label[rank];
+    for (int l = 0; l < kOpLabelCount; ++l)
+      if (entry.has_label[static_cast<std::size_t>(l)])
+        st.compute_by_label_s[to_string(static_cast<OpLabel>(l))] = entry.by_label[static_cast<std::size_t>(l)];
     rep.stages.push_back(st);
   }
   std::sort(rep.stages.begin(), rep.stages.end(), [](const auto& a, const auto& b) {
