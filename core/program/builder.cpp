@@ -168,6 +168,11 @@ Result<Program> build_program(const Setup& s) {
   for (int r = 0; r < pp; ++r) {
     StageProgram& sp = prog.stages[static_cast<std::size_t>(r)];
     sp.stage = r;
+    if (r > 0) {  // stages are alike: start at the previous one's size rather than grow by doubling
+      const StageProgram& prev = prog.stages[static_cast<std::size_t>(r - 1)];
+      sp.ops.reserve(prev.ops.size() + prev.ops.size() / 8);
+      sp.deps.reserve(prev.deps.size() + prev.deps.size() / 8);
+    }
     StageWriter w(sp);
     LayerEmitter layers{s, w};
     const auto& chunks = s.chunks[static_cast<std::size_t>(r)];
