@@ -55,7 +55,8 @@ struct Op {
   std::optional<std::int32_t> layer;    // transformer layer, when the op belongs to one
   std::optional<std::int32_t> microbatch;
   std::optional<std::int32_t> chunk;
-  std::uint32_t kernel_begin = 0;       // compute: kernels [begin, begin + count) of the stage
+  std::uint32_t kernel_begin = 0;       // compute: kernels [begin, begin + count) of the stage (ops with
+                                        // equal kernels may share one range)
   std::uint32_t kernel_count = 0;
   std::uint32_t dep_begin = 0;          // deps [begin, begin + count) of the stage
   std::uint32_t dep_count = 0;
