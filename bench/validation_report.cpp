@@ -69,6 +69,29 @@ Prediction predict(const std::string& model, const std::string& cluster, int gpu
   return p;
 }
 
+// One markdown row per published run (its TFLOP/s per GPU against the
+// predicted `metric`); returns the mean absolute error and the rows that ran.
+template <class Add>
+std::pair<double, int> add_rows(Add& add, const std::vector<bench::PublishedRun>& runs, double sim::SimReport::*metric, int digits) {
+  double sum_err = 0;
+  int n = 0;
+  for (const bench::PublishedRun& run : runs) {
+    const Prediction p = predict(run.model, run.cluster, run.gpus, run.plan, run.batch);
+    const std::string published = fmt::format("{:.{}f}", run.tflops_per_gpu, digits);
+    if (!p.ok) {
+      add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
+      continue;
+    }
+    const double predicted = p.out.report.*metric;
+    const double err = (predicted - run.tflops_per_gpu) / run.tflops_per_gpu;
+    sum_err += std::abs(err);
+    ++n;
+    add(fmt::format("| {} | {} | `{}` | {} | {} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", run.label, run.gpus, run.plan,
+                    run.batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
+  }
+  return {n ? sum_err / n : 0, n};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,25 +112,9 @@ int main(int argc, char** argv) {
   add("");
   add("| model | GPUs | plan | batch | published | predicted | error | peak memory |");
   add("|---|---|---|---|---|---|---|---|");
-  double sum_err = 0;
-  int n = 0;
-  for (const bench::PublishedRun& run : bench::narayanan_table1(ref)) {
-    const Prediction p = predict(run.model, run.cluster, run.gpus, run.plan, run.batch);
-    const double published = run.tflops_per_gpu;
-    if (!p.ok) {
-      add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
-      continue;
-    }
-    const double predicted = p.out.report.hardware_tflops_per_gpu_no_causal;
-    const double err = (predicted - published) / published;
-    sum_err += std::abs(err);
-    ++n;
-    add(fmt::format("| {} | {} | `{}` | {} | {:.0f} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", run.label, run.gpus, run.plan,
-                    run.batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
-  }
-  const double mae_a100 = n ? sum_err / n : 0;
+  const auto [mae_a100, rows_a100] = add_rows(add, bench::narayanan_table1(ref), &sim::SimReport::hardware_tflops_per_gpu_no_causal, 0);
   add("");
-  add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_a100, n));
+  add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_a100, rows_a100));
   add("");
 
   // --- Megatron-LM README H100 ---
@@ -119,25 +126,9 @@ int main(int argc, char** argv) {
   add("");
   add("| model | GPUs | plan | batch | published | predicted | error | peak memory |");
   add("|---|---|---|---|---|---|---|---|");
-  sum_err = 0;
-  n = 0;
-  for (const bench::PublishedRun& run : bench::megatron_h100(ref)) {
-    const Prediction p = predict(run.model, run.cluster, run.gpus, run.plan, run.batch);
-    const double published = run.tflops_per_gpu;
-    if (!p.ok) {
-      add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
-      continue;
-    }
-    const double predicted = p.out.report.tflops_per_gpu_no_causal;
-    const double err = (predicted - published) / published;
-    sum_err += std::abs(err);
-    ++n;
-    add(fmt::format("| {} | {} | `{}` | {} | {:.1f} | {:.1f} | {:+.1f}% | {:.1f} GiB{} |", run.label, run.gpus, run.plan,
-                    run.batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
-  }
-  const double mae_h100 = n ? sum_err / n : 0;
+  const auto [mae_h100, rows_h100] = add_rows(add, bench::megatron_h100(ref), &sim::SimReport::tflops_per_gpu_no_causal, 1);
   add("");
-  add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_h100, n));
+  add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_h100, rows_h100));
   add("");
 
   // --- Ablations ---

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "fabric.hpp"
 #include "sim/network.hpp"
 
 using namespace megascope;
@@ -16,17 +17,7 @@ using namespace megascope::sim;
 
 namespace {
 
-Topology fabric(int devices, double capacity) {
-  ClusterSpec c;
-  c.name = "test";
-  c.device.name = "test-device";
-  c.node.devices_per_node = devices;
-  c.node.scale_up = ScaleUpKind::nvswitch;
-  c.node.scale_up_bandwidth_Bps = capacity;
-  c.scale_up_domain = devices;
-  c.num_nodes = 1;
-  return Topology::build(c, devices);
-}
+using test::fabric;
 
 struct Finish {
   double t;
