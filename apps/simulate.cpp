@@ -40,7 +40,10 @@ Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions
   out.report = sim::make_report(s, out.program, out.result);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.trace)
-    if (auto ok = sim::write_trace(*o.trace, out.program, out.result); !ok) return tl::unexpected(ok.error());
+    if (auto ok = sim::write_trace(*o.trace, out.program, out.result,
+                                   {TraceSource::simulated, 0, format_inline_plan(s.plan), s.model.name, s.world});
+        !ok)
+      return tl::unexpected(ok.error());
   return out;
 }
 

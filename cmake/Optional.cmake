@@ -23,11 +23,11 @@ endif()
 
 set(MEGASCOPE_HAVE_QT OFF)
 if(NOT MEGASCOPE_QT STREQUAL "OFF")
-  find_package(Qt6 QUIET COMPONENTS Widgets Charts Test)
+  find_package(Qt6 QUIET COMPONENTS Widgets Charts Svg Test)
   if(Qt6_FOUND)
     set(MEGASCOPE_HAVE_QT ON)
   elseif(MEGASCOPE_QT STREQUAL "ON")
-    message(FATAL_ERROR "MEGASCOPE_QT=ON but Qt 6 (Widgets, Charts, Test) was not found")
+    message(FATAL_ERROR "MEGASCOPE_QT=ON but Qt 6 (Widgets, Charts, Svg, Test) was not found")
   endif()
 endif()
 

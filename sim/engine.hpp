@@ -21,6 +21,7 @@
 
 #include "core/program/program.hpp"
 #include "core/result.hpp"
+#include "core/trace.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/network.hpp"
 
@@ -36,11 +37,7 @@ struct SimOptions {
   std::vector<int> trace_ranks;
 };
 
-struct Span {
-  std::int32_t rank = 0;
-  std::uint32_t op = 0;       // index in the rank's StageProgram
-  double start = 0, end = 0;
-};
+using megascope::Span;   // core/trace.hpp
 
 struct SimResult {
   double step_time_s = 0;

@@ -161,49 +161,11 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
   return rep;
 }
 
-namespace {
-std::string json_int(std::optional<std::int32_t> v) { return v ? std::to_string(*v) : "null"; }
-}  // namespace
-
-Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return fail("--trace", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-  std::string buf;
-  buf.reserve(1 << 20);
-  auto flush = [&] {
-    std::fwrite(buf.data(), 1, buf.size(), f);
-    buf.clear();
-  };
-  buf += "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  for (int rank : r.traced_ranks) {
-    const int stage = p.grid.coord(rank).pp;
-    buf += fmt::format("{}{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":\"rank {} (stage {})\"}}}}",
-                       first ? "" : ",\n", rank, rank, stage);
-    buf += fmt::format(",\n{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"args\":{{\"sort_index\":{}}}}}", rank, rank);
-    first = false;
-    for (int s = 0; s < kStreamCount; ++s)
-      buf += fmt::format(",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}", rank,
-                         s, to_string(static_cast<Stream>(s)));
-  }
-  for (const Span& sp : r.spans) {
-    const StageProgram& stage = p.of_rank(sp.rank);
-    const Op& op = stage.ops[sp.op];
-    std::string name = op.kind == OpKind::compute ? fmt::format("{} {}", to_string(op.phase), to_string(op.label))
-                                                  : fmt::format("{} {}", to_string(op.label), to_string(op.kind));
-    if (op.microbatch) name += fmt::format(" mb{}", *op.microbatch);
-    buf += fmt::format(",\n{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"name\":\"{}\",\"cat\":\"{}\","
-                       "\"args\":{{\"op\":{},\"phase\":\"{}\",\"microbatch\":{},\"chunk\":{},\"layer\":{},\"bytes\":{:.0f},"
-                       "\"flops\":{:.4g}}}}}",
-                       sp.rank, static_cast<int>(op.stream), sp.start * 1e6, (sp.end - sp.start) * 1e6, name,
-                       to_string(op.label), sp.op, to_string(op.phase), json_int(op.microbatch), json_int(op.chunk),
-                       json_int(op.layer), op.bytes, op.flops);
-    if (buf.size() > (1 << 20)) flush();
-  }
-  buf += "\n]}\n";
-  flush();
-  if (std::fclose(f) != 0) return fail("--trace", fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-  return {};
+Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r, TraceInfo info) {
+  info.source = TraceSource::simulated;
+  info.step_time_s = r.step_time_s;
+  if (info.world == 0) info.world = p.grid.world();
+  return megascope::write_trace(path, p, info, r.traced_ranks, r.spans);
 }
 
 }  // namespace megascope::sim

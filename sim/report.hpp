@@ -55,9 +55,9 @@ struct SimReport {
 
 SimReport make_report(const Setup& s, const Program& p, const SimResult& r);
 
-// Chrome / Perfetto trace JSON: one process per traced rank, one thread per
-// stream, one complete event per op with its phase, micro-batch, layer and
-// kernels. Returns an error if the file cannot be written.
-Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r);
+// The simulated iteration as a trace file (core/trace.hpp), source
+// "simulated"; `info` supplies the plan and model names. Returns an error if
+// the file cannot be written.
+Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r, TraceInfo info = {});
 
 }  // namespace megascope::sim

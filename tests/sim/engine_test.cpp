@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "config/trace_file.hpp"
 #include "core/program/builder.hpp"
 #include "core/program/stage_writer.hpp"
 #include "sim/engine.hpp"
@@ -201,5 +202,32 @@ TEST_CASE("The trace file is valid Chrome trace JSON with one event per span", "
   std::size_t complete = 0;
   for (const auto& e : j["traceEvents"]) complete += e["ph"] == "X";
   CHECK(complete == r->spans.size());
+
+  // read_trace gives back every span with its op, rank, times and details.
+  auto back = read_trace(path);
+  REQUIRE(back);
+  CHECK(back->info.source == TraceSource::simulated);
+  CHECK(back->info.step_time_s == Approx(r->step_time_s).epsilon(1e-8));
+  CHECK(back->ranks == r->traced_ranks);
+  REQUIRE(back->spans.size() == r->spans.size());
+  for (std::size_t i = 0; i < r->spans.size(); i += 97) {
+    const Span& sp = r->spans[i];
+    const TraceRecord& rec = back->spans[i];
+    CHECK(rec.rank == sp.rank);
+    CHECK(rec.op == sp.op);
+    CHECK(rec.start_s == Approx(sp.start).margin(1e-9));
+    CHECK(rec.end_s == Approx(sp.end).margin(2e-9));
+    const Op& op = program->of_rank(sp.rank).ops[sp.op];
+    CHECK(rec.label == to_string(op.label));
+    CHECK(rec.stream == static_cast<int>(op.stream));
+    CHECK(rec.microbatch == (op.microbatch ? std::optional<int>(*op.microbatch) : std::nullopt));
+  }
+  std::remove(path.c_str());
+
+  // A file that is not a Megascope trace is refused with its name.
+  { std::ofstream bad(path); bad << "{\"traceEvents\": []}"; }
+  auto refused = read_trace(path);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().str(), Catch::Contains(path) && Catch::Contains("not a Megascope trace"));
   std::remove(path.c_str());
 }

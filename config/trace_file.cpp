@@ -1,0 +1,80 @@
+#include "config/trace_file.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace megascope {
+
+namespace {
+
+std::optional<int> opt_int(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return it->get<int>();
+}
+
+}  // namespace
+
+Result<TraceFile> read_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return fail("trace", fmt::format("{}: cannot open the trace file", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    return fail("trace", fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+  if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())
+    return fail("trace", fmt::format("{}: not a Chrome trace (no traceEvents array)", path));
+  TraceFile t;
+  auto meta = j.find("megascope");
+  if (meta == j.end() || !meta->is_object())
+    return fail("trace", fmt::format("{}: not a Megascope trace (no \"megascope\" object; write it with "
+                                     "`megascope simulate --trace` or `megascope run --trace`)", path));
+  try {
+    const std::string source = meta->value("source", "");
+    if (source == "simulated") t.info.source = TraceSource::simulated;
+    else if (source == "measured") t.info.source = TraceSource::measured;
+    else return fail("trace", fmt::format("{}: megascope.source is \"{}\", expected simulated or measured", path, source));
+    t.info.step_time_s = meta->at("step_time_s").get<double>();
+    t.info.plan = meta->value("plan", "");
+    t.info.model = meta->value("model", "");
+    t.info.world = meta->value("world", 0);
+  } catch (const nlohmann::json::exception& e) {
+    return fail("trace", fmt::format("{}: megascope object: {}", path, e.what()));
+  }
+  std::size_t index = 0;
+  for (const auto& e : j["traceEvents"]) {
+    try {
+      const std::string ph = e.value("ph", "");
+      if (ph == "M" && e.value("name", "") == "process_name") {
+        t.ranks.push_back(e.at("pid").get<int>());
+      } else if (ph == "X" && e.contains("args") && e["args"].contains("op")) {
+        const auto& a = e["args"];
+        TraceRecord r;
+        r.rank = e.at("pid").get<int>();
+        r.stream = e.at("tid").get<int>();
+        r.op = a.at("op").get<std::uint32_t>();
+        r.start_s = e.at("ts").get<double>() * 1e-6;
+        r.end_s = r.start_s + e.at("dur").get<double>() * 1e-6;
+        r.name = e.value("name", "");
+        r.label = e.value("cat", "");
+        r.phase = a.value("phase", "");
+        r.microbatch = opt_int(a, "microbatch");
+        r.chunk = opt_int(a, "chunk");
+        r.layer = opt_int(a, "layer");
+        r.bytes = a.value("bytes", 0.0);
+        r.flops = a.value("flops", 0.0);
+        t.spans.push_back(std::move(r));
+      }
+    } catch (const nlohmann::json::exception& ex) {
+      return fail("trace", fmt::format("{}: traceEvents[{}]: {}", path, index, ex.what()));
+    }
+    ++index;
+  }
+  return t;
+}
+
+}  // namespace megascope
