@@ -8,7 +8,7 @@ packages=(
   libexpected-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   catch2 libbenchmark-dev libeigen3-dev libboost-graph-dev
   libopenmpi-dev openmpi-bin
-  qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev fonts-dejavu-core
+  qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev fonts-dejavu-core
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
