@@ -46,6 +46,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   split->addWidget(m_table);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 1);
+  split->setSizes({700, 260});
   l->addWidget(split, 1);
   connect(open, &QPushButton::clicked, this, [this] {
     const QString f = QFileDialog::getOpenFileName(this, tr("Open a measured trace"), QString(),

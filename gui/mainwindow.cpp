@@ -59,6 +59,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   statusBar()->addWidget(m_statusLabel, 1);
 
   connect(m_panel, &PlanPanel::inputsChanged, this, &MainWindow::onInputsChanged);
+  connect(m_tabs, &QTabWidget::currentChanged, this, [this] { refreshCurrentView(); });
   connect(m_sim, &SimulationService::finished, this, &MainWindow::onFinished);
   connect(m_sim, &SimulationService::started, this, [this](quint64) {
     m_statusLabel->setText(tr("Simulating ..."));
@@ -103,10 +104,28 @@ void MainWindow::buildMenus() {
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("Show the whole iteration"), QKeySequence(Qt::Key_Home), m_timeline, &TimelineWidget::showAll);
   view->addAction(tr("Zoom back"), m_timeline, &TimelineWidget::zoomOut);
-  view->addAction(tr("Pin the plan as the report's baseline"), this, [this] { m_report->setBaseline(m_outcome); });
+  view->addAction(tr("Pin the plan as the report's baseline"), this, [this] {
+    m_report->setBaseline(m_outcome);
+    showView(View::report);
+  });
 }
 
-void MainWindow::showView(View v) { m_tabs->setCurrentIndex(static_cast<int>(v)); }
+void MainWindow::showView(View v) {
+  m_tabs->setCurrentIndex(static_cast<int>(v));
+  refreshCurrentView();
+}
+
+void MainWindow::refreshCurrentView() {
+  const View v = static_cast<View>(m_tabs->currentIndex());
+  if (!m_outcome || !m_staleViews.contains(static_cast<int>(v))) return;
+  m_staleViews.remove(static_cast<int>(v));
+  switch (v) {
+    case View::memory: m_memory->setOutcome(m_outcome); break;
+    case View::report: m_report->setCurrent(m_outcome); break;
+    case View::compare: m_compare->setPredicted(m_outcome); break;
+    default: break;
+  }
+}
 
 void MainWindow::setInputs(const Inputs& in) {
   m_panel->setInputs(in);
@@ -142,9 +161,10 @@ void MainWindow::onFinished(OutcomePtr outcome) {
                            .arg(outcome->report.tokens_per_s, 0, 'f', 0)
                            .arg(100 * outcome->report.mfu, 0, 'f', 1)
                            .arg(100 * outcome->report.bubble_fraction, 0, 'f', 1));
-  m_memory->setOutcome(outcome);
-  m_report->setCurrent(outcome);
-  m_compare->setPredicted(outcome);
+  // The other views catch up when they are shown, so that a plan change
+  // redraws the visible view first.
+  m_staleViews = {static_cast<int>(View::memory), static_cast<int>(View::report), static_cast<int>(View::compare)};
+  refreshCurrentView();
   m_statusLabel->setText(tr("Simulated in %1 (%2 spans on %3 traced ranks, %4 mode; cost profile %5)")
                              .arg(formatDuration(outcome->wallSeconds))
                              .arg(outcome->timeline->spanCount)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <QMainWindow>
+#include <QSet>
 
 #include "gui/inputs.hpp"
 #include "gui/simulationservice.hpp"
@@ -56,6 +57,7 @@ class MainWindow : public QMainWindow {
   void onInputsChanged(const Inputs& in);
   void onFinished(OutcomePtr outcome);
   void buildMenus();
+  void refreshCurrentView();
 
   SimulationService* m_sim = nullptr;
   PlanPanel* m_panel = nullptr;
@@ -67,6 +69,7 @@ class MainWindow : public QMainWindow {
   SearchView* m_search = nullptr;
   QLabel* m_statusLabel = nullptr;
   OutcomePtr m_outcome;
+  QSet<int> m_staleViews;              // views (View as int) not yet showing m_outcome
   QString m_validationError;
 };
 

@@ -7,6 +7,8 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include <cmath>
+
 #include "gui/reportrows.hpp"
 
 namespace megascope::gui {
@@ -15,6 +17,7 @@ namespace {
 
 QString number(double v) {
   const double a = std::fabs(v);
+  if (v == std::round(v) && a < 1e15) return QString::number(static_cast<long long>(v));
   if (a >= 1e5) return QString::number(v, 'f', 0);
   if (a >= 100) return QString::number(v, 'f', 1);
   if (a >= 1) return QString::number(v, 'f', 3);

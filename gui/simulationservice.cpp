@@ -3,6 +3,7 @@
 #include <QMetaObject>
 
 #include <chrono>
+#include <thread>
 
 #include "core/program/builder.hpp"
 #include "sim/cost_model.hpp"
@@ -26,9 +27,13 @@ Result<std::shared_ptr<SimulationOutcome>> simulateSetup(const Setup& setup, sim
   auto result = sim::simulate(out->program, topo, *cost, so);
   if (!result) return tl::unexpected(result.error());
   out->result = std::move(*result);
-  out->report = sim::make_report(setup, out->program, out->result);
-  out->memory = memory_report(setup);
+  // The report and the timeline's lanes read the same spans: build them side by side.
+  std::thread reportThread([&] {
+    out->report = sim::make_report(setup, out->program, out->result);
+    out->memory = memory_report(setup);
+  });
   out->timeline = timelineFromSimulation(out->program, out->result.spans, out->result.step_time_s);
+  reportThread.join();
   out->wallSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
