@@ -7,6 +7,7 @@
 
 #include "apps/estimate.hpp"
 #include "apps/plan.hpp"
+#include "apps/run.hpp"
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
@@ -64,6 +65,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   plan->add_flag("--csv", plan_opts.csv, "print the ranked table as CSV");
   plan->add_flag("--no-progress", plan_opts.no_progress, "no progress bar on the terminal");
 
+  RunCommandOptions run_opts;
+  auto* run = app.add_subcommand(
+      "run", "train a plan for real, one process per rank: mpirun -np <world> megascope run --backend cpu ...");
+  add_run_options(*run, run_opts);
+
   auto* list = app.add_subcommand("list", "the shipped models and clusters");
 
   try {
@@ -107,6 +113,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return 0;
   }
   if (*plan) return run_plan(plan_opts, out, err);
+  if (*run) return run_command(run_opts, out, err);
   if (*list) {
     out << "models   (" << data_dir() << "/models):\n";
     for (const auto& m : shipped_models()) out << "  " << m << "\n";

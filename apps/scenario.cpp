@@ -70,6 +70,7 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
     plan = *p;
     have_plan = true;
   }
+  if (!cluster && o.cluster_spec) cluster = *o.cluster_spec;
   if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));
   if (!cluster) return Err(usage("--cluster", "a cluster is required: --cluster NAME|FILE"));
   if (!have_plan) return Err(usage("--plan", "a plan is required: --plan \"tp=8,pp=2,...\"|FILE"));

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "core/cluster.hpp"
 #include "core/result.hpp"
 #include "core/setup.hpp"
 
@@ -22,6 +23,7 @@ struct ScenarioOptions {
   std::optional<int> gpus;
   std::optional<std::int64_t> global_batch;
   std::optional<std::int64_t> seq_len;
+  std::optional<ClusterSpec> cluster_spec;    // used when no cluster is named (run: the CPU host sized to the job)
 };
 
 struct Scenario {

@@ -1,0 +1,102 @@
+#include "apps/run.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "config/library.hpp"
+#include "config/plan_settings.hpp"
+#include "core/program/builder.hpp"
+#include "exec/mpi_env.hpp"
+
+namespace megascope::cli {
+
+void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
+  cmd.add_option("--backend", o.backend, "cpu (CPU kernels and MPI); cuda is not built yet")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--model", o.scenario.model, "shipped model name (e.g. tiny-gpt, tiny-llama), model TOML or config.json");
+  cmd.add_option("--cluster", o.scenario.cluster, "cluster the plan is validated against (default cpu-host)");
+  cmd.add_option("--plan", o.scenario.plan, "inline plan (tp=2,pp=2,...) or plan TOML file");
+  cmd.add_option("--global-batch", o.scenario.global_batch, "sequences per step (default 8)");
+  cmd.add_option("--seq-len", o.scenario.seq_len, "tokens per sequence (default: the model's)");
+  cmd.add_option("--steps", o.run.steps, "training steps to run (default 1)")->check(CLI::PositiveNumber);
+  cmd.add_option("--data", o.run.data, "training text, read as bytes (default: the GNU GPL text Debian ships)");
+  cmd.add_option("--trace", o.run.trace, "write the measured trace of the last step (same format as simulate --trace)");
+  cmd.add_option("--checkpoint-dir", o.run.checkpoint_dir, "write sharded checkpoints here (one file per rank)");
+  cmd.add_option("--save-every", o.run.save_every, "steps between checkpoints (default: only the last step)");
+  cmd.add_flag("--resume", o.run.resume, "continue from the latest checkpoint in --checkpoint-dir");
+  cmd.add_option("--seed", o.run.seed, "initialisation and dropout seed (default 1234)");
+  cmd.add_option("--lr", o.run.lr, "AdamW learning rate (default 1e-3)");
+  cmd.add_option("--clip-grad", o.run.clip_grad, "global gradient-norm clipping (default 1.0; 0: off)");
+  cmd.add_option("--recv-timeout", o.run.recv_timeout_s, "seconds a pipeline receive waits before naming its peer and aborting");
+  cmd.add_flag("--json", o.json, "print the steps as one JSON object");
+}
+
+int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
+  if (o.backend == "cuda") {
+    err << "megascope run: error: --backend cuda is not built yet (the CUDA runtime is the next part of the executor)\n";
+    return 1;
+  }
+  ScenarioOptions sc = o.scenario;
+  if (!sc.model) {
+    err << "megascope run: error: --model is required (e.g. --model tiny-gpt)\n";
+    return 2;
+  }
+  if (!sc.plan) sc.plan = "tp=1";   // one rank per DP replica by default
+  if (!sc.global_batch) sc.global_batch = 8;
+  const bool mpi = exec::launched_by_mpi();
+  const int world = mpi ? exec::MpiEnv::get().size() : 1;
+  const bool root = !mpi || exec::MpiEnv::get().rank() == 0;
+  if (!sc.gpus && !sc.nodes) sc.gpus = world;
+  if (!sc.cluster) {   // the CPU host, one device per rank of the job, all in one shared-memory domain
+    auto host = resolve_cluster("cpu-host");
+    if (!host) {
+      err << "megascope run: error: " << host.error().str() << "\n";
+      return 1;
+    }
+    host->node.devices_per_node = std::max(host->node.devices_per_node, world);
+    host->scale_up_domain = host->node.devices_per_node;
+    host->num_nodes = 1;
+    sc.cluster_spec = *host;
+  }
+  std::ostringstream quiet;
+  std::ostream& log = root ? out : quiet;
+  std::ostream& errs = root ? err : quiet;
+  auto scenario = load_scenario(sc);
+  if (!scenario) {
+    errs << "megascope run: error: " << scenario.error().str() << "\n";
+    return 1;
+  }
+  const Setup& s = scenario->setup;
+  auto program = build_program(s);
+  if (!program) {
+    errs << "megascope run: error: " << program.error().str() << "\n";
+    return 1;
+  }
+  o.run.plan_text = format_inline_plan(s.plan);
+  o.run.model_name = s.model.name;
+  if (!o.json)
+    log << fmt::format("run: {} on {} CPU rank{} (cpu backend), plan {}, global batch {}, {} micro-batches of {} x {} tokens\n",
+                       s.model.name, s.world, s.world == 1 ? "" : "s", o.run.plan_text, s.training.global_batch_size,
+                       s.num_microbatches, s.plan.micro_batch_size, s.seq_length);
+  std::ostringstream steps_text;
+  auto logs = exec::run_cpu(s, *program, o.run, o.json ? steps_text : log);
+  if (!logs) {
+    errs << "megascope run: error: " << logs.error().str() << "\n";
+    return 1;
+  }
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = s.model.name;
+    j["plan"] = o.run.plan_text;
+    j["world"] = s.world;
+    for (const exec::StepLog& l : *logs)
+      j["steps"].push_back({{"step", l.step}, {"loss", l.loss}, {"grad_norm", l.grad_norm}, {"step_time_s", l.step_time_s}});
+    log << j.dump(2) << "\n";
+  } else if (o.run.trace) {
+    log << "trace: " << *o.run.trace << " (measured; compare with `megascope compare`)\n";
+  }
+  return 0;
+}
+
+}  // namespace megascope::cli

@@ -1,0 +1,26 @@
+// `megascope run --backend cpu`: trains a plan for real, one MPI process per
+// rank (mpirun -np <world> megascope run ...), printing the loss per step,
+// writing the measured trace and sharded checkpoints (exec/runner.hpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "apps/scenario.hpp"
+#include "exec/runner.hpp"
+
+namespace megascope::cli {
+
+struct RunCommandOptions {
+  ScenarioOptions scenario;
+  std::string backend = "cpu";
+  exec::RunOptions run;
+  bool json = false;
+};
+
+void add_run_options(CLI::App& cmd, RunCommandOptions& o);
+int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err);
+
+}  // namespace megascope::cli

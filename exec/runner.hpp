@@ -1,0 +1,46 @@
+// Runs a Program for real, on CPUs, one MPI process per rank: every rank
+// walks its stage's ops in the Program's order and does what each op says
+// with the CPU kernels (kernels/) and MPI (exec/comm.hpp): the same ops the
+// simulator times, so that a measured trace lines up with a simulated one
+// op by op. See docs/executor.md for how each op maps onto the numerics.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/program/program.hpp"
+#include "core/result.hpp"
+#include "core/setup.hpp"
+
+namespace megascope::exec {
+
+struct RunOptions {
+  int steps = 1;
+  std::string data = "";                     // text file; empty: kDefaultCorpus
+  std::optional<std::string> trace;          // measured trace of the last step (rank 0 writes it)
+  std::optional<std::string> checkpoint_dir; // sharded checkpoints (one file per rank per step)
+  int save_every = 0;                        // steps between checkpoints (0: only at the end, if a dir is given)
+  bool resume = false;                       // continue from the latest checkpoint in checkpoint_dir
+  int stop_after = 0;                        // > 0: stop (as if killed) after this many steps of this run
+  std::uint64_t seed = 1234;
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
+  double clip_grad = 1.0;                    // global-norm clipping (0: off)
+  double recv_timeout_s = 120;               // a pipeline receive waiting longer names its peer and aborts
+  std::string plan_text, model_name;         // for the trace header and the checkpoint check
+};
+
+struct StepLog {
+  int step = 0;                // 1-based over the whole training (continues after a resume)
+  double loss = 0;             // mean cross-entropy over the global batch (nats per byte)
+  double grad_norm = 0;        // global gradient norm before clipping
+  double step_time_s = 0;      // slowest rank
+};
+
+// Runs on the MPI world (its size must be the plan's world). Every rank
+// returns the same logs. Writes progress lines to `out` on world rank 0.
+Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out);
+
+}  // namespace megascope::exec

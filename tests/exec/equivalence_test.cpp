@@ -1,0 +1,151 @@
+// The CPU executor under MPI: every sharding of the same model and batch
+// reaches the same losses and gradient norms as the single-rank run, because
+// initialisation, data and dropout masks do not depend on the plan and the
+// collectives only regroup the same sums. Tolerances (fp32 kernels): losses
+// to 2e-6 relative, gradient norms to 2e-5 relative (summation order differs).
+// Each case launches `mpirun -np N megascope run ... --json` as a subprocess.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Step {
+  double loss = 0, grad_norm = 0;
+};
+
+struct Launch {
+  int status = 0;
+  std::string output;
+};
+
+Launch shell(const std::string& cmd) {
+  Launch l;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) l.output.append(buf, n);
+  l.status = pclose(p);
+  return l;
+}
+
+std::string mpirun(int np) {
+  return fmt::format("{} --allow-run-as-root --oversubscribe {} {}", MEGASCOPE_MPIEXEC, MEGASCOPE_MPIEXEC_NUMPROC_FLAG, np);
+}
+
+std::vector<Step> train(const std::string& model, int np, const std::string& plan, int steps = 2,
+                        const std::string& extra = "") {
+  const std::string cmd = fmt::format("{} {} run --model {} --plan {} --steps {} --global-batch 8 --json {}",
+                                      np > 1 ? mpirun(np) : std::string(), MEGASCOPE_BINARY, model, plan, steps, extra);
+  const Launch l = shell(cmd);
+  INFO(cmd << "\n" << l.output);
+  REQUIRE(l.status == 0);
+  const auto j = nlohmann::json::parse(l.output.substr(l.output.find('{')));
+  std::vector<Step> out;
+  for (const auto& s : j.at("steps")) out.push_back({s.at("loss").get<double>(), s.at("grad_norm").get<double>()});
+  return out;
+}
+
+void check_same(const std::vector<Step>& got, const std::vector<Step>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].loss == Approx(want[i].loss).epsilon(2e-6));
+    CHECK(got[i].grad_norm == Approx(want[i].grad_norm).epsilon(2e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms as one rank", "[exec][mpi]") {
+  static const std::vector<Step> ref = train("tiny-gpt", 1, "tp=1");   // once for all sections
+  REQUIRE(ref.size() == 2);
+  CHECK(ref[1].loss < ref[0].loss);   // it learns
+  const std::vector<std::pair<int, std::string>> plans = {
+      {2, "tp=2"},
+      {2, "tp=2,sp=on"},
+      {2, "dp=2"},
+      {2, "dp=2,distopt=on"},
+      {2, "pp=2"},
+      {2, "pp=2,vpp=2,schedule=interleaved"},
+      {2, "pp=2,schedule=zb-h1"},
+      {2, "pp=2,schedule=zb-v"},
+      {2, "pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"},
+      {4, "tp=2,pp=2,sp=on"},
+      {4, "tp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on"},
+  };
+  for (const auto& [np, plan] : plans) {
+    SECTION(plan) { check_same(train("tiny-gpt", np, plan), ref); }
+  }
+}
+
+TEST_CASE("Every sharding of tiny-llama (GQA, RoPE, SwiGLU, untied) trains the same as one rank", "[exec][mpi]") {
+  static const std::vector<Step> ref = train("tiny-llama", 1, "tp=1");
+  const std::vector<std::pair<int, std::string>> plans = {
+      {2, "tp=2,sp=on"},
+      {2, "dp=2,distopt=on"},
+      {4, "pp=2,dp=2,vpp=2,schedule=interleaved,distopt=on"},
+      {4, "tp=2,pp=2,sp=on,recompute=selective"},
+  };
+  for (const auto& [np, plan] : plans) {
+    SECTION(plan) { check_same(train("tiny-llama", np, plan), ref); }
+  }
+}
+
+TEST_CASE("A run stopped after a checkpoint and resumed continues with the same losses", "[exec][mpi]") {
+  const auto dir = std::filesystem::temp_directory_path() / "megascope-test-ckpt";
+  std::filesystem::remove_all(dir);
+  const std::vector<Step> straight = train("tiny-llama", 2, "dp=2,distopt=on", 4);
+  const std::vector<Step> first = train("tiny-llama", 2, "dp=2,distopt=on", 2,
+                                        fmt::format("--checkpoint-dir {} --save-every 1", dir.string()));
+  CHECK(std::filesystem::exists(dir / "step-2" / "rank-1.bin"));
+  CHECK_FALSE(std::filesystem::exists(dir / "step-2" / "rank-1.bin.tmp"));
+  const std::vector<Step> rest =
+      train("tiny-llama", 2, "dp=2,distopt=on", 2, fmt::format("--checkpoint-dir {} --resume", dir.string()));
+  check_same({first[0], first[1], rest[0], rest[1]}, straight);
+
+  // Another plan refuses the checkpoint, naming the file.
+  const Launch l = shell(fmt::format("{} {} run --model tiny-llama --plan tp=2 --checkpoint-dir {} --resume", mpirun(2),
+                                     MEGASCOPE_BINARY, dir.string()));
+  CHECK(l.status != 0);
+  CHECK_THAT(l.output, Catch::Contains("rank-0.bin: written by another plan"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A plan that does not match the world size or the executor fails before any work", "[exec][mpi]") {
+  const Launch world = shell(fmt::format("{} {} run --model tiny-gpt --plan tp=2,pp=2", mpirun(2), MEGASCOPE_BINARY));
+  CHECK(world.status != 0);
+  CHECK_THAT(world.output, Catch::Contains("must be divisible by tp x pp x cp"));
+  CHECK_THAT(world.output, !Catch::Contains("step    1"));
+  const Launch cp = shell(fmt::format("{} {} run --model tiny-gpt --plan cp=2", mpirun(2), MEGASCOPE_BINARY));
+  CHECK(cp.status != 0);
+  CHECK_THAT(cp.output, Catch::Contains("plan.cp") && Catch::Contains("not supported by the executor"));
+  const Launch data = shell(fmt::format("{} run --model tiny-gpt --data /nonexistent/corpus.txt", MEGASCOPE_BINARY));
+  CHECK(data.status != 0);
+  CHECK_THAT(data.output, Catch::Contains("/nonexistent/corpus.txt: cannot open"));
+}
+
+TEST_CASE("The measured trace has one span per op of every rank and reads back as measured", "[exec][mpi]") {
+  const auto path = std::filesystem::temp_directory_path() / "megascope-test-measured.json";
+  const Launch l = shell(fmt::format("{} {} run --model tiny-gpt --plan pp=2 --trace {}", mpirun(2), MEGASCOPE_BINARY,
+                                     path.string()));
+  INFO(l.output);
+  REQUIRE(l.status == 0);
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  CHECK(j["megascope"]["source"] == "measured");
+  CHECK(j["megascope"]["world"] == 2);
+  std::map<int, int> per_rank;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") ++per_rank[e["pid"].get<int>()];
+  CHECK(per_rank.size() == 2);
+  CHECK(per_rank[0] > 50);
+  std::filesystem::remove(path);
+}
