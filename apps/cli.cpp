@@ -10,6 +10,7 @@
 #include "apps/run.hpp"
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
+#include "apps/sweep.hpp"
 #include "config/library.hpp"
 
 namespace megascope::cli {
@@ -65,6 +66,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   plan->add_flag("--csv", plan_opts.csv, "print the ranked table as CSV");
   plan->add_flag("--no-progress", plan_opts.no_progress, "no progress bar on the terminal");
 
+  SweepOptions sweep_opts;
+  auto* sweep = app.add_subcommand(
+      "sweep", "the best plan at every point of a sweep over GPU counts, models, clusters and cluster variants "
+               "(also under mpirun)");
+  add_sweep_options(*sweep, sweep_opts);
+
   RunCommandOptions run_opts;
   auto* run = app.add_subcommand(
       "run", "train a plan for real, one process per rank: mpirun -np <world> megascope run --backend cpu ...");
@@ -113,6 +120,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     return 0;
   }
   if (*plan) return run_plan(plan_opts, out, err);
+  if (*sweep) return run_sweep(sweep_opts, out, err);
   if (*run) return run_command(run_opts, out, err);
   if (*list) {
     out << "models   (" << data_dir() << "/models):\n";

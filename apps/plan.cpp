@@ -108,6 +108,10 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   auto* gpus = cmd.add_option("--gpus", o.gpus, "GPU count N, or a range A-B (whole nodes, and powers of two below one)");
   cmd.add_option("--max-gpus", o.max_gpus, "search every count up to N (whole nodes, and powers of two below one)")
       ->excludes(gpus);
+  add_search_options(cmd, o);
+}
+
+void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--global-batch", o.global_batch, "sequences per iteration")->required();
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
   cmd.add_option("--calibration", o.calibration, "a cost-model profile (TOML) applied over the default");
@@ -140,9 +144,6 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
   if (!c) return Err(c.error());
   in.model = *m;
   in.cluster = *c;
-  in.training.global_batch_size = o.global_batch.value_or(0);
-  if (in.training.global_batch_size < 1) return Err(usage("--global-batch", "must be >= 1"));
-  if (o.seq_len) in.training.seq_length = *o.seq_len;
 
   // GPU counts.
   int most = 0;
@@ -168,16 +169,27 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
     in.gpu_counts = {in.cluster.total_devices()};
   }
   for (int n : in.gpu_counts) most = std::max(most, n);
-  if (most > in.cluster.total_devices()) {
-    auto grown = with_device_count(in.cluster, most);
-    if (!grown) return Err(grown.error());
-    in.cluster = *grown;
-  }
+  if (auto ok = grow_cluster(in.cluster, most); !ok) return Err(ok.error());
   if (o.nodes) {
     if (*o.nodes < 1) return Err(usage("--nodes", "must be >= 1"));
     in.cluster.num_nodes = *o.nodes;
   }
+  if (auto ok = apply_search_options(o, in); !ok) return Err(ok.error());
+  return planner::check_inputs(in);
+}
 
+Result<void> grow_cluster(ClusterSpec& cluster, int gpus) {
+  if (gpus <= cluster.total_devices()) return {};
+  auto grown = with_device_count(cluster, gpus);
+  if (!grown) return Err(grown.error());
+  cluster = *grown;
+  return {};
+}
+
+Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchInputs& in) {
+  in.training.global_batch_size = o.global_batch.value_or(0);
+  if (in.training.global_batch_size < 1) return Err(usage("--global-batch", "must be >= 1"));
+  if (o.seq_len) in.training.seq_length = *o.seq_len;
   planner::Constraints& k = in.constraints;
   for (auto [name, text, slot] :
        {std::tuple<const char*, const std::optional<std::string>*, planner::IntSet*>{"--tp", &o.tp, &k.tp},
@@ -223,7 +235,7 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
   k.min_dp = o.min_dp;
   k.tp_in_scale_up = !o.tp_across_domains;
   if (o.top < 1) return Err(usage("--top", "must be >= 1"));
-  return planner::check_inputs(in);
+  return {};
 }
 
 int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) {

@@ -27,11 +27,20 @@ struct PlanCommandOptions {
   bool tp_across_domains = false;
 };
 
-// Adds the model/cluster/batch and constraint options shared by plan and sweep.
+// Adds plan's --model, --cluster, --gpus and --max-gpus, then add_search_options.
 void add_plan_options(CLI::App& cmd, PlanCommandOptions& o);
+// Adds the batch, constraint and search options shared by plan and sweep
+// (everything but the model, the cluster and the GPU counts).
+void add_search_options(CLI::App& cmd, PlanCommandOptions& o);
 
 // Resolves the options into search inputs (GPU counts from --gpus N | A-B or --max-gpus N).
 Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o);
+
+// Sets the training spec and the constraints of `in` from the options of
+// add_search_options; errors name the option.
+Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchInputs& in);
+// Adds whole nodes to `cluster` until it holds `gpus` devices (no change if it does).
+Result<void> grow_cluster(ClusterSpec& cluster, int gpus);
 
 // The inline form of a candidate's plan, e.g. "tp=8,pp=8,vpp=3,...".
 std::string plan_text(const PlanSpec& p);
