@@ -5,6 +5,7 @@
 
 #include <ostream>
 
+#include "apps/compare.hpp"
 #include "apps/estimate.hpp"
 #include "apps/plan.hpp"
 #include "apps/run.hpp"
@@ -72,6 +73,11 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                "(also under mpirun)");
   add_sweep_options(*sweep, sweep_opts);
 
+  CompareOptions compare_opts;
+  auto* compare =
+      app.add_subcommand("compare", "step time and per-op-kind error of a simulated trace against a measured one");
+  add_compare_options(*compare, compare_opts);
+
   RunCommandOptions run_opts;
   auto* run = app.add_subcommand(
       "run", "train a plan for real, one process per rank: mpirun -np <world> megascope run --backend cpu ...");
@@ -121,6 +127,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   }
   if (*plan) return run_plan(plan_opts, out, err);
   if (*sweep) return run_sweep(sweep_opts, out, err);
+  if (*compare) return run_compare(compare_opts, out, err);
   if (*run) return run_command(run_opts, out, err);
   if (*list) {
     out << "models   (" << data_dir() << "/models):\n";
