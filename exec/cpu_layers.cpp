@@ -1,0 +1,326 @@
+// CpuRank: a transformer layer's forward, input-gradient and weight-gradient
+// passes, op by op (exec/cpu_rank.hpp, docs/executor.md).
+#include "exec/cpu_rank.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "exec/mpi_env.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/rope.hpp"
+
+namespace megascope::exec {
+
+namespace k = megascope::kernels;
+
+std::vector<Step> forward_steps(int tp, bool sp) {
+  if (tp == 1) return {{OpKind::compute, Action::attn}, {OpKind::compute, Action::mlp}};
+  if (!sp)
+    return {{OpKind::compute, Action::attn},
+            {OpKind::all_reduce, Action::attn_reduce},
+            {OpKind::compute, Action::mlp},
+            {OpKind::all_reduce, Action::mlp_reduce}};
+  return {{OpKind::all_gather, Action::attn_gather}, {OpKind::compute, Action::attn},
+          {OpKind::reduce_scatter, Action::attn_reduce}, {OpKind::compute, Action::mlp_pre},
+          {OpKind::all_gather, Action::mlp_gather}, {OpKind::compute, Action::mlp},
+          {OpKind::reduce_scatter, Action::mlp_reduce}};
+}
+
+std::vector<Step> backward_steps(int tp, bool sp) {
+  if (tp == 1) return {{OpKind::compute, Action::b_mlp}, {OpKind::compute, Action::b_attn}};
+  if (!sp)
+    return {{OpKind::compute, Action::b_mlp},
+            {OpKind::all_reduce, Action::b_mlp_reduce},
+            {OpKind::compute, Action::b_attn},
+            {OpKind::all_reduce, Action::b_attn_reduce}};
+  return {{OpKind::all_gather, Action::b_mlp_gather}, {OpKind::compute, Action::b_mlp},
+          {OpKind::reduce_scatter, Action::b_mlp_reduce}, {OpKind::all_gather, Action::b_attn_gather},
+          {OpKind::compute, Action::b_attn}, {OpKind::reduce_scatter, Action::b_attn_reduce}};
+}
+
+
+void CpuRank::bda(Vec& out, const Vec& y, const float* bias, const Vec& x, std::int64_t rows, int layer, int site, int mb,
+         std::int64_t row0) {
+  out.resize(static_cast<std::size_t>(rows * d_.h));
+  k::bias_dropout_add_forward(out.data(), y.data(), bias, x.data(), rows, d_.h, p_drop(), seed_of(layer, site),
+                              offset_of(mb, row0));
+}
+
+void CpuRank::bda_backward(Vec& dy_in, const Vec& dout, float* dbias, std::int64_t rows, int layer, int site, int mb,
+                  std::int64_t row0) {
+  dy_in.resize(static_cast<std::size_t>(rows * d_.h));
+  k::bias_dropout_add_backward(dy_in.data(), dbias, dout.data(), rows, d_.h, p_drop(), seed_of(layer, site),
+                               offset_of(mb, row0));
+}
+
+void CpuRank::norm_forward(Vec& out, Vec& mean, Vec& rstd, const Vec& in, const float* w, const float* b, std::int64_t rows) {
+  out.resize(static_cast<std::size_t>(rows * d_.h));
+  rstd.resize(static_cast<std::size_t>(rows));
+  if (s_.model.norm == Norm::layernorm) {
+    mean.resize(static_cast<std::size_t>(rows));
+    k::layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), w, b, rows, d_.h, kNormEps);
+  } else {
+    k::rmsnorm_forward(out.data(), rstd.data(), in.data(), w, rows, d_.h, kNormEps);
+  }
+}
+
+void CpuRank::norm_backward_add(Vec& dx, const Vec& dout, const Vec& in, const Vec& mean, const Vec& rstd, const float* w,
+                       float* dw, float* db, std::int64_t rows) {
+  Vec tmp = zeros(rows * d_.h);
+  if (s_.model.norm == Norm::layernorm)
+    k::layernorm_backward(tmp.data(), dw, db, dout.data(), in.data(), w, mean.data(), rstd.data(), rows, d_.h);
+  else
+    k::rmsnorm_backward(tmp.data(), dw, dout.data(), in.data(), w, rstd.data(), rows, d_.h);
+  for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += tmp[i];
+}
+
+void CpuRank::gather_rows(Vec& full, const Vec& shard) {
+  full.resize(static_cast<std::size_t>(d_.T * d_.h));
+  tp().all_gather(full.data(), shard.data(), d_.Ts * d_.h);
+}
+
+void CpuRank::scatter_rows(Vec& shard, const Vec& full) {
+  shard.resize(static_cast<std::size_t>(d_.Ts * d_.h));
+  tp().reduce_scatter(shard.data(), full.data(), d_.Ts * d_.h);
+}
+
+CpuRank::LW CpuRank::weights(Chunk& c, int l, bool grads) {
+  const std::string L = fmt::format("layer.{}.", l);
+  auto get = [&](const char* n) { return grads ? c.grad(L + n) : c.weight(L + n); };
+  return {get("ln1.weight"), get("ln1.bias"), get("qkv.weight"), get("qkv.bias"), get("proj.weight"),
+          get("proj.bias"),  get("ln2.weight"), get("ln2.bias"), get("fc1.weight"), get("fc1.bias"),
+          get("fc2.weight"), get("fc2.bias")};
+}
+
+void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) {
+  LayerActs& A = acts(c, mb, l);
+  if (!recompute && A.fwd_step == 0) {
+    // The layer's input: the chunk's running activation.
+    A.x_in = (l == chunks_[static_cast<std::size_t>(c)].layers.first) ? hidden_in(c, mb) : hidden_out_.at(key(c, mb));
+  }
+  if (recompute && A.fwd_step == static_cast<int>(fwd_.size())) A.fwd_step = 0;   // a recompute pass starts
+  if (A.fwd_step >= static_cast<int>(fwd_.size())) throw ProgramMismatch("more forward ops than the layer has");
+  const Step st = fwd_[static_cast<std::size_t>(A.fwd_step++)];
+  if (st.kind != op.kind) throw ProgramMismatch(fmt::format("expected a {} here", to_string(st.kind)));
+  Chunk& ch = chunks_[static_cast<std::size_t>(c)];
+  const LW w = weights(ch, l, false);
+  const std::int64_t T = d_.T, Ts = d_.Ts, h = d_.h;
+  switch (st.action) {
+    case Action::attn_gather: {
+      Vec a_shard;
+      norm_forward(a_shard, A.ln1_mean, A.ln1_rstd, A.x_in, w.ln1w, w.ln1b, Ts);
+      gather_rows(A.a, a_shard);
+      break;
+    }
+    case Action::attn: {
+      if (!d_.sp) norm_forward(A.a, A.ln1_mean, A.ln1_rstd, A.x_in, w.ln1w, w.ln1b, T);
+      const std::int64_t width = d_.q + 2 * d_.kv;
+      Vec qkv = zeros(T * width);
+      k::matmul_forward(qkv.data(), A.a.data(), w.qkvw, w.qkvb, T, h, width);
+      A.q = zeros(T * d_.q);
+      A.kk = zeros(T * d_.kv);
+      A.v = zeros(T * d_.kv);
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* row = qkv.data() + t * width;
+        std::copy(row, row + d_.q, A.q.data() + t * d_.q);
+        std::copy(row + d_.q, row + d_.q + d_.kv, A.kk.data() + t * d_.kv);
+        std::copy(row + d_.q + d_.kv, row + width, A.v.data() + t * d_.kv);
+      }
+      const std::int64_t B = s_.plan.micro_batch_size, S = s_.seq_length;
+      if (s_.model.position_embedding == PositionEmbedding::rope) {
+        k::rope_forward(A.q.data(), A.q.data(), nullptr, B, S, d_.hq, d_.d, kRopeTheta);
+        k::rope_forward(A.kk.data(), A.kk.data(), nullptr, B, S, d_.hkv, d_.d, kRopeTheta);
+      }
+      A.o = zeros(T * d_.q);
+      A.lse = zeros(B * d_.hq * S);
+      k::attention_forward(A.o.data(), A.lse.data(), A.q.data(), A.kk.data(), A.v.data(), nullptr, nullptr, B, S, S,
+                           d_.hq, d_.hkv, d_.d);
+      A.y = zeros(T * h);
+      k::matmul_forward(A.y.data(), A.o.data(), w.projw, nullptr, T, d_.q, h);
+      if (d_.tp == 1) bda(A.x_mid, A.y, w.projb, A.x_in, T, l, 0, mb, 0);
+      break;
+    }
+    case Action::attn_reduce: {
+      if (op.kind == OpKind::all_reduce) {
+        tp().all_reduce(A.y.data(), T * h);
+        bda(A.x_mid, A.y, w.projb, A.x_in, T, l, 0, mb, 0);
+      } else {
+        Vec ys;
+        scatter_rows(ys, A.y);
+        bda(A.x_mid, ys, w.projb, A.x_in, Ts, l, 0, mb, shard_row0());
+      }
+      break;
+    }
+    case Action::mlp_pre: {
+      Vec b_shard;
+      norm_forward(b_shard, A.ln2_mean, A.ln2_rstd, A.x_mid, w.ln2w, w.ln2b, Ts);
+      A.b = std::move(b_shard);   // gathered by the next op
+      break;
+    }
+    case Action::mlp_gather: {
+      Vec shard = std::move(A.b);
+      gather_rows(A.b, shard);
+      break;
+    }
+    case Action::mlp: {
+      if (!d_.sp) norm_forward(A.b, A.ln2_mean, A.ln2_rstd, A.x_mid, w.ln2w, w.ln2b, T);
+      A.h1 = zeros(T * d_.up * d_.f);
+      k::matmul_forward(A.h1.data(), A.b.data(), w.fc1w, w.fc1b, T, h, d_.up * d_.f);
+      A.act = zeros(T * d_.f);
+      if (d_.up == 2) k::swiglu_forward(A.act.data(), A.h1.data(), T, d_.f);
+      else k::gelu_forward(A.act.data(), A.h1.data(), T * d_.f);
+      A.y = zeros(T * h);
+      k::matmul_forward(A.y.data(), A.act.data(), w.fc2w, nullptr, T, d_.f, h);
+      if (d_.tp == 1) finish_layer(A, c, mb, l, recompute, A.y, T, 0);
+      break;
+    }
+    case Action::mlp_reduce: {
+      if (op.kind == OpKind::all_reduce) {
+        tp().all_reduce(A.y.data(), T * h);
+        finish_layer(A, c, mb, l, recompute, A.y, T, 0);
+      } else {
+        Vec ys;
+        scatter_rows(ys, A.y);
+        finish_layer(A, c, mb, l, recompute, ys, Ts, shard_row0());
+      }
+      break;
+    }
+    default:
+      throw ProgramMismatch("a backward step in the forward");
+  }
+}
+
+void CpuRank::finish_layer(LayerActs& A, int c, int mb, int l, bool recompute, const Vec& y, std::int64_t rows,
+                  std::int64_t row0) {
+  const LW w = weights(chunks_[static_cast<std::size_t>(c)], l, false);
+  Vec out;
+  bda(out, y, w.fc2b, A.x_mid, rows, l, 1, mb, row0);
+  A.y.clear();
+  if (!recompute) hidden_out_[key(c, mb)] = std::move(out);
+}
+
+void CpuRank::layer_backward(const Op& op, int c, int mb, int l) {
+  LayerActs& A = acts(c, mb, l);
+  if (A.bwd_step == 0) A.dy = grad_in(c, mb);
+  if (A.bwd_step >= static_cast<int>(bwd_.size())) throw ProgramMismatch("more backward ops than the layer has");
+  const Step st = bwd_[static_cast<std::size_t>(A.bwd_step++)];
+  if (st.kind != op.kind) throw ProgramMismatch(fmt::format("expected a {} here", to_string(st.kind)));
+  Chunk& ch = chunks_[static_cast<std::size_t>(c)];
+  const LW w = weights(ch, l, false);
+  const LW g = weights(ch, l, true);
+  const std::int64_t T = d_.T, Ts = d_.Ts, h = d_.h;
+  switch (st.action) {
+    case Action::b_mlp_gather: {
+      Vec shard;
+      bda_backward(shard, A.dy, g.fc2b, Ts, l, 1, mb, shard_row0());
+      gather_rows(A.dh2, shard);
+      break;
+    }
+    case Action::b_mlp: {
+      if (!d_.sp) bda_backward(A.dh2, A.dy, g.fc2b, T, l, 1, mb, 0);
+      Vec dact = zeros(T * d_.f);
+      k::matmul_backward_input(dact.data(), A.dh2.data(), w.fc2w, T, d_.f, h);
+      A.dh1 = zeros(T * d_.up * d_.f);
+      if (d_.up == 2) k::swiglu_backward(A.dh1.data(), A.h1.data(), dact.data(), T, d_.f);
+      else k::gelu_backward(A.dh1.data(), A.h1.data(), dact.data(), T * d_.f);
+      A.dtmp = zeros(T * h);
+      k::matmul_backward_input(A.dtmp.data(), A.dh1.data(), w.fc1w, T, h, d_.up * d_.f);
+      if (d_.tp == 1) mlp_norm_backward(A, w, g, A.dtmp, T);
+      break;
+    }
+    case Action::b_mlp_reduce: {
+      if (op.kind == OpKind::all_reduce) {
+        tp().all_reduce(A.dtmp.data(), T * h);
+        mlp_norm_backward(A, w, g, A.dtmp, T);
+      } else {
+        Vec ds;
+        scatter_rows(ds, A.dtmp);
+        mlp_norm_backward(A, w, g, ds, Ts);
+      }
+      A.dtmp.clear();
+      break;
+    }
+    case Action::b_attn_gather: {
+      Vec shard;
+      bda_backward(shard, A.dx_mid, g.projb, Ts, l, 0, mb, shard_row0());
+      gather_rows(A.dproj, shard);
+      break;
+    }
+    case Action::b_attn: {
+      if (!d_.sp) bda_backward(A.dproj, A.dx_mid, g.projb, T, l, 0, mb, 0);
+      Vec dO = zeros(T * d_.q);
+      k::matmul_backward_input(dO.data(), A.dproj.data(), w.projw, T, d_.q, h);
+      const std::int64_t B = s_.plan.micro_batch_size, S = s_.seq_length;
+      Vec dq = zeros(T * d_.q), dk = zeros(T * d_.kv), dv = zeros(T * d_.kv);
+      k::attention_backward(dq.data(), dk.data(), dv.data(), dO.data(), A.q.data(), A.kk.data(), A.v.data(),
+                            A.o.data(), A.lse.data(), nullptr, nullptr, B, S, S, d_.hq, d_.hkv, d_.d);
+      if (s_.model.position_embedding == PositionEmbedding::rope) {
+        k::rope_backward(dq.data(), dq.data(), nullptr, B, S, d_.hq, d_.d, kRopeTheta);
+        k::rope_backward(dk.data(), dk.data(), nullptr, B, S, d_.hkv, d_.d, kRopeTheta);
+      }
+      const std::int64_t width = d_.q + 2 * d_.kv;
+      A.dqkv = zeros(T * width);
+      for (std::int64_t t = 0; t < T; ++t) {
+        float* row = A.dqkv.data() + t * width;
+        std::copy(dq.data() + t * d_.q, dq.data() + (t + 1) * d_.q, row);
+        std::copy(dk.data() + t * d_.kv, dk.data() + (t + 1) * d_.kv, row + d_.q);
+        std::copy(dv.data() + t * d_.kv, dv.data() + (t + 1) * d_.kv, row + d_.q + d_.kv);
+      }
+      A.dtmp = zeros(T * h);
+      k::matmul_backward_input(A.dtmp.data(), A.dqkv.data(), w.qkvw, T, h, width);
+      if (d_.tp == 1) attn_norm_backward(A, c, mb, w, g, A.dtmp, T);
+      break;
+    }
+    case Action::b_attn_reduce: {
+      if (op.kind == OpKind::all_reduce) {
+        tp().all_reduce(A.dtmp.data(), T * h);
+        attn_norm_backward(A, c, mb, w, g, A.dtmp, T);
+      } else {
+        Vec ds;
+        scatter_rows(ds, A.dtmp);
+        attn_norm_backward(A, c, mb, w, g, ds, Ts);
+      }
+      A.dtmp.clear();
+      break;
+    }
+    default:
+      throw ProgramMismatch("a forward step in the backward");
+  }
+}
+
+void CpuRank::mlp_norm_backward(LayerActs& A, const LW& w, const LW& g, const Vec& db, std::int64_t rows) {
+  A.dx_mid = A.dy;
+  norm_backward_add(A.dx_mid, db, A.x_mid, A.ln2_mean, A.ln2_rstd, w.ln2w, g.ln2w, g.ln2b, rows);
+}
+
+void CpuRank::attn_norm_backward(LayerActs& A, int c, int mb, const LW& w, const LW& g, const Vec& da, std::int64_t rows) {
+  Vec dx = A.dx_mid;
+  norm_backward_add(dx, da, A.x_in, A.ln1_mean, A.ln1_rstd, w.ln1w, g.ln1w, g.ln1b, rows);
+  grad_[key(c, mb)] = std::move(dx);
+}
+
+void CpuRank::layer_weight(int c, int mb, int l) {
+  auto it = acts_.find(key(c, mb, l));
+  if (it == acts_.end()) throw ProgramMismatch("weight gradient before the layer's backward");
+  LayerActs& A = it->second;
+  const LW g = weights(chunks_[static_cast<std::size_t>(c)], l, true);
+  const std::int64_t T = d_.T, h = d_.h;
+  k::matmul_backward_weight(g.fc2w, static_cast<float*>(nullptr), A.dh2.data(), A.act.data(), T, d_.f, h);
+  k::matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data(), A.b.data(), T, h, d_.up * d_.f);
+  k::matmul_backward_weight(g.projw, static_cast<float*>(nullptr), A.dproj.data(), A.o.data(), T, d_.q, h);
+  k::matmul_backward_weight(g.qkvw, g.qkvb, A.dqkv.data(), A.a.data(), T, h, d_.q + 2 * d_.kv);
+  acts_.erase(it);
+}
+
+}  // namespace megascope::exec

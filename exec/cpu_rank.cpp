@@ -1,0 +1,298 @@
+// CpuRank: the step loop, op dispatch, pipeline transfers, gradient synchronisation,
+// the optimizer and the distributed optimizer's parameter gather (exec/cpu_rank.hpp).
+#include "exec/cpu_rank.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "exec/mpi_env.hpp"
+#include "kernels/activation.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/matmul.hpp"
+#include "kernels/norm.hpp"
+#include "kernels/rope.hpp"
+
+namespace megascope::exec {
+
+namespace k = megascope::kernels;
+
+void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, double& grad_norm) {
+  step_ = step_index;
+  loss_sum_ = 0;
+  for (Chunk& c : chunks_) std::fill(c.g.begin(), c.g.end(), 0.0f);
+  acts_.clear();
+  edges_.clear();
+  hidden_.clear();
+  grad_.clear();
+  reduced_chunks_.clear();
+  gathered_chunks_.clear();
+  load_batch();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  spans.clear();
+  for (std::uint32_t i = 0; i < stage_.ops.size(); ++i) {
+    const double start = now();
+    run_op(i, stage_.ops[i]);
+    spans.push_back({me_, i, start, now()});
+  }
+  p2p_.wait_all(sends_);
+  send_buffers_.clear();
+  loss_sum = loss_sum_;
+  grad_norm = grad_norm_;
+}
+
+void CpuRank::load_batch() {
+  const std::int64_t S = s_.seq_length, b = s_.plan.micro_batch_size;
+  const int m = s_.num_microbatches;
+  tokens_.assign(static_cast<std::size_t>(m * b * S), 0);
+  targets_.assign(tokens_.size(), 0);
+  for (int mb = 0; mb < m; ++mb)
+    for (std::int64_t i = 0; i < b; ++i) {
+      const std::int64_t sample = first_sample(mb) + i;
+      const std::size_t at = static_cast<std::size_t>((mb * b + i) * S);
+      data_.sample(step_ - 1, s_.training.global_batch_size, sample, tokens_.data() + at, targets_.data() + at);
+    }
+  positions_.resize(static_cast<std::size_t>(d_.T));
+  for (std::int64_t t = 0; t < d_.T; ++t) positions_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t % S);
+}
+
+std::int64_t CpuRank::first_sample(int mb) const {
+  const std::int64_t per_dp = s_.training.global_batch_size / s_.dp;
+  return at_.dp * per_dp + static_cast<std::int64_t>(mb) * s_.plan.micro_batch_size;
+}
+
+std::uint64_t CpuRank::seed_of(int layer, int site) const {
+  return o_.seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(step_) * 1000003ull +
+         static_cast<std::uint64_t>(layer + 1) * 7919ull + static_cast<std::uint64_t>(site);
+}
+
+std::uint64_t CpuRank::offset_of(int mb, std::int64_t row0) const {
+  return static_cast<std::uint64_t>((first_sample(mb) * s_.seq_length + row0) * d_.h);
+}
+
+void CpuRank::build_tags() {
+  std::map<int, std::set<std::uint64_t>> sends, recvs;
+  for (const Op& op : stage_.ops) {
+    if (op.kind == OpKind::send) sends[op.peer_stage].insert(op.tag);
+    if (op.kind == OpKind::recv) recvs[op.peer_stage].insert(op.tag);
+  }
+  for (auto& [peer, set] : sends) {
+    int i = 0;
+    for (std::uint64_t t : set) send_tag_[{peer, t}] = i++;
+  }
+  for (auto& [peer, set] : recvs) {
+    int i = 0;
+    for (std::uint64_t t : set) recv_tag_[{peer, t}] = i++;
+  }
+}
+
+std::int64_t CpuRank::key(int chunk, int mb, int layer) {
+  return (static_cast<std::int64_t>(chunk) << 40) | (static_cast<std::int64_t>(mb) << 20) | (layer + 1);
+}
+
+std::optional<int> CpuRank::chunk_of_stage(int vs) const {
+  for (const Chunk& c : chunks_)
+    if (c.layers.virtual_stage == vs) return c.index;
+  return std::nullopt;
+}
+
+Vec& CpuRank::hidden_in(int c, int mb) {
+  auto it = hidden_.find(key(c, mb));
+  if (it != hidden_.end()) return it->second;
+  const int vs = chunks_[static_cast<std::size_t>(c)].layers.virtual_stage;
+  if (auto prev = chunk_of_stage(vs - 1); vs > 0 && prev) {   // handed over on this rank
+    auto p = hidden_out_.find(key(*prev, mb));
+    if (p != hidden_out_.end()) {
+      Vec v = std::move(p->second);
+      hidden_out_.erase(p);
+      return hidden_[key(c, mb)] = std::move(v);
+    }
+  }
+  throw ProgramMismatch(fmt::format("no input activation for chunk {} micro-batch {}", c, mb));
+}
+
+Vec& CpuRank::grad_in(int c, int mb) {
+  auto it = grad_.find(key(c, mb));
+  if (it != grad_.end()) return it->second;
+  const int vs = chunks_[static_cast<std::size_t>(c)].layers.virtual_stage;
+  if (auto next = chunk_of_stage(vs + 1); next) {
+    auto p = grad_.find(key(*next, mb));
+    if (p != grad_.end()) return grad_[key(c, mb)] = p->second;
+  }
+  throw ProgramMismatch(fmt::format("no output gradient for chunk {} micro-batch {}", c, mb));
+}
+
+void CpuRank::run_op(std::uint32_t index, const Op& op) {
+  try {
+    dispatch(op);
+  } catch (const ProgramMismatch& e) {
+    throw ProgramMismatch(fmt::format("rank {} op {} ({} {} {}): {}", me_, index, to_string(op.phase),
+                                      to_string(op.label), to_string(op.kind), e.what()));
+  }
+}
+
+void CpuRank::dispatch(const Op& op) {
+  if (op.kind == OpKind::send || op.kind == OpKind::recv) return p2p(op);
+  const int c = op.chunk.value_or(0);
+  const int mb = op.microbatch.value_or(0);
+  switch (op.phase) {
+    case Phase::forward:
+    case Phase::recompute:
+      if (op.layer) return layer_forward(op, c, mb, *op.layer, op.phase == Phase::recompute);
+      if (op.label == OpLabel::embedding) return embedding_forward(op, c, mb);
+      if (op.label == OpLabel::output_loss) return output_forward(op, c, mb);
+      if (op.label == OpLabel::tp_comm)   // the embedding's reduction, or the output's gather
+        return edge(c, mb).e.empty() ? output_forward(op, c, mb) : embedding_forward(op, c, mb);
+      if (op.kind == OpKind::compute && op.kernel_count == 0) return;   // a gate: waits only
+      break;
+    case Phase::backward_input:
+      if (op.layer) return layer_backward(op, c, mb, *op.layer);
+      if (op.label == OpLabel::output_loss || op.label == OpLabel::tp_comm) return output_backward(op, c, mb);
+      break;
+    case Phase::backward_weight:
+      if (op.layer) return layer_weight(c, mb, *op.layer);
+      if (op.label == OpLabel::output_loss) return output_weight(c, mb);
+      if (op.label == OpLabel::embedding) return embedding_weight(c, mb);
+      break;
+    case Phase::gradient_sync:
+      if (op.label == OpLabel::dp_grad) return grad_sync(op);
+      if (op.label == OpLabel::embedding_grad) return embedding_grad_sync();
+      break;
+    case Phase::optimizer:
+      return optimizer();
+    case Phase::param_sync:
+      return param_sync(op);
+  }
+  throw ProgramMismatch("an op the executor does not know");
+}
+
+void CpuRank::p2p(const Op& op) {
+  const int c = op.chunk.value_or(0);
+  const int mb = op.microbatch.value_or(0);
+  const int peer = p_.grid.on_stage(me_, op.peer_stage);
+  const std::int64_t n = d_.Ts * d_.h;
+  const bool activation = op.label == OpLabel::pp_activation;
+  if (op.kind == OpKind::send) {
+    const Vec& src = activation ? hidden_out_.at(key(c, mb)) : grad_in(c, mb);
+    MEGASCOPE_CHECK(static_cast<std::int64_t>(src.size()) == n, "pipeline tensor of the wrong size");
+    send_buffers_.push_back(std::make_unique<Vec>(src));
+    sends_.push_back(p2p_.send(send_buffers_.back()->data(), n, peer, send_tag_.at({op.peer_stage, op.tag})));
+    if (activation) hidden_out_.erase(key(c, mb));
+    else grad_.erase(key(c, mb));
+    return;
+  }
+  Vec buf = zeros(n);
+  auto req = p2p_.recv(buf.data(), n, peer, recv_tag_.at({op.peer_stage, op.tag}));
+  if (!p2p_.wait(req, o_.recv_timeout_s)) {
+    std::fprintf(stderr, "megascope run: rank %d: no %s from rank %d (pipeline stage %d) after %.0f s; "
+                 "that rank has stopped or hangs. Aborting the job.\n",
+                 me_, activation ? "activation" : "gradient", peer, op.peer_stage, o_.recv_timeout_s);
+    MpiEnv::get().abort(4);
+  }
+  if (activation) hidden_[key(c, mb)] = std::move(buf);
+  else grad_[key(c, mb)] = std::move(buf);
+}
+
+void CpuRank::grad_sync(const Op& op) {
+  const int c = op.chunk.value_or(0);
+  if (!reduced_chunks_.insert(c).second) return;   // the chunk's buffer went in its first bucket
+  Chunk& ch = chunks_[static_cast<std::size_t>(c)];
+  Communicator& dp = *groups_.get(CommGroup::dp_cp);
+  if (op.kind == OpKind::all_reduce) {
+    dp.all_reduce(ch.g.data(), static_cast<std::int64_t>(ch.g.size()));
+  } else {
+    const std::int64_t n = static_cast<std::int64_t>(ch.g.size()) / dp.size();
+    Vec shard = zeros(n);
+    dp.reduce_scatter(shard.data(), ch.g.data(), n);
+    std::copy(shard.begin(), shard.end(), ch.g.begin() + dp.rank() * n);
+  }
+}
+
+void CpuRank::embedding_grad_sync() {
+  Communicator* emb = groups_.get(CommGroup::embedding);
+  if (!emb) throw ProgramMismatch("an embedding-group all-reduce on a rank outside the group");
+  for (Chunk& ch : chunks_) {
+    const Param* p = ch.find(ch.find("embedding.weight") ? "embedding.weight" : "output.weight");
+    if (p && (p->name == "embedding.weight" || p->tied_copy)) {
+      emb->all_reduce(ch.g.data() + p->offset, p->size());
+      return;
+    }
+  }
+  throw ProgramMismatch("no word embedding to synchronise");
+}
+
+std::pair<std::int64_t, std::int64_t> CpuRank::owned(const Chunk& ch) const {
+  if (!distopt_) return {0, ch.size};
+  const std::int64_t n = static_cast<std::int64_t>(ch.w.size()) / (s_.dp * s_.plan.cp);
+  return {dp_rank_ * n, std::min(ch.size, (dp_rank_ + 1) * n)};
+}
+
+void CpuRank::optimizer() {
+  // Sequence-parallel norm and bias gradients: sum over TP (not a Program op).
+  if (d_.sp) {
+    Vec buf;
+    for (Chunk& ch : chunks_)
+      for (const Param& p : ch.params)
+        if (p.sync == TpSync::partial) buf.insert(buf.end(), ch.g.begin() + p.offset, ch.g.begin() + p.offset + p.size());
+    tp().all_reduce(buf.data(), static_cast<std::int64_t>(buf.size()));
+    std::size_t at = 0;
+    for (Chunk& ch : chunks_)
+      for (const Param& p : ch.params)
+        if (p.sync == TpSync::partial) {
+          std::copy(buf.begin() + static_cast<std::ptrdiff_t>(at), buf.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(p.size())),
+                    ch.g.begin() + p.offset);
+          at += static_cast<std::size_t>(p.size());
+        }
+  }
+  // Global gradient norm over unique elements (Megatron's clip_grad_norm_fp32).
+  double sq = 0;
+  const bool dp_owner = distopt_ || dp_rank_ == 0;
+  for (Chunk& ch : chunks_) {
+    const auto [lo, hi] = owned(ch);
+    for (const Param& p : ch.params) {
+      if (p.tied_copy || !dp_owner || (p.sync != TpSync::sharded && d_.tp_rank != 0)) continue;
+      const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.size());
+      if (a < b) k::sum_squares(&sq, ch.g.data() + a, b - a);
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  grad_norm_ = std::sqrt(sq);
+  const float scale = o_.clip_grad > 0 ? k::clip_coefficient(grad_norm_, o_.clip_grad) : 1.0f;
+  for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
+    Chunk& ch = chunks_[ci];
+    const auto [lo, hi] = owned(ch);
+    const std::int64_t base = distopt_ ? dp_rank_ * (static_cast<std::int64_t>(ch.w.size()) / (s_.dp * s_.plan.cp)) : 0;
+    for (const Param& p : ch.params) {
+      const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.size());
+      if (a >= b) continue;
+      k::adamw_update(ch.w.data() + a, ch.g.data() + a, m_[ci].data() + (a - base), v_[ci].data() + (a - base), b - a,
+                      o_.lr, o_.beta1, o_.beta2, o_.eps, p.decay ? o_.weight_decay : 0.0f, step_, scale);
+    }
+  }
+}
+
+void CpuRank::param_sync(const Op& op) {
+  if (!distopt_) return;
+  std::vector<int> which;
+  if (op.chunk) which = {*op.chunk};
+  else
+    for (const Chunk& ch : chunks_) which.push_back(ch.index);
+  Communicator& dp = *groups_.get(CommGroup::dp_cp);
+  for (int c : which) {
+    if (!gathered_chunks_.insert(c).second) continue;
+    Chunk& ch = chunks_[static_cast<std::size_t>(c)];
+    const std::int64_t n = static_cast<std::int64_t>(ch.w.size()) / dp.size();
+    Vec shard(ch.w.begin() + dp.rank() * n, ch.w.begin() + (dp.rank() + 1) * n);
+    dp.all_gather(ch.w.data(), shard.data(), n);
+  }
+}
+
+}  // namespace megascope::exec

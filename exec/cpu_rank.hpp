@@ -1,0 +1,224 @@
+// One rank of the CPU executor: its parameters, the activations it keeps
+// between ops, and what each op of its StageProgram does (exec/runner.cpp
+// drives it step by step). Internal to exec/; split over cpu_rank.cpp
+// (dispatch, pipeline transfers, gradients, optimizer), cpu_layers.cpp (a
+// transformer layer's passes) and cpu_edges.cpp (embedding, output and loss).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "core/program/program.hpp"
+#include "core/setup.hpp"
+#include "core/trace.hpp"
+#include "exec/comm.hpp"
+#include "exec/data.hpp"
+#include "exec/params.hpp"
+#include "exec/runner.hpp"
+
+namespace megascope::exec {
+
+using Vec = std::vector<float>;
+
+inline constexpr float kNormEps = 1e-5f;
+inline constexpr float kRopeTheta = 10000.0f;
+
+inline Vec zeros(std::int64_t n) { return Vec(static_cast<std::size_t>(n), 0.0f); }
+
+// Saved tensors of one layer and micro-batch, from its forward to its weight gradient.
+struct LayerActs {
+  Vec x_in, ln1_mean, ln1_rstd, a;             // input (T or Ts rows), ln1 stats, ln1 output (T rows)
+  Vec q, kk, v, o, lse;                        // attention (q, k after RoPE)
+  Vec y;                                       // a sublayer's partial output before its reduction
+  Vec x_mid, ln2_mean, ln2_rstd, b;            // after attention; ln2 stats, ln2 output (T rows)
+  Vec h1, act;                                 // fc1 output, activation output
+  // backward
+  Vec dy, dx_mid, dh2, dh1, dproj, dqkv, dtmp;
+  int fwd_step = 0, bwd_step = 0;
+};
+
+struct EdgeActs {
+  Vec e;                  // embedding output before its reduction
+  Vec x_full, y, mean, rstd, logits, row_max, sumexp, dyl;
+  int out_fwd_step = 0, out_bwd_step = 0, emb_step = 0;
+};
+
+enum class Action : std::uint8_t {
+  attn_gather, attn, attn_reduce, mlp_pre, mlp_gather, mlp, mlp_reduce,                 // forward
+  b_mlp_gather, b_mlp, b_mlp_reduce, b_attn_gather, b_attn, b_attn_reduce               // backward input
+};
+struct Step {
+  OpKind kind;
+  Action action;
+};
+
+// The ops of a layer pass, in the order build_program emits them.
+std::vector<Step> forward_steps(int tp, bool sp);
+std::vector<Step> backward_steps(int tp, bool sp);
+
+class ProgramMismatch : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CpuRank {
+ public:
+  CpuRank(const Setup& s, const Program& p, const RunOptions& o, const ByteCorpus& data, MpiGroups& groups)
+      : s_(s), p_(p), o_(o), data_(data), groups_(groups), me_(groups.world_rank()), at_(p.grid.coord(me_)),
+        d_(layer_shapes(s, at_.tp)), stage_(p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp)),
+        bwd_(backward_steps(d_.tp, d_.sp)) {
+    chunks_ = make_chunks(s, me_, o.seed);
+    const int dpcp = s.dp * s.plan.cp;
+    distopt_ = s.plan.distributed_optimizer && dpcp > 1;
+    dp_rank_ = groups_.get(CommGroup::dp_cp)->rank();
+    for (Chunk& c : chunks_) {
+      const std::int64_t n = distopt_ ? static_cast<std::int64_t>(c.w.size()) / dpcp : c.size;
+      m_.push_back(zeros(n));
+      v_.push_back(zeros(n));
+    }
+    build_tags();
+  }
+
+  std::vector<Chunk>& chunks() { return chunks_; }
+  std::vector<Vec>& moments_m() { return m_; }
+  std::vector<Vec>& moments_v() { return v_; }
+
+  // One training step; returns (local loss sum over tokens, spans).
+  void step(int step_index, std::vector<Span>& spans, double& loss_sum, double& grad_norm);
+
+ private:
+  // ---- data ----
+  void load_batch();
+  // Global index of the first sample of micro-batch `mb` on this rank's DP slice.
+  [[nodiscard]] std::int64_t first_sample(int mb) const;
+  const std::int32_t* tokens(int mb) const { return tokens_.data() + static_cast<std::size_t>(mb) * static_cast<std::size_t>(d_.T); }
+  const std::int32_t* targets(int mb) const { return targets_.data() + static_cast<std::size_t>(mb) * static_cast<std::size_t>(d_.T); }
+
+  // Dropout stream of a site: seed per (step, layer, site); offset = global
+  // element index of the first row, so any sharding draws the same mask.
+  [[nodiscard]] std::uint64_t seed_of(int layer, int site) const;
+  [[nodiscard]] std::uint64_t offset_of(int mb, std::int64_t row0) const;
+  [[nodiscard]] std::int64_t shard_row0() const { return d_.sp ? d_.tp_rank * d_.Ts : 0; }
+  [[nodiscard]] float p_drop() const { return static_cast<float>(s_.model.hidden_dropout); }
+
+  // ---- p2p tags: the rank of an op's 64-bit tag among all tags between the same two ranks ----
+  void build_tags();
+
+  // ---- state keyed by (chunk, micro-batch[, layer]) ----
+  static std::int64_t key(int chunk, int mb, int layer = -1);
+  LayerActs& acts(int chunk, int mb, int layer) { return acts_[key(chunk, mb, layer)]; }
+  EdgeActs& edge(int chunk, int mb) { return edges_[key(chunk, mb)]; }
+  Chunk& chunk(const Op& op) { return chunks_.at(static_cast<std::size_t>(op.chunk.value_or(0))); }
+  // The chunk on this rank holding virtual stage `vs`, if any.
+  std::optional<int> chunk_of_stage(int vs) const;
+  // The activation entering chunk `c` for micro-batch `mb`: set by the
+  // embedding, a receive, or handed over by the chunk before it on this rank.
+  Vec& hidden_in(int c, int mb);
+  Vec& grad_in(int c, int mb);
+
+  // ---- dispatch ----
+  void run_op(std::uint32_t index, const Op& op);
+
+  void dispatch(const Op& op);
+
+  Communicator& tp() { return *groups_.get(CommGroup::tp); }
+
+  // ---- pipeline transfers ----
+  void p2p(const Op& op);
+
+  // ---- helpers on sublayer outputs ----
+  // x_out = x + dropout(y + bias) over `rows` rows starting at row0 of the micro-batch.
+  void bda(Vec& out, const Vec& y, const float* bias, const Vec& x, std::int64_t rows, int layer, int site, int mb,
+           std::int64_t row0);
+  void bda_backward(Vec& dy_in, const Vec& dout, float* dbias, std::int64_t rows, int layer, int site, int mb,
+                    std::int64_t row0);
+  void norm_forward(Vec& out, Vec& mean, Vec& rstd, const Vec& in, const float* w, const float* b, std::int64_t rows);
+  // dx += norm_backward(dout).
+  void norm_backward_add(Vec& dx, const Vec& dout, const Vec& in, const Vec& mean, const Vec& rstd, const float* w,
+                         float* dw, float* db, std::int64_t rows);
+  void gather_rows(Vec& full, const Vec& shard);
+  void scatter_rows(Vec& shard, const Vec& full);
+
+  struct LW {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fc1w, *fc1b, *fc2w, *fc2b;
+  };
+  LW weights(Chunk& c, int l, bool grads);
+
+  // ---- a transformer layer ----
+  void layer_forward(const Op& op, int c, int mb, int l, bool recompute);
+
+  void finish_layer(LayerActs& A, int c, int mb, int l, bool recompute, const Vec& y, std::int64_t rows,
+                    std::int64_t row0);
+
+  void layer_backward(const Op& op, int c, int mb, int l);
+
+  void mlp_norm_backward(LayerActs& A, const LW& w, const LW& g, const Vec& db, std::int64_t rows);
+  void attn_norm_backward(LayerActs& A, int c, int mb, const LW& w, const LW& g, const Vec& da, std::int64_t rows);
+
+  void layer_weight(int c, int mb, int l);
+
+  // ---- the ends of the model ----
+  void embedding_forward(const Op& op, int c, int mb);
+  // Adds the position embedding of rows [row0, row0+rows) and applies the embedding dropout.
+  void embedding_finish(Chunk& ch, Vec& e, int c, int mb, std::int64_t rows, std::int64_t row0);
+
+  void embedding_weight(int c, int mb);
+
+  // The output layer's weight: its own, the last stage's tied copy, or the
+  // embedding itself when this rank holds both ends of the model.
+  float* output_weight_ptr(Chunk& ch, bool grad);
+
+  void output_forward(const Op& op, int c, int mb);
+  const Vec& hidden_out_or_in(int c, int mb);
+
+  void output_backward(const Op& op, int c, int mb);
+  void output_norm_backward(EdgeActs& E, Chunk& ch, int c, int mb, const Vec& dy, std::int64_t rows,
+                            std::int64_t row0);
+
+  void output_weight(int c, int mb);
+
+  // ---- gradients, optimizer, parameters ----
+  void grad_sync(const Op& op);
+
+  void embedding_grad_sync();
+
+  // Elements [lo, hi) of a chunk's buffers this rank updates.
+  std::pair<std::int64_t, std::int64_t> owned(const Chunk& ch) const;
+
+  void optimizer();
+
+  void param_sync(const Op& op);
+
+  const Setup& s_;
+  const Program& p_;
+  const RunOptions& o_;
+  const ByteCorpus& data_;
+  MpiGroups& groups_;
+  int me_;
+  GridCoord at_;
+  LayerShapes d_;
+  const StageProgram& stage_;
+  std::vector<Step> fwd_, bwd_;
+  std::vector<Chunk> chunks_;
+  std::vector<Vec> m_, v_;
+  bool distopt_ = false;
+  int dp_rank_ = 0;
+  int step_ = 0;
+  double loss_sum_ = 0, grad_norm_ = 0;
+  std::vector<std::int32_t> tokens_, targets_, positions_;
+  std::map<std::int64_t, LayerActs> acts_;
+  std::map<std::int64_t, EdgeActs> edges_;
+  std::map<std::int64_t, Vec> hidden_, hidden_out_, grad_;
+  std::set<int> reduced_chunks_, gathered_chunks_;
+  std::map<std::pair<int, std::uint64_t>, int> send_tag_, recv_tag_;
+  PointToPoint p2p_;
+  std::vector<PointToPoint::Request> sends_;
+  std::vector<std::unique_ptr<Vec>> send_buffers_;
+};
+
+}  // namespace megascope::exec
