@@ -34,10 +34,18 @@ std::vector<std::string> simulate_args(const std::string& plan, const std::strin
           plan,       "--global-batch", "8",        "--seq-len", "1024",     "--trace", trace};
 }
 
+// A file in this process's scratch folder, removed when the tests end.
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("megascope-compare-test-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  struct Folder {
+    fs::path path = fs::temp_directory_path() / ("megascope-compare-test-" + std::to_string(getpid()));
+    Folder() { fs::create_directories(path); }
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Folder dir;
+  return dir.path / name;
 }
 
 // The simulated trace of kPlan, written once.

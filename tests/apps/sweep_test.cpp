@@ -36,10 +36,18 @@ std::vector<std::string> with(std::vector<std::string> a, std::initializer_list<
   return a;
 }
 
+// A file in this process's scratch folder, removed when the tests end.
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("megascope-sweep-test-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  struct Folder {
+    fs::path path = fs::temp_directory_path() / ("megascope-sweep-test-" + std::to_string(getpid()));
+    Folder() { fs::create_directories(path); }
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Folder dir;
+  return dir.path / name;
 }
 
 std::string slurp(const fs::path& p) {
