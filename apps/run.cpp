@@ -30,9 +30,22 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--clip-grad", o.run.clip_grad, "global gradient-norm clipping (default 1.0; 0: off)");
   cmd.add_option("--recv-timeout", o.run.recv_timeout_s, "seconds a pipeline receive waits before naming its peer and aborting");
   cmd.add_flag("--json", o.json, "print the steps as one JSON object");
+  cmd.add_option("--inject-failure", o.inject_failure,
+                 "RANK:STEP: that rank exits abruptly at the start of that step (tests the failure path)");
 }
 
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
+  if (o.inject_failure) {
+    const auto colon = o.inject_failure->find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      o.run.fail_rank = std::stoi(o.inject_failure->substr(0, colon));
+      o.run.fail_step = std::stoi(o.inject_failure->substr(colon + 1));
+    } catch (const std::exception&) {
+      err << "megascope run: error: --inject-failure: expected RANK:STEP, found \"" << *o.inject_failure << "\"\n";
+      return 2;
+    }
+  }
   if (o.backend == "cuda") {
     err << "megascope run: error: --backend cuda is not built yet (the CUDA runtime is the next part of the executor)\n";
     return 1;

@@ -18,6 +18,7 @@ struct RunCommandOptions {
   std::string backend = "cpu";
   exec::RunOptions run;
   bool json = false;
+  std::optional<std::string> inject_failure;   // "RANK:STEP"
 };
 
 void add_run_options(CLI::App& cmd, RunCommandOptions& o);

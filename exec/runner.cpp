@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -152,6 +153,7 @@ Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const Run
   const int last = first + o.steps - 1;
   for (int step = first; step <= last; ++step) {
     double loss_sum = 0, grad_norm = 0;
+    if (o.fail_rank && *o.fail_rank == me && step == o.fail_step) std::_Exit(9);
     rank.step(step, spans, loss_sum, grad_norm);
     double sums[2] = {loss_sum, spans.empty() ? 0.0 : spans.back().end};
     double total_loss = 0, step_time = 0;
@@ -177,7 +179,6 @@ Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const Run
       }
       env.barrier();
     }
-    if (o.stop_after > 0 && static_cast<int>(logs.size()) >= o.stop_after) break;
   }
 
   if (o.trace) {   // the last step's spans of every rank, written by rank 0

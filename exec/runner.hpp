@@ -24,7 +24,11 @@ struct RunOptions {
   std::optional<std::string> checkpoint_dir; // sharded checkpoints (one file per rank per step)
   int save_every = 0;                        // steps between checkpoints (0: only at the end, if a dir is given)
   bool resume = false;                       // continue from the latest checkpoint in checkpoint_dir
-  int stop_after = 0;                        // > 0: stop (as if killed) after this many steps of this run
+  // Fault injection, for testing the failure path: world rank `fail_rank`
+  // exits abruptly (no message, no cleanup, as a crash would) when it starts
+  // step `fail_step`.
+  std::optional<int> fail_rank;
+  int fail_step = 1;
   std::uint64_t seed = 1234;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
   double clip_grad = 1.0;                    // global-norm clipping (0: off)

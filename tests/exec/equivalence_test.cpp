@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
+#include <sys/wait.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -148,4 +150,21 @@ TEST_CASE("The measured trace has one span per op of every rank and reads back a
   CHECK(per_rank.size() == 2);
   CHECK(per_rank[0] > 50);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("A rank that dies makes the job stop within a bounded time, naming it", "[exec][mpi]") {
+  // Rank 1 of a two-stage pipeline exits abruptly at step 2; rank 0 is then
+  // waiting on it (a receive or a collective). mpirun must end the job with a
+  // failure that names rank 1, well inside the 60 s bound.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Launch l = shell(fmt::format("timeout 60 {} {} run --model tiny-gpt --plan pp=2 --steps 4 --inject-failure 1:2",
+                                     mpirun(2), MEGASCOPE_BINARY));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(l.output);
+  CHECK(l.status != 0);
+  CHECK(WEXITSTATUS(l.status) != 124);   // not the timeout: the job ended itself
+  CHECK(took < 60);
+  CHECK_THAT(l.output, Catch::Contains("step    1"));
+  CHECK_THAT(l.output, !Catch::Contains("step    2"));
+  CHECK_THAT(l.output, Catch::Contains("],1]") || Catch::Contains("rank 1"));
 }
