@@ -51,7 +51,9 @@ void CpuRank::embedding_finish(Chunk& ch, Vec& e, int c, int mb, std::int64_t ro
       for (std::int64_t j = 0; j < d_.h; ++j) e[static_cast<std::size_t>(r * d_.h + j)] += wpe[pos * d_.h + j];
     }
   Vec x(e.size());
-  k::dropout_forward(x.data(), e.data(), rows * d_.h, p_drop(), seed_of(-1, 2), offset_of(mb, row0));
+  for_runs(mb, row0, rows, [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
+    k::dropout_forward(x.data() + r * d_.h, e.data() + r * d_.h, n * d_.h, p_drop(), seed_of(-1, 2), offset);
+  });
   hidden_[key(c, mb)] = std::move(x);
 }
 
@@ -59,8 +61,10 @@ void CpuRank::embedding_weight(int c, int mb) {
   Chunk& ch = chunks_[static_cast<std::size_t>(c)];
   Vec dx = grad_in(c, mb);
   Vec de(dx.size());
-  k::dropout_backward(de.data(), dx.data(), static_cast<std::int64_t>(dx.size()), p_drop(), seed_of(-1, 2),
-                      offset_of(mb, shard_row0()));
+  for_runs(mb, shard_row0(), static_cast<std::int64_t>(dx.size()) / d_.h,
+           [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
+             k::dropout_backward(de.data() + r * d_.h, dx.data() + r * d_.h, n * d_.h, p_drop(), seed_of(-1, 2), offset);
+           });
   if (d_.sp) {   // the embedding's input gradient for every token (not a Program op)
     Vec full;
     gather_rows(full, de);

@@ -24,44 +24,61 @@ namespace megascope::exec {
 
 namespace k = megascope::kernels;
 
-std::vector<Step> forward_steps(int tp, bool sp) {
-  if (tp == 1) return {{OpKind::compute, Action::attn}, {OpKind::compute, Action::mlp}};
-  if (!sp)
-    return {{OpKind::compute, Action::attn},
-            {OpKind::all_reduce, Action::attn_reduce},
-            {OpKind::compute, Action::mlp},
-            {OpKind::all_reduce, Action::mlp_reduce}};
-  return {{OpKind::all_gather, Action::attn_gather}, {OpKind::compute, Action::attn},
-          {OpKind::reduce_scatter, Action::attn_reduce}, {OpKind::compute, Action::mlp_pre},
-          {OpKind::all_gather, Action::mlp_gather}, {OpKind::compute, Action::mlp},
-          {OpKind::reduce_scatter, Action::mlp_reduce}};
+// As build_program emits a layer (core/program/layer_ops.cpp): with CP the
+// attention compute is cut around the all-gather of K and V (forward) and
+// followed by the reduce-scatter of their gradients (backward).
+std::vector<Step> forward_steps(int tp, bool sp, int cp) {
+  std::vector<Step> attn = {{OpKind::compute, Action::attn}};
+  if (cp > 1)
+    attn = {{OpKind::compute, Action::attn_qkv}, {OpKind::all_gather, Action::cp_gather},
+            {OpKind::compute, Action::attn_core}, {OpKind::compute, Action::attn_proj}};
+  std::vector<Step> out;
+  if (sp) out.push_back({OpKind::all_gather, Action::attn_gather});
+  out.insert(out.end(), attn.begin(), attn.end());
+  if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::attn_reduce});
+  if (sp) {
+    out.push_back({OpKind::compute, Action::mlp_pre});
+    out.push_back({OpKind::all_gather, Action::mlp_gather});
+  }
+  out.push_back({OpKind::compute, Action::mlp});
+  if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::mlp_reduce});
+  return out;
 }
 
-std::vector<Step> backward_steps(int tp, bool sp) {
-  if (tp == 1) return {{OpKind::compute, Action::b_mlp}, {OpKind::compute, Action::b_attn}};
-  if (!sp)
-    return {{OpKind::compute, Action::b_mlp},
-            {OpKind::all_reduce, Action::b_mlp_reduce},
-            {OpKind::compute, Action::b_attn},
-            {OpKind::all_reduce, Action::b_attn_reduce}};
-  return {{OpKind::all_gather, Action::b_mlp_gather}, {OpKind::compute, Action::b_mlp},
-          {OpKind::reduce_scatter, Action::b_mlp_reduce}, {OpKind::all_gather, Action::b_attn_gather},
-          {OpKind::compute, Action::b_attn}, {OpKind::reduce_scatter, Action::b_attn_reduce}};
+std::vector<Step> backward_steps(int tp, bool sp, int cp) {
+  std::vector<Step> out;
+  if (sp) out.push_back({OpKind::all_gather, Action::b_mlp_gather});
+  out.push_back({OpKind::compute, Action::b_mlp});
+  if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::b_mlp_reduce});
+  if (sp) out.push_back({OpKind::all_gather, Action::b_attn_gather});
+  if (cp > 1) {
+    out.push_back({OpKind::compute, Action::b_attn_core});
+    out.push_back({OpKind::reduce_scatter, Action::b_cp_reduce});
+  } else {
+    out.push_back({OpKind::compute, Action::b_attn});
+  }
+  if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::b_attn_reduce});
+  return out;
 }
-
 
 void CpuRank::bda(Vec& out, const Vec& y, const float* bias, const Vec& x, std::int64_t rows, int layer, int site, int mb,
          std::int64_t row0) {
   out.resize(static_cast<std::size_t>(rows * d_.h));
-  k::bias_dropout_add_forward(out.data(), y.data(), bias, x.data(), rows, d_.h, p_drop(), seed_of(layer, site),
-                              offset_of(mb, row0));
+  for_runs(mb, row0, rows, [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
+    const std::int64_t at = r * d_.h;
+    k::bias_dropout_add_forward(out.data() + at, y.data() + at, bias, x.data() + at, n, d_.h, p_drop(),
+                                seed_of(layer, site), offset);
+  });
 }
 
 void CpuRank::bda_backward(Vec& dy_in, const Vec& dout, float* dbias, std::int64_t rows, int layer, int site, int mb,
                   std::int64_t row0) {
   dy_in.resize(static_cast<std::size_t>(rows * d_.h));
-  k::bias_dropout_add_backward(dy_in.data(), dbias, dout.data(), rows, d_.h, p_drop(), seed_of(layer, site),
-                               offset_of(mb, row0));
+  for_runs(mb, row0, rows, [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
+    const std::int64_t at = r * d_.h;
+    k::bias_dropout_add_backward(dy_in.data() + at, dbias, dout.data() + at, n, d_.h, p_drop(), seed_of(layer, site),
+                                 offset);
+  });
 }
 
 void CpuRank::norm_forward(Vec& out, Vec& mean, Vec& rstd, const Vec& in, const float* w, const float* b, std::int64_t rows) {
@@ -123,34 +140,23 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
       gather_rows(A.a, a_shard);
       break;
     }
-    case Action::attn: {
-      if (!d_.sp) norm_forward(A.a, A.ln1_mean, A.ln1_rstd, A.x_in, w.ln1w, w.ln1b, T);
-      const std::int64_t width = d_.q + 2 * d_.kv;
-      Vec qkv = zeros(T * width);
-      k::matmul_forward(qkv.data(), A.a.data(), w.qkvw, w.qkvb, T, h, width);
-      A.q = zeros(T * d_.q);
-      A.kk = zeros(T * d_.kv);
-      A.v = zeros(T * d_.kv);
-      for (std::int64_t t = 0; t < T; ++t) {
-        const float* row = qkv.data() + t * width;
-        std::copy(row, row + d_.q, A.q.data() + t * d_.q);
-        std::copy(row + d_.q, row + d_.q + d_.kv, A.kk.data() + t * d_.kv);
-        std::copy(row + d_.q + d_.kv, row + width, A.v.data() + t * d_.kv);
-      }
-      const std::int64_t B = s_.plan.micro_batch_size, S = s_.seq_length;
-      if (s_.model.position_embedding == PositionEmbedding::rope) {
-        k::rope_forward(A.q.data(), A.q.data(), nullptr, B, S, d_.hq, d_.d, kRopeTheta);
-        k::rope_forward(A.kk.data(), A.kk.data(), nullptr, B, S, d_.hkv, d_.d, kRopeTheta);
-      }
-      A.o = zeros(T * d_.q);
-      A.lse = zeros(B * d_.hq * S);
-      k::attention_forward(A.o.data(), A.lse.data(), A.q.data(), A.kk.data(), A.v.data(), nullptr, nullptr, B, S, S,
-                           d_.hq, d_.hkv, d_.d);
-      A.y = zeros(T * h);
-      k::matmul_forward(A.y.data(), A.o.data(), w.projw, nullptr, T, d_.q, h);
-      if (d_.tp == 1) bda(A.x_mid, A.y, w.projb, A.x_in, T, l, 0, mb, 0);
+    case Action::attn:
+      attn_qkv(A, w);
+      attn_core(A);
+      attn_proj(A, w, l, mb);
       break;
-    }
+    case Action::attn_qkv:
+      attn_qkv(A, w);
+      break;
+    case Action::cp_gather:
+      cp_gather_kv(A);
+      break;
+    case Action::attn_core:
+      attn_core(A);
+      break;
+    case Action::attn_proj:
+      attn_proj(A, w, l, mb);
+      break;
     case Action::attn_reduce: {
       if (op.kind == OpKind::all_reduce) {
         tp().all_reduce(A.y.data(), T * h);
@@ -199,6 +205,130 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
     default:
       throw ProgramMismatch("a backward step in the forward");
   }
+}
+
+// ln1 (without SP), the QKV GEMM, and RoPE on q and k at the tokens' positions.
+void CpuRank::attn_qkv(LayerActs& A, const LW& w) {
+  const std::int64_t T = d_.T, h = d_.h;
+  if (!d_.sp) norm_forward(A.a, A.ln1_mean, A.ln1_rstd, A.x_in, w.ln1w, w.ln1b, T);
+  const std::int64_t width = d_.q + 2 * d_.kv;
+  Vec qkv = zeros(T * width);
+  k::matmul_forward(qkv.data(), A.a.data(), w.qkvw, w.qkvb, T, h, width);
+  A.q = zeros(T * d_.q);
+  A.kk = zeros(T * d_.kv);
+  A.v = zeros(T * d_.kv);
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* row = qkv.data() + t * width;
+    std::copy(row, row + d_.q, A.q.data() + t * d_.q);
+    std::copy(row + d_.q, row + d_.q + d_.kv, A.kk.data() + t * d_.kv);
+    std::copy(row + d_.q + d_.kv, row + width, A.v.data() + t * d_.kv);
+  }
+  if (s_.model.position_embedding == PositionEmbedding::rope) {
+    const std::int64_t B = s_.plan.micro_batch_size, Tl = T / B;
+    k::rope_forward(A.q.data(), A.q.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
+    k::rope_forward(A.kk.data(), A.kk.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
+  }
+}
+
+// K and V of every CP rank, arranged as (B, S, Hkv, D) in CP-rank order, with
+// their positions in kv_pos_.
+void CpuRank::cp_gather_kv(LayerActs& A) {
+  Communicator& cp = *groups_.get(CommGroup::cp);
+  const std::int64_t n = d_.T * d_.kv, B = s_.plan.micro_batch_size, Tl = d_.T / B;
+  Vec mine(static_cast<std::size_t>(2 * n));
+  std::copy(A.kk.begin(), A.kk.end(), mine.begin());
+  std::copy(A.v.begin(), A.v.end(), mine.begin() + n);
+  Vec all(static_cast<std::size_t>(2 * n * cp.size()));
+  cp.all_gather(all.data(), mine.data(), 2 * n);
+  const std::int64_t S = Tl * cp.size();
+  A.kf = zeros(B * S * d_.kv);
+  A.vf = zeros(B * S * d_.kv);
+  kv_pos_.resize(static_cast<std::size_t>(S));
+  for (int r = 0; r < cp.size(); ++r) {
+    for (std::int64_t t = 0; t < Tl; ++t) kv_pos_[static_cast<std::size_t>(r * Tl + t)] = position(r, t);
+    for (std::int64_t b = 0; b < B; ++b) {
+      const float* kr = all.data() + static_cast<std::int64_t>(r) * 2 * n + b * Tl * d_.kv;
+      std::copy(kr, kr + Tl * d_.kv, A.kf.data() + (b * S + r * Tl) * d_.kv);
+      std::copy(kr + n, kr + n + Tl * d_.kv, A.vf.data() + (b * S + r * Tl) * d_.kv);
+    }
+  }
+}
+
+void CpuRank::attn_core(LayerActs& A) {
+  const std::int64_t B = s_.plan.micro_batch_size, Tl = d_.T / B;
+  const bool cp = s_.plan.cp > 1;
+  const std::int64_t Tk = cp ? Tl * s_.plan.cp : Tl;
+  A.o = zeros(d_.T * d_.q);
+  A.lse = zeros(B * d_.hq * Tl);
+  k::attention_forward(A.o.data(), A.lse.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
+                       cp ? A.vf.data() : A.v.data(), positions_.data(), cp ? kv_pos_.data() : positions_.data(), B,
+                       Tl, Tk, d_.hq, d_.hkv, d_.d);
+}
+
+void CpuRank::attn_proj(LayerActs& A, const LW& w, int l, int mb) {
+  A.y = zeros(d_.T * d_.h);
+  k::matmul_forward(A.y.data(), A.o.data(), w.projw, nullptr, d_.T, d_.q, d_.h);
+  if (d_.tp == 1) bda(A.x_mid, A.y, w.projb, A.x_in, d_.T, l, 0, mb, 0);
+}
+
+// Up to the attention backward: dq, and dk, dv of every key the queries saw.
+void CpuRank::b_attn_core(LayerActs& A, const LW& w, const LW& g, int l, int mb) {
+  if (!d_.sp) bda_backward(A.dproj, A.dx_mid, g.projb, d_.T, l, 0, mb, 0);
+  Vec dO = zeros(d_.T * d_.q);
+  k::matmul_backward_input(dO.data(), A.dproj.data(), w.projw, d_.T, d_.q, d_.h);
+  const std::int64_t B = s_.plan.micro_batch_size, Tl = d_.T / B;
+  const bool cp = s_.plan.cp > 1;
+  const std::int64_t Tk = cp ? Tl * s_.plan.cp : Tl;
+  A.dq = zeros(d_.T * d_.q);
+  A.dkf = zeros(B * Tk * d_.kv);
+  A.dvf = zeros(B * Tk * d_.kv);
+  k::attention_backward(A.dq.data(), A.dkf.data(), A.dvf.data(), dO.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
+                        cp ? A.vf.data() : A.v.data(), A.o.data(), A.lse.data(), positions_.data(),
+                        cp ? kv_pos_.data() : positions_.data(), B, Tl, Tk, d_.hq, d_.hkv, d_.d);
+}
+
+// The gradients of the gathered K and V, summed over the CP ranks that used
+// them, back to their owners (the inverse of cp_gather_kv).
+void CpuRank::b_cp_reduce_kv(LayerActs& A) {
+  Communicator& cp = *groups_.get(CommGroup::cp);
+  const std::int64_t n = d_.T * d_.kv, B = s_.plan.micro_batch_size, Tl = d_.T / B, S = Tl * cp.size();
+  Vec all(static_cast<std::size_t>(2 * n * cp.size()));
+  for (int r = 0; r < cp.size(); ++r)
+    for (std::int64_t b = 0; b < B; ++b) {
+      float* out = all.data() + static_cast<std::int64_t>(r) * 2 * n + b * Tl * d_.kv;
+      const float* dk = A.dkf.data() + (b * S + r * Tl) * d_.kv;
+      const float* dv = A.dvf.data() + (b * S + r * Tl) * d_.kv;
+      std::copy(dk, dk + Tl * d_.kv, out);
+      std::copy(dv, dv + Tl * d_.kv, out + n);
+    }
+  Vec mine(static_cast<std::size_t>(2 * n));
+  cp.reduce_scatter(mine.data(), all.data(), 2 * n);
+  A.dkf.assign(mine.begin(), mine.begin() + n);
+  A.dvf.assign(mine.begin() + n, mine.end());
+}
+
+// RoPE backward, the QKV input gradient, and (without TP) ln1's backward.
+void CpuRank::b_attn_qkv(LayerActs& A, int c, int mb, const LW& w, const LW& g) {
+  (void)mb;
+  const std::int64_t T = d_.T, B = s_.plan.micro_batch_size, Tl = T / B;
+  if (s_.model.position_embedding == PositionEmbedding::rope) {
+    k::rope_backward(A.dq.data(), A.dq.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
+    k::rope_backward(A.dkf.data(), A.dkf.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
+  }
+  const std::int64_t width = d_.q + 2 * d_.kv;
+  A.dqkv = zeros(T * width);
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* row = A.dqkv.data() + t * width;
+    std::copy(A.dq.data() + t * d_.q, A.dq.data() + (t + 1) * d_.q, row);
+    std::copy(A.dkf.data() + t * d_.kv, A.dkf.data() + (t + 1) * d_.kv, row + d_.q);
+    std::copy(A.dvf.data() + t * d_.kv, A.dvf.data() + (t + 1) * d_.kv, row + d_.q + d_.kv);
+  }
+  A.dq.clear();
+  A.dkf.clear();
+  A.dvf.clear();
+  A.dtmp = zeros(T * d_.h);
+  k::matmul_backward_input(A.dtmp.data(), A.dqkv.data(), w.qkvw, T, d_.h, width);
+  if (d_.tp == 1) attn_norm_backward(A, c, mb, w, g, A.dtmp, T);
 }
 
 void CpuRank::finish_layer(LayerActs& A, int c, int mb, int l, bool recompute, const Vec& y, std::int64_t rows,
@@ -257,31 +387,17 @@ void CpuRank::layer_backward(const Op& op, int c, int mb, int l) {
       gather_rows(A.dproj, shard);
       break;
     }
-    case Action::b_attn: {
-      if (!d_.sp) bda_backward(A.dproj, A.dx_mid, g.projb, T, l, 0, mb, 0);
-      Vec dO = zeros(T * d_.q);
-      k::matmul_backward_input(dO.data(), A.dproj.data(), w.projw, T, d_.q, h);
-      const std::int64_t B = s_.plan.micro_batch_size, S = s_.seq_length;
-      Vec dq = zeros(T * d_.q), dk = zeros(T * d_.kv), dv = zeros(T * d_.kv);
-      k::attention_backward(dq.data(), dk.data(), dv.data(), dO.data(), A.q.data(), A.kk.data(), A.v.data(),
-                            A.o.data(), A.lse.data(), nullptr, nullptr, B, S, S, d_.hq, d_.hkv, d_.d);
-      if (s_.model.position_embedding == PositionEmbedding::rope) {
-        k::rope_backward(dq.data(), dq.data(), nullptr, B, S, d_.hq, d_.d, kRopeTheta);
-        k::rope_backward(dk.data(), dk.data(), nullptr, B, S, d_.hkv, d_.d, kRopeTheta);
-      }
-      const std::int64_t width = d_.q + 2 * d_.kv;
-      A.dqkv = zeros(T * width);
-      for (std::int64_t t = 0; t < T; ++t) {
-        float* row = A.dqkv.data() + t * width;
-        std::copy(dq.data() + t * d_.q, dq.data() + (t + 1) * d_.q, row);
-        std::copy(dk.data() + t * d_.kv, dk.data() + (t + 1) * d_.kv, row + d_.q);
-        std::copy(dv.data() + t * d_.kv, dv.data() + (t + 1) * d_.kv, row + d_.q + d_.kv);
-      }
-      A.dtmp = zeros(T * h);
-      k::matmul_backward_input(A.dtmp.data(), A.dqkv.data(), w.qkvw, T, h, width);
-      if (d_.tp == 1) attn_norm_backward(A, c, mb, w, g, A.dtmp, T);
+    case Action::b_attn:
+      b_attn_core(A, w, g, l, mb);
+      b_attn_qkv(A, c, mb, w, g);
       break;
-    }
+    case Action::b_attn_core:
+      b_attn_core(A, w, g, l, mb);
+      break;
+    case Action::b_cp_reduce:
+      b_cp_reduce_kv(A);
+      b_attn_qkv(A, c, mb, w, g);
+      break;
     case Action::b_attn_reduce: {
       if (op.kind == OpKind::all_reduce) {
         tp().all_reduce(A.dtmp.data(), T * h);

@@ -49,19 +49,34 @@ void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, d
   grad_norm = grad_norm_;
 }
 
+// Megatron's load-balanced context parallelism: the sequence is cut into
+// 2 cp chunks and CP rank r holds chunks r and 2cp-1-r, so that every rank
+// gets the same share of the causal attention work.
+std::int32_t CpuRank::position(int cp_rank, std::int64_t t) const {
+  const int cp = s_.plan.cp;
+  const std::int64_t seg = s_.seq_length / (2 * cp);
+  const std::int64_t p = t < seg ? cp_rank * seg + t : (2 * cp - 1 - cp_rank) * seg + (t - seg);
+  return static_cast<std::int32_t>(p);
+}
+
 void CpuRank::load_batch() {
-  const std::int64_t S = s_.seq_length, b = s_.plan.micro_batch_size;
+  const std::int64_t S = s_.seq_length, b = s_.plan.micro_batch_size, Tl = S / s_.plan.cp;
   const int m = s_.num_microbatches;
-  tokens_.assign(static_cast<std::size_t>(m * b * S), 0);
+  positions_.resize(static_cast<std::size_t>(d_.T));
+  for (std::int64_t t = 0; t < d_.T; ++t) positions_[static_cast<std::size_t>(t)] = position(at_.cp, t % Tl);
+  tokens_.assign(static_cast<std::size_t>(m * b * Tl), 0);
   targets_.assign(tokens_.size(), 0);
+  std::vector<std::int32_t> tok(static_cast<std::size_t>(S)), tgt(static_cast<std::size_t>(S));
   for (int mb = 0; mb < m; ++mb)
     for (std::int64_t i = 0; i < b; ++i) {
-      const std::int64_t sample = first_sample(mb) + i;
-      const std::size_t at = static_cast<std::size_t>((mb * b + i) * S);
-      data_.sample(step_ - 1, s_.training.global_batch_size, sample, tokens_.data() + at, targets_.data() + at);
+      data_.sample(step_ - 1, s_.training.global_batch_size, first_sample(mb) + i, tok.data(), tgt.data());
+      for (std::int64_t t = 0; t < Tl; ++t) {
+        const auto at = static_cast<std::size_t>((mb * b + i) * Tl + t);
+        const auto p = static_cast<std::size_t>(position(at_.cp, t));
+        tokens_[at] = tok[p];
+        targets_[at] = tgt[p];
+      }
     }
-  positions_.resize(static_cast<std::size_t>(d_.T));
-  for (std::int64_t t = 0; t < d_.T; ++t) positions_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t % S);
 }
 
 std::int64_t CpuRank::first_sample(int mb) const {
@@ -74,9 +89,6 @@ std::uint64_t CpuRank::seed_of(int layer, int site) const {
          static_cast<std::uint64_t>(layer + 1) * 7919ull + static_cast<std::uint64_t>(site);
 }
 
-std::uint64_t CpuRank::offset_of(int mb, std::int64_t row0) const {
-  return static_cast<std::uint64_t>((first_sample(mb) * s_.seq_length + row0) * d_.h);
-}
 
 void CpuRank::build_tags() {
   std::map<int, std::set<std::uint64_t>> sends, recvs;

@@ -34,6 +34,8 @@ inline Vec zeros(std::int64_t n) { return Vec(static_cast<std::size_t>(n), 0.0f)
 struct LayerActs {
   Vec x_in, ln1_mean, ln1_rstd, a;             // input (T or Ts rows), ln1 stats, ln1 output (T rows)
   Vec q, kk, v, o, lse;                        // attention (q, k after RoPE)
+  Vec kf, vf;                                  // K and V of the whole sequence (all-gathered over CP)
+  Vec dq, dkf, dvf;                            // their gradients, before the CP reduction
   Vec y;                                       // a sublayer's partial output before its reduction
   Vec x_mid, ln2_mean, ln2_rstd, b;            // after attention; ln2 stats, ln2 output (T rows)
   Vec h1, act;                                 // fc1 output, activation output
@@ -50,7 +52,9 @@ struct EdgeActs {
 
 enum class Action : std::uint8_t {
   attn_gather, attn, attn_reduce, mlp_pre, mlp_gather, mlp, mlp_reduce,                 // forward
-  b_mlp_gather, b_mlp, b_mlp_reduce, b_attn_gather, b_attn, b_attn_reduce               // backward input
+  attn_qkv, cp_gather, attn_core, attn_proj,                                            // forward with CP
+  b_mlp_gather, b_mlp, b_mlp_reduce, b_attn_gather, b_attn, b_attn_reduce,              // backward input
+  b_attn_core, b_cp_reduce                                                              // backward with CP
 };
 struct Step {
   OpKind kind;
@@ -58,8 +62,8 @@ struct Step {
 };
 
 // The ops of a layer pass, in the order build_program emits them.
-std::vector<Step> forward_steps(int tp, bool sp);
-std::vector<Step> backward_steps(int tp, bool sp);
+std::vector<Step> forward_steps(int tp, bool sp, int cp);
+std::vector<Step> backward_steps(int tp, bool sp, int cp);
 
 class ProgramMismatch : public std::runtime_error {
  public:
@@ -70,8 +74,8 @@ class CpuRank {
  public:
   CpuRank(const Setup& s, const Program& p, const RunOptions& o, const ByteCorpus& data, MpiGroups& groups)
       : s_(s), p_(p), o_(o), data_(data), groups_(groups), me_(groups.world_rank()), at_(p.grid.coord(me_)),
-        d_(layer_shapes(s, at_.tp)), stage_(p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp)),
-        bwd_(backward_steps(d_.tp, d_.sp)) {
+        d_(layer_shapes(s, at_.tp)), stage_(p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp, s.plan.cp)),
+        bwd_(backward_steps(d_.tp, d_.sp, s.plan.cp)) {
     chunks_ = make_chunks(s, me_, o.seed);
     const int dpcp = s.dp * s.plan.cp;
     distopt_ = s.plan.distributed_optimizer && dpcp > 1;
@@ -99,10 +103,10 @@ class CpuRank {
   const std::int32_t* tokens(int mb) const { return tokens_.data() + static_cast<std::size_t>(mb) * static_cast<std::size_t>(d_.T); }
   const std::int32_t* targets(int mb) const { return targets_.data() + static_cast<std::size_t>(mb) * static_cast<std::size_t>(d_.T); }
 
-  // Dropout stream of a site: seed per (step, layer, site); offset = global
-  // element index of the first row, so any sharding draws the same mask.
+  // Dropout stream of a site: seed per (step, layer, site); each element
+  // draws at its index in the unsharded (sample, position, feature) tensor
+  // (for_runs), so any sharding draws the same mask.
   [[nodiscard]] std::uint64_t seed_of(int layer, int site) const;
-  [[nodiscard]] std::uint64_t offset_of(int mb, std::int64_t row0) const;
   [[nodiscard]] std::int64_t shard_row0() const { return d_.sp ? d_.tp_rank * d_.Ts : 0; }
   [[nodiscard]] float p_drop() const { return static_cast<float>(s_.model.hidden_dropout); }
 
@@ -152,6 +156,19 @@ class CpuRank {
   // ---- a transformer layer ----
   void layer_forward(const Op& op, int c, int mb, int l, bool recompute);
 
+  void attn_qkv(LayerActs& A, const LW& w);
+  void attn_core(LayerActs& A);
+  void attn_proj(LayerActs& A, const LW& w, int l, int mb);
+  void cp_gather_kv(LayerActs& A);
+  void b_attn_core(LayerActs& A, const LW& w, const LW& g, int l, int mb);
+  void b_cp_reduce_kv(LayerActs& A);
+  void b_attn_qkv(LayerActs& A, int c, int mb, const LW& w, const LW& g);
+  // The global position of local row `t` of a sample (load-balanced CP chunks).
+  [[nodiscard]] std::int32_t position(int cp_rank, std::int64_t t) const;
+  // Calls f(first, count, element offset) for each run of rows [row0, row0+rows)
+  // of micro-batch `mb` that is contiguous in the unsharded sequence.
+  template <class F>
+  void for_runs(int mb, std::int64_t row0, std::int64_t rows, F f) const;
   void finish_layer(LayerActs& A, int c, int mb, int l, bool recompute, const Vec& y, std::int64_t rows,
                     std::int64_t row0);
 
@@ -210,7 +227,8 @@ class CpuRank {
   int dp_rank_ = 0;
   int step_ = 0;
   double loss_sum_ = 0, grad_norm_ = 0;
-  std::vector<std::int32_t> tokens_, targets_, positions_;
+  std::vector<std::int32_t> tokens_, targets_, positions_;   // per local row of a micro-batch
+  std::vector<std::int32_t> kv_pos_;                         // positions of the CP-gathered keys
   std::map<std::int64_t, LayerActs> acts_;
   std::map<std::int64_t, EdgeActs> edges_;
   std::map<std::int64_t, Vec> hidden_, hidden_out_, grad_;
@@ -220,5 +238,20 @@ class CpuRank {
   std::vector<PointToPoint::Request> sends_;
   std::vector<std::unique_ptr<Vec>> send_buffers_;
 };
+
+template <class F>
+void CpuRank::for_runs(int mb, std::int64_t row0, std::int64_t rows, F f) const {
+  const std::int64_t Tl = s_.seq_length / s_.plan.cp;   // rows of one sample on this rank
+  std::int64_t r = 0;
+  while (r < rows) {
+    const std::int64_t row = row0 + r;
+    const std::int64_t sample = first_sample(mb) + row / Tl;
+    const std::int64_t pos = positions_[static_cast<std::size_t>(row)];
+    std::int64_t n = 1;   // extend while the next row is the next position of the same sample
+    while (r + n < rows && (row + n) / Tl == row / Tl && positions_[static_cast<std::size_t>(row + n)] == pos + n) ++n;
+    f(r, n, static_cast<std::uint64_t>((sample * s_.seq_length + pos) * d_.h));
+    r += n;
+  }
+}
 
 }  // namespace megascope::exec

@@ -14,7 +14,7 @@ LayerShapes layer_shapes(const Setup& s, int tp_rank) {
   LayerShapes d;
   d.tp = s.plan.tp;
   d.tp_rank = tp_rank;
-  d.T = s.seq_length * s.plan.micro_batch_size;
+  d.T = s.seq_length / s.plan.cp * s.plan.micro_batch_size;   // this CP rank's tokens
   d.sp = s.sequence_parallel && d.tp > 1;
   d.Ts = d.sp ? d.T / d.tp : d.T;
   d.h = m.hidden_size;
@@ -44,7 +44,9 @@ Result<void> check_supported(const Setup& s) {
   if (m.num_query_groups % p.tp != 0)
     return fail("plan.tp", fmt::format("tp = {} must divide num_query_groups = {} in the executor (KV heads are not "
                                        "replicated across TP ranks)", p.tp, m.num_query_groups));
-  if (p.cp > 1) return no("plan.cp", "context parallelism");
+  if (p.cp > 1 && s.seq_length % (2 * p.cp) != 0)
+    return fail("plan.cp", fmt::format("seq_length {} must be divisible by 2 x cp = {} (load-balanced context chunks)",
+                                       s.seq_length, 2 * p.cp));
   if (p.ep > 1) return no("plan.ep", "expert parallelism");
   if (p.tp_comm_overlap) return no("plan.tp_comm_overlap", "TP communication overlap (chunked collectives)");
   if (p.schedule == Schedule::dualpipe || p.schedule == Schedule::dualpipev)
@@ -52,7 +54,7 @@ Result<void> check_supported(const Setup& s) {
   if (p.distributed_optimizer && s.dp * p.cp > 1 && p.pp > 1 && m.tied_embeddings)
     return no("plan.distributed_optimizer",
               "the distributed optimizer with tied embeddings split over pipeline stages");
-  if ((s.seq_length * p.micro_batch_size) % p.tp != 0)
+  if ((s.seq_length / p.cp * p.micro_batch_size) % p.tp != 0)
     return fail("plan.tp", "micro-batch tokens must be divisible by tp for sequence parallelism");
   return {};
 }

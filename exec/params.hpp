@@ -55,7 +55,7 @@ struct Param {
 };
 
 struct LayerShapes {
-  std::int64_t T = 0;        // tokens of a micro-batch (b s)
+  std::int64_t T = 0;        // tokens of a micro-batch on this rank (b s / cp)
   std::int64_t Ts = 0;       // tokens a rank normalises: T / tp with sequence parallelism
   std::int64_t h = 0, d = 0;
   std::int64_t hq = 0, hkv = 0;      // local heads

@@ -82,6 +82,9 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {2, "pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"},
       {4, "tp=2,pp=2,sp=on"},
       {4, "tp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on"},
+      {2, "cp=2"},
+      {4, "cp=2,tp=2,sp=on"},
+      {4, "cp=4"},
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-gpt", np, plan), ref); }
@@ -95,6 +98,7 @@ TEST_CASE("Every sharding of tiny-llama (GQA, RoPE, SwiGLU, untied) trains the s
       {2, "dp=2,distopt=on"},
       {4, "pp=2,dp=2,vpp=2,schedule=interleaved,distopt=on"},
       {4, "tp=2,pp=2,sp=on,recompute=selective"},
+      {4, "cp=2,dp=2,distopt=on"},
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-llama", np, plan), ref); }
@@ -126,9 +130,10 @@ TEST_CASE("A plan that does not match the world size or the executor fails befor
   CHECK(world.status != 0);
   CHECK_THAT(world.output, Catch::Contains("must be divisible by tp x pp x cp"));
   CHECK_THAT(world.output, !Catch::Contains("step    1"));
-  const Launch cp = shell(fmt::format("{} {} run --model tiny-gpt --plan cp=2", mpirun(2), MEGASCOPE_BINARY));
-  CHECK(cp.status != 0);
-  CHECK_THAT(cp.output, Catch::Contains("plan.cp") && Catch::Contains("not supported by the executor"));
+  const Launch dual =
+      shell(fmt::format("{} {} run --model tiny-gpt --plan pp=2,schedule=dualpipev", mpirun(2), MEGASCOPE_BINARY));
+  CHECK(dual.status != 0);
+  CHECK_THAT(dual.output, Catch::Contains("plan.schedule") && Catch::Contains("not supported by the executor"));
   const Launch data = shell(fmt::format("{} run --model tiny-gpt --data /nonexistent/corpus.txt", MEGASCOPE_BINARY));
   CHECK(data.status != 0);
   CHECK_THAT(data.output, Catch::Contains("/nonexistent/corpus.txt: cannot open"));
