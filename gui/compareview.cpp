@@ -62,9 +62,9 @@ void CompareView::setPredicted(OutcomePtr outcome) {
   if (m_measured) recompute();
 }
 
-void CompareView::loadMeasured(const QString& path) {
+void CompareView::loadMeasured(const QString& path, const QString& title) {
   const quint64 gen = ++m_generation;
-  m_path = path;
+  m_path = title.isEmpty() ? path : title;
   m_summary->setText(tr("Reading %1 ...").arg(path));
   QPointer<CompareView> self(this);
   OutcomePtr predicted = m_predicted;

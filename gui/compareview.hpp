@@ -27,8 +27,9 @@ class CompareView : public QWidget {
   explicit CompareView(QWidget* parent = nullptr);
   ~CompareView() override;
   void setPredicted(OutcomePtr outcome);
-  // Reads the file in the background; emits compared() or failed().
-  void loadMeasured(const QString& path);
+  // Reads the file in the background; emits compared() or failed(). `title`
+  // names it in the view (default: the path).
+  void loadMeasured(const QString& path, const QString& title = {});
   [[nodiscard]] const TraceComparison& comparison() const { return m_comparison; }
   [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
   [[nodiscard]] const QTableWidget* errorTable() const { return m_table; }

@@ -20,6 +20,7 @@ struct DrawItem {
   SpanKind kind = SpanKind::other;
   int span = -1;             // the span, for single spans; -1 for merged blocks
   std::uint32_t merged = 1;  // spans this item stands for
+  std::int32_t microbatch = -1;   // the span's, or the one all merged spans share; -1: none or mixed
   // Merged blocks: the kind with the second largest time and its share of the
   // block's busy time (0 when one kind fills it), drawn as the lower part.
   SpanKind second = SpanKind::other;
@@ -29,5 +30,17 @@ struct DrawItem {
 // Items for `lane` inside the scale's visible range, left to right.
 void levelOfDetail(const TimelineLane& lane, const TimeScale& scale, std::vector<DrawItem>& out,
                    double minWidthPx = 2.0);
+
+// Where to write micro-batch numbers: runs of consecutive items (single spans
+// or merged blocks of one micro-batch) of one micro-batch and one pass (forward, recompute, or backward: input and
+// weight gradients alike) less than 6 pixels apart become one label run, so
+// that the several ops of one micro-batch's pass carry one label. Spans
+// without a micro-batch start no run.
+struct LabelRun {
+  double x0 = 0, x1 = 0;
+  std::int32_t microbatch = -1;
+  SpanKind kind = SpanKind::other;
+};
+void labelRuns(const std::vector<DrawItem>& items, std::vector<LabelRun>& out);
 
 }  // namespace megascope::gui

@@ -11,6 +11,7 @@
 #include "gui/compareview.hpp"
 #include "gui/mainwindow.hpp"
 #include "gui/screenshot.hpp"
+#include "gui/timescale.hpp"
 
 using namespace megascope;
 using namespace megascope::gui;
@@ -46,12 +47,14 @@ int main(int argc, char** argv) {
       {QStringLiteral("nodes"), QStringLiteral("Nodes used."), QStringLiteral("N")},
       {QStringLiteral("global-batch"), QStringLiteral("Sequences per iteration."), QStringLiteral("B")},
       {QStringLiteral("seq-len"), QStringLiteral("Tokens per sequence."), QStringLiteral("S")},
+      {QStringLiteral("full"), QStringLiteral("Simulate every rank (default: one per pipeline stage).")},
       {QStringLiteral("view"), QStringLiteral("View to show: timeline, memory, report, compare or search."), QStringLiteral("VIEW"), QStringLiteral("timeline")},
       {QStringLiteral("measured"), QStringLiteral("A measured trace to compare with (opens the compare view)."), QStringLiteral("FILE")},
       {QStringLiteral("demo-measured"), QStringLiteral("Compare with a synthetic measured trace: the simulation with compute x1.08 and communication x1.3.")},
       {QStringLiteral("baseline"), QStringLiteral("A plan pinned as the report's baseline (inline or TOML)."), QStringLiteral("PLAN")},
       {QStringLiteral("search-top"), QStringLiteral("Plans the search view simulates in screenshot mode (default 8)."), QStringLiteral("K"), QStringLiteral("8")},
       {QStringLiteral("screenshot"), QStringLiteral("Render the main window to FILE (PNG) and exit."), QStringLiteral("FILE")},
+      {QStringLiteral("zoom"), QStringLiteral("Timeline range to show, START:END in seconds (e.g. 2:2.5)."), QStringLiteral("START:END")},
       {QStringLiteral("size"), QStringLiteral("Window size for --screenshot, WxH (default 1600x1000)."), QStringLiteral("WxH"), QStringLiteral("1600x1000")},
   });
   p.process(app);
@@ -87,6 +90,14 @@ int main(int argc, char** argv) {
   if (wh.size() != 2 || wh[0].toInt() < 200 || wh[1].toInt() < 200)
     return usageError(QStringLiteral("--size: expected WxH, e.g. 1600x1000"));
   req.size = QSize(wh[0].toInt(), wh[1].toInt());
+  if (p.isSet(QStringLiteral("zoom"))) {
+    const QStringList se = p.value(QStringLiteral("zoom")).split(QLatin1Char(':'));
+    bool a = false, b = false;
+    const double start = se.size() == 2 ? se[0].toDouble(&a) : 0, end = se.size() == 2 ? se[1].toDouble(&b) : 0;
+    if (!a || !b || !(end > start) || start < 0)
+      return usageError(QStringLiteral("--zoom: expected START:END in seconds with START < END, e.g. 2:2.5"));
+    req.zoom = TimeRange{start, end};
+  }
   if (p.isSet(QStringLiteral("baseline"))) {
     auto b = resolve_plan(p.value(QStringLiteral("baseline")).toStdString());
     if (!b) return usageError(QString::fromStdString(b.error().str()));
@@ -100,6 +111,7 @@ int main(int argc, char** argv) {
   }
 
   MainWindow window;
+  if (p.isSet(QStringLiteral("full"))) window.setFullMode(true);
   if (!p.isSet(QStringLiteral("screenshot"))) {
     window.show();
     window.showView(req.view);

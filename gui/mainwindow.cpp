@@ -104,10 +104,24 @@ void MainWindow::buildMenus() {
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("Show the whole iteration"), QKeySequence(Qt::Key_Home), m_timeline, &TimelineWidget::showAll);
   view->addAction(tr("Zoom back"), m_timeline, &TimelineWidget::zoomOut);
+  QAction* full = view->addAction(tr("Simulate every rank (full mode)"));
+  full->setCheckable(true);
+  full->setToolTip(tr("Reduced mode simulates one rank per pipeline stage; full mode every rank "
+                      "(the timeline then shows up to 64 ranks)"));
+  connect(full, &QAction::toggled, this, [this](bool on) { setFullMode(on); });
+  m_fullModeAction = full;
   view->addAction(tr("Pin the plan as the report's baseline"), this, [this] {
     m_report->setBaseline(m_outcome);
     showView(View::report);
   });
+}
+
+void MainWindow::setFullMode(bool on) {
+  const sim::Mode mode = on ? sim::Mode::full : sim::Mode::reduced;
+  if (m_sim->mode() == mode) return;
+  m_sim->setMode(mode);
+  m_fullModeAction->setChecked(on);   // re-enters here and returns above
+  if (m_inputsSet) onInputsChanged(m_panel->inputs());
 }
 
 void MainWindow::showView(View v) {
@@ -128,6 +142,7 @@ void MainWindow::refreshCurrentView() {
 }
 
 void MainWindow::setInputs(const Inputs& in) {
+  m_inputsSet = true;
   m_panel->setInputs(in);
   onInputsChanged(in);
 }

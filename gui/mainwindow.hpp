@@ -10,6 +10,7 @@
 #include "gui/inputs.hpp"
 #include "gui/simulationservice.hpp"
 
+class QAction;
 class QLabel;
 class QTabWidget;
 
@@ -33,6 +34,8 @@ class MainWindow : public QMainWindow {
   // Loads inputs (and simulates them in the background).
   void setInputs(const Inputs& in);
   void showView(View v);
+  // Full mode simulates (and traces, up to 64) every rank; reduced one per stage.
+  void setFullMode(bool on);
 
   [[nodiscard]] OutcomePtr outcome() const { return m_outcome; }
   [[nodiscard]] SimulationService* simulation() const { return m_sim; }
@@ -68,6 +71,8 @@ class MainWindow : public QMainWindow {
   CompareView* m_compare = nullptr;
   SearchView* m_search = nullptr;
   QLabel* m_statusLabel = nullptr;
+  QAction* m_fullModeAction = nullptr;
+  bool m_inputsSet = false;
   OutcomePtr m_outcome;
   QSet<int> m_staleViews;              // views (View as int) not yet showing m_outcome
   QString m_validationError;

@@ -7,6 +7,7 @@
 #include "gui/compareview.hpp"
 #include "gui/reportview.hpp"
 #include "gui/searchview.hpp"
+#include "gui/timelinewidget.hpp"
 #include "gui/tracecompare.hpp"
 #include "gui/reportrows.hpp"
 
@@ -70,13 +71,14 @@ void ScreenshotDriver::onOutcome() {
     case Step::current:
       if (m_req.view == MainWindow::View::compare && (!m_req.measuredTrace.isEmpty() || m_req.demoMeasured)) {
         m_step = Step::compare;
-        QString path = m_req.measuredTrace;
+        QString path = m_req.measuredTrace, title;
         if (path.isEmpty()) {
+          title = tr("synthetic measured trace (the simulation, compute x1.08, communication x1.3)");
           path = QDir::temp().filePath(QStringLiteral("megascope-gui-demo-measured-%1.json").arg(QApplication::applicationPid()));
           m_tempTrace = path;
           if (QString e = synthesizeMeasured(*m_window->outcome(), path); !e.isEmpty()) return fail(e);
         }
-        m_window->compareView()->loadMeasured(path);
+        m_window->compareView()->loadMeasured(path, title);
         return;
       }
       if (m_req.view == MainWindow::View::search) {
@@ -98,6 +100,10 @@ void ScreenshotDriver::finish() {
   m_timeout.stop();
   if (!m_tempTrace.isEmpty()) QFile::remove(m_tempTrace);
   m_window->showView(m_req.view);
+  if (m_req.zoom) {
+    m_window->timeline()->setVisibleRange(*m_req.zoom);
+    m_window->compareView()->timeline()->setVisibleRange(*m_req.zoom);
+  }
   QApplication::processEvents();
   m_image = m_window->grab().toImage();
   emit done(QString());

@@ -14,6 +14,7 @@
 
 #include "gui/inputs.hpp"
 #include "gui/mainwindow.hpp"
+#include "gui/timescale.hpp"
 
 namespace megascope::gui {
 
@@ -23,6 +24,7 @@ struct ScreenshotRequest {
   QString measuredTrace;                   // compare: a trace file
   bool demoMeasured = false;               // compare: a synthetic measured trace (see synthesizeMeasured)
   int searchTopK = 8;                      // search: plans simulated
+  std::optional<TimeRange> zoom;           // timeline and compare: the visible range (seconds)
   QSize size{1600, 1000};
   int timeoutMs = 300000;
 };

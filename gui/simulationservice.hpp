@@ -48,7 +48,8 @@ class SimulationService : public QObject {
   quint64 request(const Setup& setup);
   [[nodiscard]] quint64 latestGeneration() const { return m_latest.load(); }
   [[nodiscard]] bool busy() const { return m_pool.activeThreadCount() > 0; }
-  void setMode(sim::Mode mode) { m_mode = mode; }
+  void setMode(sim::Mode mode) { m_mode = mode; }   // for the next requests
+  [[nodiscard]] sim::Mode mode() const { return m_mode; }
   // Blocks until no request runs (for tests and shutdown).
   void waitForIdle();
 

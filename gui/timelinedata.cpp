@@ -25,8 +25,10 @@ OpInfo infoOf(const Op& op) {
 }
 
 void finishLane(TimelineLane& lane) {
-  std::sort(lane.spans.begin(), lane.spans.end(),
-            [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; });
+  const auto byStart = [](const TimelineSpan& a, const TimelineSpan& b) { return a.start < b.start; };
+  // Ordered streams complete in start order already: sort only what is not.
+  if (!std::is_sorted(lane.spans.begin(), lane.spans.end(), byStart))
+    std::stable_sort(lane.spans.begin(), lane.spans.end(), byStart);
   lane.maxSpanLength = 0;
   for (const TimelineSpan& s : lane.spans) lane.maxSpanLength = std::max(lane.maxSpanLength, s.end - s.start);
 }
@@ -112,21 +114,32 @@ std::shared_ptr<TimelineData> timelineFromSimulation(const Program& program, con
     for (const Op& op : program.stages[s].ops) v->push_back(infoOf(op));
     stageOps[s] = std::move(v);
   }
-  std::map<std::pair<int, int>, std::size_t> laneOf;   // (rank, stream) -> lane
+  // (rank, stream) -> lane, through a slot per traced rank (no per-span map lookups).
+  const int world = program.grid.world();
+  std::vector<int> slotOfRank(static_cast<std::size_t>(world), -1);
+  std::vector<int> stageOfSlot;
+  std::vector<int> laneOf;   // slot * kStreamCount + stream -> lane, -1: none yet
   for (const Span& sp : spans) {
-    const int stage = program.grid.coord(sp.rank).pp;
-    const Op& op = program.stages.at(static_cast<std::size_t>(stage)).ops.at(sp.op);
-    const auto key = std::pair(sp.rank, static_cast<int>(op.stream));
-    auto [it, inserted] = laneOf.try_emplace(key, d->lanes.size());
-    if (inserted) {
-      TimelineLane lane;
-      lane.rank = sp.rank;
-      lane.stage = stage;
-      lane.stream = op.stream;
-      lane.ops = stageOps[static_cast<std::size_t>(stage)];
-      d->lanes.push_back(std::move(lane));
+    if (sp.rank < 0 || sp.rank >= world) continue;
+    int& slot = slotOfRank[static_cast<std::size_t>(sp.rank)];
+    if (slot < 0) {
+      slot = static_cast<int>(stageOfSlot.size());
+      stageOfSlot.push_back(program.grid.coord(sp.rank).pp);
+      laneOf.resize(laneOf.size() + kStreamCount, -1);
     }
-    d->lanes[it->second].spans.push_back(
+    const int stage = stageOfSlot[static_cast<std::size_t>(slot)];
+    const Op& op = program.stages[static_cast<std::size_t>(stage)].ops.at(sp.op);
+    int& lane = laneOf[static_cast<std::size_t>(slot * kStreamCount + static_cast<int>(op.stream))];
+    if (lane < 0) {
+      lane = static_cast<int>(d->lanes.size());
+      TimelineLane l;
+      l.rank = sp.rank;
+      l.stage = stage;
+      l.stream = op.stream;
+      l.ops = stageOps[static_cast<std::size_t>(stage)];
+      d->lanes.push_back(std::move(l));
+    }
+    d->lanes[static_cast<std::size_t>(lane)].spans.push_back(
         {sp.start, sp.end, sp.op, op.microbatch.value_or(-1), spanKindOf(op)});
   }
   d->duration = stepTime;

@@ -222,17 +222,19 @@ void TimelineWidget::paintContents(QPainter& p, int w, int h, double scrollY) {
         if (h2 >= 1) p.fillRect(QRectF(r.left(), r.bottom() - h2, r.width(), h2), spanKindColor(it.second));
       }
       if (it.span < 0 || row.header) continue;
-      const TimelineSpan& s = lane.spans[static_cast<std::size_t>(it.span)];
       if (r.width() > 6) {
         p.setPen(c.darker(140));
         p.drawLine(r.topLeft(), r.bottomLeft());
       }
-      if (s.microbatch >= 0 && r.width() > 18) {
-        const QString text = QString::number(s.microbatch);
-        if (fm.horizontalAdvance(text) + 4 < r.width()) {
-          p.setPen(textColorOn(c));
-          p.drawText(r, Qt::AlignCenter, text);
-        }
+    }
+    if (!row.header) {
+      labelRuns(m_items, m_runs);
+      for (const LabelRun& run : m_runs) {
+        if (run.x1 - run.x0 < 12) continue;
+        const QString text = QString::number(run.microbatch);
+        if (fm.horizontalAdvance(text) + 4 >= run.x1 - run.x0) continue;
+        p.setPen(textColorOn(spanKindColor(run.kind)));
+        p.drawText(QRectF(plotLeft + run.x0, sy, run.x1 - run.x0, sh), Qt::AlignCenter, text);
       }
     }
     p.restore();

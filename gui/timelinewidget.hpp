@@ -84,6 +84,7 @@ class TimelineWidget : public QWidget {
   QScrollBar* m_vbar = nullptr;
   QString m_title;
   std::vector<DrawItem> m_items;   // scratch for levelOfDetail
+  std::vector<LabelRun> m_runs;    // scratch for labelRuns
 
   enum class Drag { none, pan, band };
   Drag m_drag = Drag::none;

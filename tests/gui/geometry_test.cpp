@@ -212,6 +212,38 @@ class LevelOfDetailTest : public QObject {
     QCOMPARE(items[0].second, SpanKind::backwardInput);
     QVERIFY(qAbs(items[0].secondShare - 0.1) < 1e-12);
     QCOMPARE(items[0].merged, 4u);
+    QCOMPARE(items[0].microbatch, 0);   // all four belong to micro-batch 0
+    lane.spans[3].microbatch = 1;
+    levelOfDetail(lane, s, items);
+    QCOMPARE(items[0].microbatch, -1);  // mixed
+  }
+  void labelRunsJoinTheOpsOfOneMicroBatch() {
+    // Forward ops of micro-batch 3 with a 3-pixel wait between them, then its backward (input and
+    // weight gradients), then micro-batch 4's forward after a 100-pixel gap: three runs, each
+    // spanning its ops; a span without a micro-batch starts none.
+    TimelineLane lane;
+    lane.spans = {{0, 1, 0, 3, SpanKind::forward},         {1.03, 2, 1, 3, SpanKind::forward},
+                  {2, 2.5, 2, 3, SpanKind::backwardInput}, {2.5, 3, 3, 3, SpanKind::backwardWeight},
+                  {4, 5, 4, 4, SpanKind::forward},         {5, 6, 5, -1, SpanKind::optimizer}};
+    lane.maxSpanLength = 1;
+    TimeScale s;
+    s.setDuration(6);
+    s.setWidth(600);
+    s.showAll();
+    std::vector<DrawItem> items;
+    levelOfDetail(lane, s, items);
+    QCOMPARE(static_cast<int>(items.size()), 6);
+    std::vector<LabelRun> runs;
+    labelRuns(items, runs);
+    QCOMPARE(static_cast<int>(runs.size()), 3);
+    QCOMPARE(runs[0].microbatch, 3);
+    QCOMPARE(runs[0].kind, SpanKind::forward);
+    QCOMPARE(runs[0].x0, 0.0);
+    QCOMPARE(runs[0].x1, 200.0);
+    QCOMPARE(runs[1].kind, SpanKind::backwardInput);
+    QCOMPARE(runs[1].x1, 300.0);
+    QCOMPARE(runs[2].microbatch, 4);
+    QCOMPARE(runs[2].x0, 400.0);
   }
 };
 
