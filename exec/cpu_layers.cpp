@@ -27,7 +27,7 @@ namespace k = megascope::kernels;
 // As build_program emits a layer (core/program/layer_ops.cpp): with CP the
 // attention compute is cut around the all-gather of K and V (forward) and
 // followed by the reduce-scatter of their gradients (backward).
-std::vector<Step> forward_steps(int tp, bool sp, int cp) {
+std::vector<Step> forward_steps(int tp, bool sp, int cp, bool moe, int ep) {
   std::vector<Step> attn = {{OpKind::compute, Action::attn}};
   if (cp > 1)
     attn = {{OpKind::compute, Action::attn_qkv}, {OpKind::all_gather, Action::cp_gather},
@@ -36,6 +36,14 @@ std::vector<Step> forward_steps(int tp, bool sp, int cp) {
   if (sp) out.push_back({OpKind::all_gather, Action::attn_gather});
   out.insert(out.end(), attn.begin(), attn.end());
   if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::attn_reduce});
+  if (moe) {   // tp = 1 (check_supported)
+    out.push_back({OpKind::compute, Action::moe_router});
+    if (ep > 1) out.push_back({OpKind::all_to_all, Action::moe_dispatch});
+    out.push_back({OpKind::compute, Action::moe_experts});
+    if (ep > 1) out.push_back({OpKind::all_to_all, Action::moe_combine});
+    out.push_back({OpKind::compute, Action::moe_finish});
+    return out;
+  }
   if (sp) {
     out.push_back({OpKind::compute, Action::mlp_pre});
     out.push_back({OpKind::all_gather, Action::mlp_gather});
@@ -45,11 +53,19 @@ std::vector<Step> forward_steps(int tp, bool sp, int cp) {
   return out;
 }
 
-std::vector<Step> backward_steps(int tp, bool sp, int cp) {
+std::vector<Step> backward_steps(int tp, bool sp, int cp, bool moe, int ep) {
   std::vector<Step> out;
-  if (sp) out.push_back({OpKind::all_gather, Action::b_mlp_gather});
-  out.push_back({OpKind::compute, Action::b_mlp});
-  if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::b_mlp_reduce});
+  if (moe) {
+    out.push_back({OpKind::compute, Action::b_moe_unpermute});
+    if (ep > 1) out.push_back({OpKind::all_to_all, Action::b_moe_dispatch});
+    out.push_back({OpKind::compute, Action::b_moe_experts});
+    if (ep > 1) out.push_back({OpKind::all_to_all, Action::b_moe_combine});
+    out.push_back({OpKind::compute, Action::b_moe_router});
+  } else {
+    if (sp) out.push_back({OpKind::all_gather, Action::b_mlp_gather});
+    out.push_back({OpKind::compute, Action::b_mlp});
+    if (tp > 1) out.push_back({sp ? OpKind::reduce_scatter : OpKind::all_reduce, Action::b_mlp_reduce});
+  }
   if (sp) out.push_back({OpKind::all_gather, Action::b_attn_gather});
   if (cp > 1) {
     out.push_back({OpKind::compute, Action::b_attn_core});
@@ -126,9 +142,10 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
     // The layer's input: the chunk's running activation.
     A.x_in = (l == chunks_[static_cast<std::size_t>(c)].layers.first) ? hidden_in(c, mb) : hidden_out_.at(key(c, mb));
   }
-  if (recompute && A.fwd_step == static_cast<int>(fwd_.size())) A.fwd_step = 0;   // a recompute pass starts
-  if (A.fwd_step >= static_cast<int>(fwd_.size())) throw ProgramMismatch("more forward ops than the layer has");
-  const Step st = fwd_[static_cast<std::size_t>(A.fwd_step++)];
+  const std::vector<Step>& steps = s_.model.is_moe_layer(l) ? fwd_moe_ : fwd_;
+  if (recompute && A.fwd_step == static_cast<int>(steps.size())) A.fwd_step = 0;   // a recompute pass starts
+  if (A.fwd_step >= static_cast<int>(steps.size())) throw ProgramMismatch("more forward ops than the layer has");
+  const Step st = steps[static_cast<std::size_t>(A.fwd_step++)];
   if (st.kind != op.kind) throw ProgramMismatch(fmt::format("expected a {} here", to_string(st.kind)));
   Chunk& ch = chunks_[static_cast<std::size_t>(c)];
   const LW w = weights(ch, l, false);
@@ -202,6 +219,13 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
       }
       break;
     }
+    case Action::moe_router:
+    case Action::moe_dispatch:
+    case Action::moe_experts:
+    case Action::moe_combine:
+    case Action::moe_finish:
+      moe_forward(st.action, A, c, mb, l, recompute);
+      break;
     default:
       throw ProgramMismatch("a backward step in the forward");
   }
@@ -343,8 +367,9 @@ void CpuRank::finish_layer(LayerActs& A, int c, int mb, int l, bool recompute, c
 void CpuRank::layer_backward(const Op& op, int c, int mb, int l) {
   LayerActs& A = acts(c, mb, l);
   if (A.bwd_step == 0) A.dy = grad_in(c, mb);
-  if (A.bwd_step >= static_cast<int>(bwd_.size())) throw ProgramMismatch("more backward ops than the layer has");
-  const Step st = bwd_[static_cast<std::size_t>(A.bwd_step++)];
+  const std::vector<Step>& steps = s_.model.is_moe_layer(l) ? bwd_moe_ : bwd_;
+  if (A.bwd_step >= static_cast<int>(steps.size())) throw ProgramMismatch("more backward ops than the layer has");
+  const Step st = steps[static_cast<std::size_t>(A.bwd_step++)];
   if (st.kind != op.kind) throw ProgramMismatch(fmt::format("expected a {} here", to_string(st.kind)));
   Chunk& ch = chunks_[static_cast<std::size_t>(c)];
   const LW w = weights(ch, l, false);
@@ -410,6 +435,13 @@ void CpuRank::layer_backward(const Op& op, int c, int mb, int l) {
       A.dtmp.clear();
       break;
     }
+    case Action::b_moe_unpermute:
+    case Action::b_moe_dispatch:
+    case Action::b_moe_experts:
+    case Action::b_moe_combine:
+    case Action::b_moe_router:
+      moe_backward(st.action, A, c, mb, l);
+      break;
     default:
       throw ProgramMismatch("a forward step in the backward");
   }
@@ -432,8 +464,12 @@ void CpuRank::layer_weight(int c, int mb, int l) {
   LayerActs& A = it->second;
   const LW g = weights(chunks_[static_cast<std::size_t>(c)], l, true);
   const std::int64_t T = d_.T, h = d_.h;
-  k::matmul_backward_weight(g.fc2w, static_cast<float*>(nullptr), A.dh2.data(), A.act.data(), T, d_.f, h);
-  k::matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data(), A.b.data(), T, h, d_.up * d_.f);
+  if (s_.model.is_moe_layer(l)) {
+    moe_weight(A, c, l);
+  } else {
+    k::matmul_backward_weight(g.fc2w, static_cast<float*>(nullptr), A.dh2.data(), A.act.data(), T, d_.f, h);
+    k::matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data(), A.b.data(), T, h, d_.up * d_.f);
+  }
   k::matmul_backward_weight(g.projw, static_cast<float*>(nullptr), A.dproj.data(), A.o.data(), T, d_.q, h);
   k::matmul_backward_weight(g.qkvw, g.qkvb, A.dqkv.data(), A.a.data(), T, h, d_.q + 2 * d_.kv);
   acts_.erase(it);

@@ -112,7 +112,7 @@ std::int64_t CpuRank::key(int chunk, int mb, int layer) {
 
 std::optional<int> CpuRank::chunk_of_stage(int vs) const {
   for (const Chunk& c : chunks_)
-    if (c.layers.virtual_stage == vs) return c.index;
+    if (!c.expert && c.layers.virtual_stage == vs) return c.index;
   return std::nullopt;
 }
 
@@ -215,9 +215,10 @@ void CpuRank::p2p(const Op& op) {
 
 void CpuRank::grad_sync(const Op& op) {
   const int c = op.chunk.value_or(0);
-  if (!reduced_chunks_.insert(c).second) return;   // the chunk's buffer went in its first bucket
-  Chunk& ch = chunks_[static_cast<std::size_t>(c)];
-  Communicator& dp = *groups_.get(CommGroup::dp_cp);
+  const bool expert = op.group == CommGroup::edp;
+  if (!reduced_chunks_.insert({c, expert}).second) return;   // the chunk's buffer went in its first bucket
+  Chunk& ch = expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)];
+  Communicator& dp = group_of(ch);
   if (op.kind == OpKind::all_reduce) {
     dp.all_reduce(ch.g.data(), static_cast<std::int64_t>(ch.g.size()));
   } else {
@@ -241,10 +242,19 @@ void CpuRank::embedding_grad_sync() {
   throw ProgramMismatch("no word embedding to synchronise");
 }
 
+Communicator& CpuRank::group_of(const Chunk& ch) const {
+  return *groups_.get(ch.expert ? CommGroup::edp : CommGroup::dp_cp);
+}
+
+bool CpuRank::sharded(const Chunk& ch) const {
+  return s_.plan.distributed_optimizer && group_of(ch).size() > 1;
+}
+
 std::pair<std::int64_t, std::int64_t> CpuRank::owned(const Chunk& ch) const {
-  if (!distopt_) return {0, ch.size};
-  const std::int64_t n = static_cast<std::int64_t>(ch.w.size()) / (s_.dp * s_.plan.cp);
-  return {dp_rank_ * n, std::min(ch.size, (dp_rank_ + 1) * n)};
+  if (!sharded(ch)) return {0, ch.size};
+  const Communicator& g = group_of(ch);
+  const std::int64_t n = static_cast<std::int64_t>(ch.w.size()) / g.size();
+  return {g.rank() * n, std::min(ch.size, (g.rank() + 1) * n)};
 }
 
 void CpuRank::optimizer() {
@@ -266,8 +276,8 @@ void CpuRank::optimizer() {
   }
   // Global gradient norm over unique elements (Megatron's clip_grad_norm_fp32).
   double sq = 0;
-  const bool dp_owner = distopt_ || dp_rank_ == 0;
   for (Chunk& ch : chunks_) {
+    const bool dp_owner = sharded(ch) || group_of(ch).rank() == 0;
     const auto [lo, hi] = owned(ch);
     for (const Param& p : ch.params) {
       if (p.tied_copy || !dp_owner || (p.sync != TpSync::sharded && d_.tp_rank != 0)) continue;
@@ -281,7 +291,7 @@ void CpuRank::optimizer() {
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
     Chunk& ch = chunks_[ci];
     const auto [lo, hi] = owned(ch);
-    const std::int64_t base = distopt_ ? dp_rank_ * (static_cast<std::int64_t>(ch.w.size()) / (s_.dp * s_.plan.cp)) : 0;
+    const std::int64_t base = lo;
     for (const Param& p : ch.params) {
       const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.size());
       if (a >= b) continue;
@@ -292,15 +302,15 @@ void CpuRank::optimizer() {
 }
 
 void CpuRank::param_sync(const Op& op) {
-  if (!distopt_) return;
+  const bool expert = op.group == CommGroup::edp;
   std::vector<int> which;
   if (op.chunk) which = {*op.chunk};
   else
-    for (const Chunk& ch : chunks_) which.push_back(ch.index);
-  Communicator& dp = *groups_.get(CommGroup::dp_cp);
+    for (std::size_t c = 0; c < dense_chunks_; ++c) which.push_back(static_cast<int>(c));
   for (int c : which) {
-    if (!gathered_chunks_.insert(c).second) continue;
-    Chunk& ch = chunks_[static_cast<std::size_t>(c)];
+    Chunk& ch = expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)];
+    if (!sharded(ch) || !gathered_chunks_.insert({c, expert}).second) continue;
+    Communicator& dp = group_of(ch);
     const std::int64_t n = static_cast<std::int64_t>(ch.w.size()) / dp.size();
     Vec shard(ch.w.begin() + dp.rank() * n, ch.w.begin() + (dp.rank() + 1) * n);
     dp.all_gather(ch.w.data(), shard.data(), n);

@@ -36,6 +36,12 @@ struct LayerActs {
   Vec q, kk, v, o, lse;                        // attention (q, k after RoPE)
   Vec kf, vf;                                  // K and V of the whole sequence (all-gathered over CP)
   Vec dq, dkf, dvf;                            // their gradients, before the CP reduction
+  // MoE: router outputs, the token permutation, and the rows of the local experts
+  Vec probs, scores, perm, dlogits, dprobs;
+  std::vector<std::int32_t> experts, row_to_slot, slot_to_row;
+  std::vector<std::int64_t> counts;            // rows per expert sent by this rank (E)
+  std::vector<std::int64_t> recv_counts;       // rows per (source EP rank, local expert)
+  Vec xe, expert_out;                          // local experts' input rows; all experts' outputs in permuted order
   Vec y;                                       // a sublayer's partial output before its reduction
   Vec x_mid, ln2_mean, ln2_rstd, b;            // after attention; ln2 stats, ln2 output (T rows)
   Vec h1, act;                                 // fc1 output, activation output
@@ -54,7 +60,9 @@ enum class Action : std::uint8_t {
   attn_gather, attn, attn_reduce, mlp_pre, mlp_gather, mlp, mlp_reduce,                 // forward
   attn_qkv, cp_gather, attn_core, attn_proj,                                            // forward with CP
   b_mlp_gather, b_mlp, b_mlp_reduce, b_attn_gather, b_attn, b_attn_reduce,              // backward input
-  b_attn_core, b_cp_reduce                                                              // backward with CP
+  b_attn_core, b_cp_reduce,                                                             // backward with CP
+  moe_router, moe_dispatch, moe_experts, moe_combine, moe_finish,                       // MoE forward
+  b_moe_unpermute, b_moe_dispatch, b_moe_experts, b_moe_combine, b_moe_router           // MoE backward
 };
 struct Step {
   OpKind kind;
@@ -62,8 +70,8 @@ struct Step {
 };
 
 // The ops of a layer pass, in the order build_program emits them.
-std::vector<Step> forward_steps(int tp, bool sp, int cp);
-std::vector<Step> backward_steps(int tp, bool sp, int cp);
+std::vector<Step> forward_steps(int tp, bool sp, int cp, bool moe = false, int ep = 1);
+std::vector<Step> backward_steps(int tp, bool sp, int cp, bool moe = false, int ep = 1);
 
 class ProgramMismatch : public std::runtime_error {
  public:
@@ -75,15 +83,14 @@ class CpuRank {
   CpuRank(const Setup& s, const Program& p, const RunOptions& o, const ByteCorpus& data, MpiGroups& groups)
       : s_(s), p_(p), o_(o), data_(data), groups_(groups), me_(groups.world_rank()), at_(p.grid.coord(me_)),
         d_(layer_shapes(s, at_.tp)), stage_(p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp, s.plan.cp)),
-        bwd_(backward_steps(d_.tp, d_.sp, s.plan.cp)) {
+        bwd_(backward_steps(d_.tp, d_.sp, s.plan.cp)), fwd_moe_(forward_steps(d_.tp, d_.sp, s.plan.cp, true, s.plan.ep)),
+        bwd_moe_(backward_steps(d_.tp, d_.sp, s.plan.cp, true, s.plan.ep)) {
     chunks_ = make_chunks(s, me_, o.seed);
-    const int dpcp = s.dp * s.plan.cp;
-    distopt_ = s.plan.distributed_optimizer && dpcp > 1;
-    dp_rank_ = groups_.get(CommGroup::dp_cp)->rank();
+    dense_chunks_ = s.chunks.at(static_cast<std::size_t>(at_.pp)).size();
     for (Chunk& c : chunks_) {
-      const std::int64_t n = distopt_ ? static_cast<std::int64_t>(c.w.size()) / dpcp : c.size;
-      m_.push_back(zeros(n));
-      v_.push_back(zeros(n));
+      const auto [lo, hi] = owned(c);
+      m_.push_back(zeros(hi - lo));
+      v_.push_back(zeros(hi - lo));
     }
     build_tags();
   }
@@ -169,6 +176,15 @@ class CpuRank {
   // of micro-batch `mb` that is contiguous in the unsharded sequence.
   template <class F>
   void for_runs(int mb, std::int64_t row0, std::int64_t rows, F f) const;
+  // MoE (exec/cpu_moe.cpp).
+  void moe_forward(Action a, LayerActs& A, int c, int mb, int l, bool recompute);
+  void moe_backward(Action a, LayerActs& A, int c, int mb, int l);
+  void moe_weight(LayerActs& A, int c, int l);
+  // Rows grouped by expert (this rank's routing) to the experts' EP ranks;
+  // returns the local experts' rows grouped by (local expert, source rank).
+  Vec moe_dispatch_rows(LayerActs& A, const Vec& rows, std::int64_t width, bool forward);
+  // The inverse: local experts' rows back to the ranks that routed them.
+  Vec moe_combine_rows(LayerActs& A, const Vec& local, std::int64_t width);
   void finish_layer(LayerActs& A, int c, int mb, int l, bool recompute, const Vec& y, std::int64_t rows,
                     std::int64_t row0);
 
@@ -206,6 +222,11 @@ class CpuRank {
 
   // Elements [lo, hi) of a chunk's buffers this rank updates.
   std::pair<std::int64_t, std::int64_t> owned(const Chunk& ch) const;
+  // The group a chunk's gradients are reduced over: DP x CP, or expert-DP for experts.
+  [[nodiscard]] Communicator& group_of(const Chunk& ch) const;
+  // Whether the distributed optimizer shards the chunk (over group_of).
+  [[nodiscard]] bool sharded(const Chunk& ch) const;
+  Chunk& experts_of(int c) { return chunks_.at(dense_chunks_ + static_cast<std::size_t>(c)); }
 
   void optimizer();
 
@@ -220,11 +241,10 @@ class CpuRank {
   GridCoord at_;
   LayerShapes d_;
   const StageProgram& stage_;
-  std::vector<Step> fwd_, bwd_;
-  std::vector<Chunk> chunks_;
+  std::vector<Step> fwd_, bwd_, fwd_moe_, bwd_moe_;
+  std::vector<Chunk> chunks_;          // the model chunks (dense parameters), then their experts
+  std::size_t dense_chunks_ = 0;
   std::vector<Vec> m_, v_;
-  bool distopt_ = false;
-  int dp_rank_ = 0;
   int step_ = 0;
   double loss_sum_ = 0, grad_norm_ = 0;
   std::vector<std::int32_t> tokens_, targets_, positions_;   // per local row of a micro-batch
@@ -232,7 +252,7 @@ class CpuRank {
   std::map<std::int64_t, LayerActs> acts_;
   std::map<std::int64_t, EdgeActs> edges_;
   std::map<std::int64_t, Vec> hidden_, hidden_out_, grad_;
-  std::set<int> reduced_chunks_, gathered_chunks_;
+  std::set<std::pair<int, bool>> reduced_chunks_, gathered_chunks_;   // (chunk, expert part)
   std::map<std::pair<int, std::uint64_t>, int> send_tag_, recv_tag_;
   PointToPoint p2p_;
   std::vector<PointToPoint::Request> sends_;

@@ -36,7 +36,8 @@ Result<void> check_supported(const Setup& s) {
   auto no = [](std::string field, std::string what) {
     return fail(std::move(field), what + " is not supported by the executor yet");
   };
-  if (m.moe) return no("model.moe", "a mixture-of-experts model");
+  if (m.moe && p.tp > 1) return no("plan.tp", "tensor parallelism in a mixture-of-experts model");
+  if (m.moe && m.moe->shared_expert_ffn_hidden > 0) return no("model.moe.shared_expert_ffn_hidden", "shared experts");
   if (m.mla) return no("model.mla", "multi-latent attention");
   if (m.qk_layernorm) return no("model.qk_layernorm", "QK layer norm");
   if (m.mtp_num_layers > 0) return no("model.mtp_num_layers", "multi-token prediction");
@@ -47,7 +48,6 @@ Result<void> check_supported(const Setup& s) {
   if (p.cp > 1 && s.seq_length % (2 * p.cp) != 0)
     return fail("plan.cp", fmt::format("seq_length {} must be divisible by 2 x cp = {} (load-balanced context chunks)",
                                        s.seq_length, 2 * p.cp));
-  if (p.ep > 1) return no("plan.ep", "expert parallelism");
   if (p.tp_comm_overlap) return no("plan.tp_comm_overlap", "TP communication overlap (chunked collectives)");
   if (p.schedule == Schedule::dualpipe || p.schedule == Schedule::dualpipev)
     return no("plan.schedule", fmt::format("the {} schedule", to_string(p.schedule)));
@@ -113,7 +113,14 @@ struct Builder {
   }
   // A vector of `n` elements, the whole logical tensor on every TP rank.
   void vec(const std::string& name, std::int64_t n, Init init, TpSync sync) {
-    Param p{name, n, 1, 0, {{name, n, 1, 0, n, 0, 1}}, sync, false, false, init, 0};
+    Param p;
+    p.name = name;
+    p.rows = n;
+    p.cols = 1;
+    p.parts = {{name, n, 1, 0, n, 0, 1}};
+    p.sync = sync;
+    p.init = init;
+    p.init_std = 0;
     add(std::move(p));
   }
   // Rows [row0, row0+rows) of a (full_rows, cols) matrix per part, stacked.
@@ -157,6 +164,12 @@ struct Builder {
     add(rows_of(L + "proj.weight", {{L + "wo", H, Q, 0, H, r * d.q, d.q}}, out_std));
     if (m.add_bias_linear) vec(L + "proj.bias", H, Init::zeros, sp);
     norm(L + "ln2", sp);
+    if (m.is_moe_layer(l)) {   // the router here; the experts in the chunk's expert part
+      add(rows_of(L + "router.weight", {{L + "router", m.moe->num_experts, H, 0, m.moe->num_experts, 0, H}}, 0.02f));
+      c.params.back().sync = TpSync::replicated;
+      if (m.add_bias_linear) vec(L + "router.bias", m.moe->num_experts, Init::zeros, TpSync::replicated);
+      return;
+    }
     const std::int64_t F = m.ffn_hidden_size;
     std::vector<ParamPart> fc1{{L + "fc1", F, H, r * d.f, d.f, 0, H}};
     std::vector<ParamPart> fc1b{{L + "fc1b", F, 1, r * d.f, d.f, 0, 1}};
@@ -173,6 +186,23 @@ struct Builder {
     }
     add(rows_of(L + "fc2.weight", {{L + "fc2", H, F, 0, H, r * d.f, d.f}}, out_std));
     if (m.add_bias_linear) vec(L + "fc2.bias", H, Init::zeros, sp);
+  }
+
+  // The routed experts [first, first + count) of a layer: per expert its fc1 and fc2.
+  void experts(int l, LocalExperts ex) {
+    const ModelSpec& m = s.model;
+    const std::int64_t H = m.hidden_size, F = m.moe->expert_ffn_hidden;
+    const float out_std = 0.02f / std::sqrt(2.0f * static_cast<float>(m.num_layers));
+    for (int e = ex.first; e < ex.first + ex.count; ++e) {
+      const std::string E = fmt::format("layer.{}.expert.{}.", l, e);
+      std::vector<ParamPart> fc1{{E + "fc1", F, H, 0, F, 0, H}};
+      if (d.up == 2) fc1 = {{E + "fc1_gate", F, H, 0, F, 0, H}, {E + "fc1_up", F, H, 0, F, 0, H}};
+      add(rows_of(E + "fc1.weight", fc1, 0.02f));
+      if (m.add_bias_linear) vec(E + "fc1.bias", d.up * F, Init::zeros, TpSync::sharded);
+      add(rows_of(E + "fc2.weight", {{E + "fc2", H, F, 0, H, 0, F}}, out_std));
+      if (m.add_bias_linear) vec(E + "fc2.bias", H, Init::zeros, TpSync::sharded);
+    }
+    for (Param& p : c.params) p.expert = true;
   }
 
   Param word(const std::string& name, const std::string& tensor) {
@@ -202,6 +232,13 @@ void initialise(Chunk& c, std::uint64_t seed, int dp_cp) {
 }
 
 }  // namespace
+
+LocalExperts local_experts(const Setup& s, int rank) {
+  if (!s.model.moe) return {};
+  const RankGrid grid{s.plan.tp, s.plan.cp, s.dp, s.plan.pp, s.etp, s.plan.ep, s.edp};
+  const int per = s.model.moe->num_experts / s.plan.ep;
+  return {grid.coord(rank).ep * per, per};
+}
 
 std::vector<Chunk> make_chunks(const Setup& s, int rank, std::uint64_t seed) {
   const RankGrid grid{s.plan.tp, s.plan.cp, s.dp, s.plan.pp, s.etp, s.plan.ep, s.edp};
@@ -240,6 +277,20 @@ std::vector<Chunk> make_chunks(const Setup& s, int rank, std::uint64_t seed) {
     }
     initialise(c, seed, s.dp * s.plan.cp);
     out.push_back(std::move(c));
+  }
+  if (s.model.moe) {
+    const std::size_t dense = out.size();
+    for (std::size_t i = 0; i < dense; ++i) {
+      Chunk c;
+      c.index = static_cast<int>(i);
+      c.layers = chunks[i];
+      c.expert = true;
+      Builder b{s, d, c};
+      for (int l = c.layers.first + c.layers.count - 1; l >= c.layers.first; --l)
+        if (s.model.is_moe_layer(l)) b.experts(l, local_experts(s, rank));
+      initialise(c, seed, s.edp);
+      out.push_back(std::move(c));
+    }
   }
   return out;
 }

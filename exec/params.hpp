@@ -49,6 +49,7 @@ struct Param {
   TpSync sync = TpSync::sharded;
   bool decay = false;                 // weight decay applies (matrices; not norms or biases)
   bool tied_copy = false;             // the last stage's copy of the word embedding
+  bool expert = false;                // a routed expert's (reduced over expert-DP, in Chunk::experts)
   Init init = Init::normal;
   float init_std = 0.02f;
   [[nodiscard]] std::int64_t size() const { return rows * cols; }
@@ -71,6 +72,7 @@ struct Chunk {
   int index = 0;                      // chunk index on the rank
   ChunkLayers layers;
   bool embedding = false, output = false;
+  bool expert = false;                // the routed experts' parameters of a chunk (see make_chunks)
   std::vector<Param> params;
   std::int64_t size = 0;              // elements (before padding)
   std::vector<float> w, g;            // padded to a multiple of dp x cp
@@ -83,8 +85,16 @@ struct Chunk {
 // it supports) and says which rule it breaks otherwise.
 Result<void> check_supported(const Setup& s);
 
-// The chunks of a rank, initialised from `seed`.
+// The chunks of a rank, initialised from `seed`: first one per model chunk
+// (dense parameters, gradients reduced over DP x CP), then, for an MoE model,
+// one per model chunk with its routed experts (expert = true, same index;
+// gradients reduced over expert-DP).
 std::vector<Chunk> make_chunks(const Setup& s, int rank, std::uint64_t seed);
+// Local experts of a rank: [first, first + count) of the model's experts.
+struct LocalExperts {
+  int first = 0, count = 0;
+};
+LocalExperts local_experts(const Setup& s, int rank);
 
 // A standard normal draw for element `index` of tensor `tensor` (plan-independent).
 float init_normal(std::uint64_t seed, const std::string& tensor, std::uint64_t index);

@@ -105,6 +105,20 @@ TEST_CASE("Every sharding of tiny-llama (GQA, RoPE, SwiGLU, untied) trains the s
   }
 }
 
+TEST_CASE("Expert parallelism of tiny-moe (top-2 of 4 experts) trains the same as one rank", "[exec][mpi]") {
+  static const std::vector<Step> ref = train("tiny-moe", 1, "tp=1");
+  const std::vector<std::pair<int, std::string>> plans = {
+      {2, "ep=2,dp=2"},
+      {2, "ep=2,dp=2,distopt=on"},
+      {4, "ep=2,dp=2,pp=2"},
+      {4, "ep=4,dp=4,distopt=on"},
+      {4, "ep=2,cp=2,dp=2"},
+  };
+  for (const auto& [np, plan] : plans) {
+    SECTION(plan) { check_same(train("tiny-moe", np, plan), ref); }
+  }
+}
+
 TEST_CASE("A run stopped after a checkpoint and resumed continues with the same losses", "[exec][mpi]") {
   const auto dir = std::filesystem::temp_directory_path() / "megascope-test-ckpt";
   std::filesystem::remove_all(dir);
