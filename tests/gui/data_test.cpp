@@ -10,6 +10,7 @@
 #include "config/plan_settings.hpp"
 #include "config/trace_file.hpp"
 #include "gui/candidatemodel.hpp"
+#include "gui/inputs.hpp"
 #include "gui/memorytimeline.hpp"
 #include "gui/reportrows.hpp"
 #include "gui/spankind.hpp"
@@ -187,6 +188,37 @@ class TraceCompareTest : public QObject {
     }
     QVERIFY(sawForward && sawTp);
     QVERIFY(c.stepError().has_value());
+  }
+  void aRealMeasuredTraceMatchesItsPlanOpByOp() {
+    // A trace measured by the CPU executor (mpirun -np 2 megascope run --backend cpu --model
+    // tiny-gpt --plan pp=2 --global-batch 8 --steps 3 --trace ...) matches the simulation of the
+    // same plan span for span (244 spans, none left over), with forward and PP kinds present.
+    auto t = read_trace(MEGASCOPE_GUI_FIXTURES "/tiny-gpt-pp2-measured.json");
+    QVERIFY2(t.has_value(), t ? "" : t.error().str().c_str());
+    QCOMPARE(t->info.source, TraceSource::measured);
+    StartOptions o;
+    o.model = "tiny-gpt";
+    o.cluster = "cpu-host";
+    o.gpus = 2;
+    o.plan = "pp=2";
+    o.globalBatch = 8;
+    auto in = loadInputs(o);
+    QVERIFY(in.has_value());
+    auto setup = makeSetup(*in);
+    QVERIFY(setup.has_value());
+    auto sim = simulateSetup(*setup);
+    QVERIFY(sim.has_value());
+    const SimulationOutcome& p = **sim;
+    const TraceComparison c = compareTraces(p.program, p.result.spans, p.result.step_time_s, *t);
+    QVERIFY(c.planMatches);
+    QCOMPARE(c.matched, t->spans.size());
+    QCOMPARE(c.unmatched, std::size_t{0});
+    std::set<SpanKind> kinds;
+    for (const KindError& k : c.kinds) kinds.insert(k.kind);
+    QVERIFY(kinds.count(SpanKind::forward) && kinds.count(SpanKind::backwardInput) && kinds.count(SpanKind::ppComm));
+    auto lanes = timelineFromTrace(*t, TraceOrigin::measured, &p.program);
+    QCOMPARE(lanes->spanCount, t->spans.size());
+    QCOMPARE(lanes->stages, 2);
   }
   void aTraceOfAnotherWorldSizeMatchesNothing() {
     auto o = simulateSmall();
