@@ -97,6 +97,22 @@ class SearchServiceTest : public QObject {
     QTest::qWait(50);
     QCOMPARE(finished.count(), 0);
   }
+  void aNewSearchSupersedesTheRunningOne() {
+    // Two starts in a row: the first is cancelled at once, only the second delivers a result.
+    SearchService service;
+    QSignalSpy finished(&service, &SearchService::finished);
+    QSignalSpy cancelled(&service, &SearchService::cancelled);
+    const quint64 first = service.start(smallSearch(), 4, 2);
+    const quint64 second = service.start(smallSearch(), 2, 2);
+    QCOMPARE(cancelled.count(), 1);
+    QCOMPARE(cancelled.at(0).at(0).toULongLong(), first);
+    QVERIFY(finished.wait(60000));
+    service.waitForIdle();
+    QTest::qWait(50);
+    QCOMPARE(finished.count(), 1);
+    QCOMPARE(finished.at(0).at(0).toULongLong(), second);
+    QVERIFY(finished.at(0).at(1).value<SearchResultPtr>()->ranked.size() <= 2);
+  }
   void searchViewFillsTheTableAndAChosenRowEmitsItsPlan() {
     // The view's table gets a row per simulated plan; selecting the first emits that plan.
     SearchView view;
