@@ -38,6 +38,7 @@ PlanPanel::PlanPanel(QWidget* parent) : QWidget(parent) {
   auto* setupBox = new QGroupBox(tr("Model and cluster"));
   auto* sf = new QFormLayout(setupBox);
   m_model = new QComboBox;
+  m_model->setObjectName(QStringLiteral("model"));
   m_model->setEditable(true);
   for (const std::string& m : shipped_models()) m_model->addItem(QString::fromStdString(m));
   auto* modelOpen = new QPushButton(tr("Open..."));
@@ -49,6 +50,7 @@ PlanPanel::PlanPanel(QWidget* parent) : QWidget(parent) {
   m_modelInfo->setWordWrap(true);
   sf->addRow(QString(), m_modelInfo);
   m_cluster = new QComboBox;
+  m_cluster->setObjectName(QStringLiteral("cluster"));
   m_cluster->setEditable(true);
   for (const std::string& c : shipped_clusters()) m_cluster->addItem(QString::fromStdString(c));
   auto* clusterOpen = new QPushButton(tr("Open..."));
@@ -125,6 +127,7 @@ PlanPanel::PlanPanel(QWidget* parent) : QWidget(parent) {
   outer->addWidget(planBox);
 
   m_validation = new QLabel;
+  m_validation->setObjectName(QStringLiteral("validation"));
   m_validation->setWordWrap(true);
   m_validation->setTextInteractionFlags(Qt::TextSelectableByMouse);
   outer->addWidget(m_validation);

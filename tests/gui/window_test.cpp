@@ -4,6 +4,9 @@
 // tooltip.
 #include <QApplication>
 #include <QClipboard>
+#include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
 #include <QFile>
 #include <QHelpEvent>
 #include <QMouseEvent>
@@ -69,6 +72,30 @@ class WindowTest : public QObject {
     w->planPanel()->setPlan(smallInputs().plan);
     QVERIFY(w->validationError().isEmpty());
     QVERIFY(outcome.wait(30000));
+  }
+  void modelsAndClustersOpenByNameOrFile() {
+    // Typing a Hugging Face config.json path in the model box loads it (Llama 3 8B, 32 layers) and
+    // re-simulates; a cluster TOML loads the same way; an unknown name is an error naming the model.
+    auto w = loadedWindow();
+    auto* model = w->planPanel()->findChild<QComboBox*>(QStringLiteral("model"));
+    auto* cluster = w->planPanel()->findChild<QComboBox*>(QStringLiteral("cluster"));
+    QVERIFY(model && cluster);
+    QSignalSpy outcome(w.get(), &MainWindow::outcomeChanged);
+    model->setEditText(QStringLiteral(MEGASCOPE_TEST_FIXTURES "/hf/llama3-8b.json"));
+    QTest::keyClick(model->lineEdit(), Qt::Key_Return);
+    QVERIFY(outcome.wait(30000));
+    QCOMPARE(w->outcome()->setup.model.num_layers, 32);
+    cluster->setEditText(QStringLiteral("dgx-h100"));
+    QTest::keyClick(cluster->lineEdit(), Qt::Key_Return);
+    QVERIFY(outcome.wait(30000));
+    QCOMPARE(QString::fromStdString(w->outcome()->setup.cluster.device.name).left(4), QStringLiteral("H100"));
+    QCOMPARE(w->outcome()->setup.world, 8);   // one node of 8 kept
+    model->setEditText(QStringLiteral("no-such-model"));
+    QTest::keyClick(model->lineEdit(), Qt::Key_Return);
+    QCOMPARE(w->planPanel()->inputs().model.num_layers, 32);   // unchanged
+    auto* message = w->planPanel()->findChild<QLabel*>(QStringLiteral("validation"));
+    QVERIFY(message);
+    QVERIFY(message->text().contains(QStringLiteral("no-such-model")));
   }
   void exportsWriteWhatTheyClaim() {
     // PNG and SVG of the timeline, the Perfetto trace (read back with the simulation's span count)
