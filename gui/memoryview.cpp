@@ -49,6 +49,7 @@ MemoryView::MemoryView(QWidget* parent) : QWidget(parent) {
   auto* rankRow = new QHBoxLayout;
   rankRow->addWidget(new QLabel(tr("Rank")));
   m_rank = new QComboBox;
+  m_rank->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   rankRow->addWidget(m_rank);
   rankRow->addStretch(1);
   right->addLayout(rankRow);
@@ -182,6 +183,7 @@ void MemoryView::fillOverTime() {
   for (QLineSeries* s : {total, base, capacity}) c->addSeries(s);
   auto* x = new QValueAxis;
   x->setRange(0, step);
+  x->applyNiceNumbers();
   x->setTitleText(tr("time (s)"));
   auto* y = new QValueAxis;
   y->setRange(0, std::max(t.capacityBytes, t.peakTotalBytes()) / kGiB * 1.05);
