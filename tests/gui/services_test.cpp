@@ -2,6 +2,7 @@
 // one, and a planner search reports progress, can be cancelled, and fills the
 // candidate table; neither blocks the GUI thread.
 #include <QSignalSpy>
+#include <QTimer>
 #include <QtTest>
 
 #include "gui/candidatemodel.hpp"
@@ -56,6 +57,27 @@ class SimulationServiceTest : public QObject {
     QCOMPARE(outcome->generation, last);
     QCOMPARE(outcome->setup.plan.pp, 2);
     QVERIFY(outcome->timeline->spanCount > 0);
+  }
+  void theEventLoopRunsWhileGpt3Simulates() {
+    // While GPT-3 175B on 1024 GPUs simulates (tens of milliseconds at least), a 2 ms timer on the
+    // GUI thread keeps firing: request() returned at once and nothing waits on the worker.
+    auto in = loadInputs({});
+    QVERIFY(in.has_value());
+    auto setup = makeSetup(*in);
+    QVERIFY(setup.has_value());
+    SimulationService service;
+    QSignalSpy finished(&service, &SimulationService::finished);
+    int ticks = 0, ticksAtDelivery = -1;
+    QTimer timer;
+    timer.setInterval(2);
+    connect(&timer, &QTimer::timeout, [&] { ++ticks; });
+    connect(&service, &SimulationService::finished, [&] { ticksAtDelivery = ticks; });
+    timer.start();
+    service.request(*setup);
+    QCOMPARE(finished.count(), 0);
+    QVERIFY(finished.wait(60000));
+    QVERIFY2(ticksAtDelivery >= 3, qPrintable(QStringLiteral("%1 ticks").arg(ticksAtDelivery)));
+    QCOMPARE(finished.at(0).at(0).value<OutcomePtr>()->setup.world, 1024);
   }
 };
 
