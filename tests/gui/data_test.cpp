@@ -193,6 +193,7 @@ class TraceCompareTest : public QObject {
     // A trace measured by the CPU executor (mpirun -np 2 megascope run --backend cpu --model
     // tiny-gpt --plan pp=2 --global-batch 8 --steps 3 --trace ...) matches the simulation of the
     // same plan span for span (244 spans, none left over), with forward and PP kinds present.
+    // When the Program builder or tiny-gpt changes, regenerate the fixture with that command.
     auto t = read_trace(MEGASCOPE_GUI_FIXTURES "/tiny-gpt-pp2-measured.json");
     QVERIFY2(t.has_value(), t ? "" : t.error().str().c_str());
     QCOMPARE(t->info.source, TraceSource::measured);
