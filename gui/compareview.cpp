@@ -1,5 +1,6 @@
 #include "gui/compareview.hpp"
 
+#include <QComboBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -38,16 +39,28 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   l->addLayout(top);
   auto* split = new QSplitter(Qt::Vertical);
   m_timeline = new TimelineWidget;
+  auto* tableBox = new QWidget;
+  auto* tl = new QVBoxLayout(tableBox);
+  tl->setContentsMargins(0, 0, 0, 0);
+  auto* groupRow = new QHBoxLayout;
+  groupRow->addWidget(new QLabel(tr("Error per")));
+  m_grouping = new QComboBox;
+  m_grouping->addItems({tr("op kind"), tr("op (phase and label, as megascope compare)")});
+  groupRow->addWidget(m_grouping);
+  groupRow->addStretch(1);
+  tl->addLayout(groupRow);
   m_table = new QTableWidget(0, 5);
   m_table->setHorizontalHeaderLabels({tr("op kind"), tr("predicted"), tr("measured"), tr("error"), tr("spans")});
   m_table->verticalHeader()->hide();
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  tl->addWidget(m_table, 1);
   split->addWidget(m_timeline);
-  split->addWidget(m_table);
+  split->addWidget(tableBox);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 1);
   split->setSizes({700, 260});
   l->addWidget(split, 1);
+  connect(m_grouping, &QComboBox::currentIndexChanged, this, [this] { fillTable(); });
   connect(open, &QPushButton::clicked, this, [this] {
     const QString f = QFileDialog::getOpenFileName(this, tr("Open a measured trace"), QString(),
                                                    tr("Traces (*.json);;All files (*)"));
@@ -118,23 +131,43 @@ void CompareView::show(const TraceComparison& c, std::shared_ptr<const TimelineD
     text += tr("<br><span style='color:#b00020'>The trace's world size differs from the current plan's: choose "
                "the plan the trace was measured with.</span>");
   m_summary->setText(text);
-  m_table->setRowCount(static_cast<int>(c.kinds.size()));
-  for (int i = 0; i < static_cast<int>(c.kinds.size()); ++i) {
-    const KindError& k = c.kinds[static_cast<std::size_t>(i)];
-    auto* name = cell(spanKindName(k.kind), Qt::AlignLeft | Qt::AlignVCenter);
-    name->setIcon([&] {
-      QPixmap px(12, 12);
-      px.fill(spanKindColor(k.kind));
-      return QIcon(px);
-    }());
-    m_table->setItem(i, 0, name);
-    m_table->setItem(i, 1, cell(formatDuration(k.predictedS)));
-    m_table->setItem(i, 2, cell(formatDuration(k.measuredS)));
-    const auto e = k.error();
-    m_table->setItem(i, 3, cell(e ? QStringLiteral("%1%2%").arg(*e > 0 ? "+" : "").arg(100 * *e, 0, 'f', 1) : "-"));
-    m_table->setItem(i, 4, cell(QString::number(k.matched)));
-  }
+  fillTable();
   emit compared();
+}
+
+void CompareView::setGroupByOp(bool byOp) { m_grouping->setCurrentIndex(byOp ? 1 : 0); }
+
+void CompareView::fillTable() {
+  const bool byOp = m_grouping->currentIndex() == 1;
+  struct Row {
+    QString name;
+    SpanKind kind;
+    double predicted, measured;
+    std::size_t matched;
+    std::optional<double> error;
+  };
+  std::vector<Row> rows;
+  if (byOp)
+    for (const OpError& o : m_comparison.ops)
+      rows.push_back({QString::fromStdString(o.name), o.kind, o.predictedS, o.measuredS, o.matched, o.error()});
+  else
+    for (const KindError& k : m_comparison.kinds)
+      rows.push_back({spanKindName(k.kind), k.kind, k.predictedS, k.measuredS, k.matched, k.error()});
+  m_table->setHorizontalHeaderItem(0, new QTableWidgetItem(byOp ? tr("op") : tr("op kind")));
+  m_table->setRowCount(static_cast<int>(rows.size()));
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const Row& r = rows[static_cast<std::size_t>(i)];
+    auto* name = cell(r.name, Qt::AlignLeft | Qt::AlignVCenter);
+    QPixmap px(12, 12);
+    px.fill(spanKindColor(r.kind));
+    name->setIcon(QIcon(px));
+    m_table->setItem(i, 0, name);
+    m_table->setItem(i, 1, cell(formatDuration(r.predicted)));
+    m_table->setItem(i, 2, cell(formatDuration(r.measured)));
+    m_table->setItem(i, 3, cell(r.error ? QStringLiteral("%1%2%").arg(*r.error > 0 ? "+" : "").arg(100 * *r.error, 0, 'f', 1)
+                                        : QStringLiteral("-")));
+    m_table->setItem(i, 4, cell(QString::number(r.matched)));
+  }
 }
 
 }  // namespace megascope::gui

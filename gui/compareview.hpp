@@ -14,6 +14,7 @@
 #include "gui/simulationservice.hpp"
 #include "gui/tracecompare.hpp"
 
+class QComboBox;
 class QLabel;
 class QTableWidget;
 
@@ -33,6 +34,7 @@ class CompareView : public QWidget {
   [[nodiscard]] const TraceComparison& comparison() const { return m_comparison; }
   [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
   [[nodiscard]] const QTableWidget* errorTable() const { return m_table; }
+  void setGroupByOp(bool byOp);   // the table: per op name instead of per span kind
 
  signals:
   void compared();
@@ -41,6 +43,7 @@ class CompareView : public QWidget {
  private:
   void recompute();
   void show(const TraceComparison& c, std::shared_ptr<const TimelineData> merged);
+  void fillTable();
 
   OutcomePtr m_predicted;
   std::shared_ptr<const TraceFile> m_measured;
@@ -50,6 +53,7 @@ class CompareView : public QWidget {
   QLabel* m_summary = nullptr;
   TimelineWidget* m_timeline = nullptr;
   QTableWidget* m_table = nullptr;
+  QComboBox* m_grouping = nullptr;   // by span kind, or by op name as `megascope compare`
 };
 
 }  // namespace megascope::gui

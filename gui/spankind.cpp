@@ -65,6 +65,22 @@ bool isCommunication(SpanKind k) {
          k == SpanKind::ppComm;
 }
 
+const char* phaseName(Phase p) {
+  switch (p) {
+    case Phase::forward: return "forward";
+    case Phase::backward_input: return "backward_input";
+    case Phase::backward_weight: return "backward_weight";
+    case Phase::recompute: return "recompute";
+    default: return to_string(p);
+  }
+}
+
+std::string opName(OpKind kind, Phase phase, OpLabel label) {
+  if (kind != OpKind::compute) return std::string(to_string(label)) + " " + to_string(kind);
+  const std::string p = phaseName(phase), l = to_string(label);
+  return p == l ? p : p + " " + l;
+}
+
 std::optional<Phase> parsePhase(std::string_view s) {
   for (int i = 0; i <= static_cast<int>(Phase::param_sync); ++i)
     if (s == to_string(static_cast<Phase>(i))) return static_cast<Phase>(i);

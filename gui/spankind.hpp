@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "core/program/program.hpp"
@@ -37,6 +38,14 @@ inline SpanKind spanKindOf(const Op& op) { return spanKindOf(op.kind, op.phase, 
 QColor spanKindColor(SpanKind k);
 QString spanKindName(SpanKind k);   // "forward", "input gradient", "TP comm", ...
 bool isCommunication(SpanKind k);
+
+// "forward", "backward_input", "backward_weight", "recompute", "optimizer",
+// ... (core's to_string abbreviates the first four to F, B, W, R).
+const char* phaseName(Phase p);
+// An op's name as `megascope compare` groups ops: "forward mlp" (compute:
+// phase and label), "tp all-gather" (communication: label and op kind),
+// "optimizer".
+std::string opName(OpKind kind, Phase phase, OpLabel label);
 
 // Inverse of core's to_string for the spellings a trace file carries.
 std::optional<Phase> parsePhase(std::string_view s);

@@ -90,9 +90,9 @@ QString TimelineData::describe(int lane, int span) const {
   QString t = QStringLiteral("<b>%1</b><br>").arg(spanKindName(s.kind));
   if (l.ops && s.op < l.ops->size()) {
     const OpInfo& o = (*l.ops)[s.op];
-    t += QStringLiteral("%1 %2 (%3)<br>")
-             .arg(QString::fromLatin1(to_string(o.phase)), QString::fromLatin1(to_string(o.label)),
-                  QString::fromLatin1(to_string(o.kind)));
+    t += QStringLiteral("%1 (%2)<br>")
+             .arg(QString::fromStdString(opName(o.kind, o.phase, o.label)),
+                  QString::fromLatin1(o.kind == OpKind::compute ? phaseName(o.phase) : to_string(o.phase)));
     if (o.microbatch >= 0) t += QStringLiteral("micro-batch %1<br>").arg(o.microbatch);
     if (o.layer >= 0) t += QStringLiteral("layer %1<br>").arg(o.layer);
     if (o.chunk >= 0) t += QStringLiteral("chunk %1<br>").arg(o.chunk);

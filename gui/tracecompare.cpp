@@ -2,11 +2,18 @@
 
 #include <array>
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <string>
 
 namespace megascope::gui {
 
 std::optional<double> KindError::error() const {
+  if (measuredS <= 0) return std::nullopt;
+  return (predictedS - measuredS) / measuredS;
+}
+
+std::optional<double> OpError::error() const {
   if (measuredS <= 0) return std::nullopt;
   return (predictedS - measuredS) / measuredS;
 }
@@ -34,6 +41,7 @@ TraceComparison compareTraces(const Program& program, const std::vector<Span>& p
     duration[static_cast<std::size_t>(stage)][s.op] = s.end - s.start;
   }
   std::array<KindError, kSpanKindCount> acc{};
+  std::map<std::string, OpError> byName;
   for (const TraceRecord& r : measured.spans) {
     if (!c.planMatches || r.rank < 0 || r.rank >= program.grid.world()) {
       ++c.unmatched;
@@ -51,7 +59,17 @@ TraceComparison compareTraces(const Program& program, const std::vector<Span>& p
     k.measuredS += r.end_s - r.start_s;
     ++k.matched;
     ++c.matched;
+    const std::string name = opName(op.kind, op.phase, op.label);
+    OpError& e = byName[name];
+    e.name = name;
+    e.kind = spanKindOf(op);
+    e.predictedS += d[r.op];
+    e.measuredS += r.end_s - r.start_s;
+    ++e.matched;
   }
+  for (auto& [name, e] : byName) c.ops.push_back(std::move(e));
+  std::stable_sort(c.ops.begin(), c.ops.end(),
+                   [](const OpError& a, const OpError& b) { return a.measuredS > b.measuredS; });
   for (int i = 0; i < kSpanKindCount; ++i) {
     if (acc[static_cast<std::size_t>(i)].matched == 0) continue;
     acc[static_cast<std::size_t>(i)].kind = static_cast<SpanKind>(i);

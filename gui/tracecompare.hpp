@@ -8,6 +8,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "config/trace_file.hpp"
@@ -25,8 +26,20 @@ struct KindError {
   [[nodiscard]] std::optional<double> error() const;   // (predicted - measured) / measured
 };
 
+// The same per op name (opName(): "forward mlp", "tp all-gather"), as
+// `megascope compare` groups them.
+struct OpError {
+  std::string name;
+  SpanKind kind = SpanKind::other;
+  double predictedS = 0;
+  double measuredS = 0;
+  std::size_t matched = 0;
+  [[nodiscard]] std::optional<double> error() const;
+};
+
 struct TraceComparison {
   std::vector<KindError> kinds;           // kinds with matched spans, in SpanKind order
+  std::vector<OpError> ops;               // op names with matched spans, most measured time first
   double predictedStepS = 0;
   double measuredStepS = 0;
   std::size_t matched = 0;

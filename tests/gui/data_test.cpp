@@ -48,6 +48,14 @@ class SpanKindTest : public QObject {
     QCOMPARE(static_cast<int>(colours.size()), kSpanKindCount);
     QCOMPARE(static_cast<int>(names.size()), kSpanKindCount);
   }
+  void opNamesFollowMegascopeCompare() {
+    QCOMPARE(opName(OpKind::compute, Phase::forward, OpLabel::mlp), std::string("forward mlp"));
+    QCOMPARE(opName(OpKind::compute, Phase::backward_weight, OpLabel::attention),
+             std::string("backward_weight attention"));
+    QCOMPARE(opName(OpKind::compute, Phase::optimizer, OpLabel::optimizer), std::string("optimizer"));
+    QCOMPARE(opName(OpKind::recv, Phase::backward_input, OpLabel::pp_gradient),
+             std::string(to_string(OpLabel::pp_gradient)) + " recv");
+  }
   void traceSpellingsParseBack() {
     for (int i = 0; i < kOpLabelCount; ++i)
       QCOMPARE(parseOpLabel(to_string(static_cast<OpLabel>(i))), std::optional(static_cast<OpLabel>(i)));
@@ -96,7 +104,7 @@ class TimelineDataTest : public QObject {
     const Op& op = o->program.of_rank(lane.rank).ops[s.op];
     const QString text = d.describe(0, static_cast<int>(k));
     QVERIFY(text.contains(QString::fromLatin1(to_string(op.label))));
-    QVERIFY(text.contains(QString::fromLatin1(to_string(op.phase))));
+    QVERIFY(text.contains(QString::fromLatin1(phaseName(op.phase))));
     if (op.microbatch) QVERIFY(text.contains(QStringLiteral("micro-batch %1").arg(*op.microbatch)));
     QCOMPARE(d.spanAt(0, d.duration * 10, 0), -1);
   }
@@ -217,6 +225,17 @@ class TraceCompareTest : public QObject {
     std::set<SpanKind> kinds;
     for (const KindError& k : c.kinds) kinds.insert(k.kind);
     QVERIFY(kinds.count(SpanKind::forward) && kinds.count(SpanKind::backwardInput) && kinds.count(SpanKind::ppComm));
+    // Per op name, as `megascope compare` groups them: the names cover every matched span and
+    // are sorted by measured time.
+    std::size_t byName = 0;
+    bool forwardMlp = false;
+    for (std::size_t i = 0; i < c.ops.size(); ++i) {
+      byName += c.ops[i].matched;
+      if (i) QVERIFY(c.ops[i - 1].measuredS >= c.ops[i].measuredS);
+      forwardMlp = forwardMlp || c.ops[i].name == "forward mlp";
+    }
+    QCOMPARE(byName, c.matched);
+    QVERIFY(forwardMlp);
     auto lanes = timelineFromTrace(*t, TraceOrigin::measured, &p.program);
     QCOMPARE(lanes->spanCount, t->spans.size());
     QCOMPARE(lanes->stages, 2);

@@ -134,6 +134,10 @@ class ScreenshotTest : public QObject {
       }
     QVERIFY(forward);
     QVERIFY(w.compareView()->errorTable()->rowCount() >= 3);
+    const int kinds = w.compareView()->errorTable()->rowCount();
+    w.compareView()->setGroupByOp(true);   // per op name: more rows, "forward mlp" among them
+    QVERIFY(w.compareView()->errorTable()->rowCount() > kinds);
+    QVERIFY(!w.compareView()->errorTable()->findItems(QStringLiteral("forward mlp"), Qt::MatchExactly).isEmpty());
     QVERIFY(countColor(img, spanKindColor(SpanKind::forward)) > 1000);
   }
   void commandLineScreenshotWritesThePng() {
