@@ -52,6 +52,9 @@ struct CostProfile {
   double attention_fwd_efficiency = 0.4;   // fraction of bf16 peak, fused attention forward
   double attention_bwd_efficiency = 0.34;
   double launch_overhead_s = 1e-6;
+  // Added once to every compute op that launches kernels: the runtime's own
+  // work per op (a CPU executor's bookkeeping, buffers and copies). 0 for GPUs.
+  double op_overhead_s = 0;
   // Measured overrides (calibration): exact shapes, seconds per call.
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> gemm_seconds;  // (m,n,k,Precision)
   std::map<MemoryOp, double> memory_Bps;    // per-kind achieved bandwidth
@@ -73,6 +76,7 @@ class CostModel {
   [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;
   [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
+  [[nodiscard]] double op_overhead_s() const { return profile_.op_overhead_s; }
   [[nodiscard]] const CostProfile& profile() const { return profile_; }
   [[nodiscard]] const DeviceSpec& device() const { return device_; }
 

@@ -25,7 +25,7 @@ std::vector<double> compute_durations(const StageProgram& stage, const CostModel
       out[i] = memo[op.kernel_begin].second;
       continue;
     }
-    double t = 0;
+    double t = cost.op_overhead_s();
     for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
       const Kernel& kr = stage.kernels[k];
       switch (kr.kind) {
@@ -39,6 +39,10 @@ std::vector<double> compute_durations(const StageProgram& stage, const CostModel
     if (memoisable && memo[op.kernel_begin].first == 0) memo[op.kernel_begin] = {op.kernel_count, t};
   }
   return out;
+}
+
+Execution default_execution(const DeviceSpec& device) {
+  return device.kind == DeviceKind::cpu ? Execution::serial : Execution::streams;
 }
 
 namespace {
@@ -201,7 +205,7 @@ struct alignas(64) RankState {
   std::size_t remaining = 0;
   double* start_time = nullptr;         // traced ranks only: start of each op
   std::uint32_t flows = 0;              // its flows in Engine::flow_of_class_, by the stage's CommClass
-  std::array<std::uint32_t, kStreamCount> head{};
+  std::array<std::uint32_t, kStreamCount> head{};   // serial execution: head[0] is the next op of the list
 };
 
 struct Member {
@@ -288,7 +292,8 @@ struct Channel {
 class Engine {
  public:
   Engine(const Program& p, const Topology& topo, const CostModel& cost, const SimOptions& opt)
-      : p_(p), topo_(topo), opt_(opt), net_(topo) {
+      : p_(p), topo_(topo), opt_(opt), net_(topo),
+        serial_(opt.execution.value_or(default_execution(cost.device())) == Execution::serial) {
     stages_.reserve(p.stages.size());
     for (const StageProgram& s : p.stages) stages_.push_back(analyse(s, cost));
     match_transfers(p, stages_);
@@ -357,9 +362,14 @@ class Engine {
     record_ = opt_.record_trace;
     prepare_flows();
 
-    // Start: every stream head and every op with no predecessor constraint.
+    // Start: every stream head and every op with no predecessor constraint
+    // (serial: the first op of the list).
     for (std::uint32_t s = 0; s < states_.size(); ++s) {
       const StageInfo& info = stages_[states_[s].stage];
+      if (serial_) {
+        if (!info.ops.empty()) try_start(s, 0, 0.0);
+        continue;
+      }
       for (int k = 0; k < kStreamCount; ++k) {
         const auto& list = info.stream_ops[static_cast<std::size_t>(k)];
         if (is_async(static_cast<Stream>(k))) {
@@ -495,8 +505,14 @@ class Engine {
     if (started(st, i)) return;
     const StageInfo& info = stages_[st.stage];
     const OpInfo& op = info.ops[i];
-    if (!is_async(op.stream) && op.position != st.head[static_cast<std::size_t>(op.stream)]) return;
-    if (!deps_done(st, *info.prog, op)) return;
+    if (serial_) {
+      // The list order implies the dependencies: every earlier op has
+      // finished, except sends, which the rank does not wait for.
+      if (i != st.head[0]) return;
+    } else {
+      if (!is_async(op.stream) && op.position != st.head[static_cast<std::size_t>(op.stream)]) return;
+      if (!deps_done(st, *info.prog, op)) return;
+    }
     set_started(st, i);
     if (st.start_time) st.start_time[i] = now;
     switch (op.kind) {
@@ -506,15 +522,9 @@ class Engine {
       case OpKind::send:
       case OpKind::recv: {
         // The pair starts when its second end is posted; the first waits.
-        const std::uint32_t j = op.pair;
-        if (j == kNone) return;
-        const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
-        const int ps = state_of_rank_[static_cast<std::size_t>(peer)];
-        if (ps < 0 || !started(states_[static_cast<std::size_t>(ps)], j)) return;
-        const std::uint32_t w = acquire();
-        pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
-        pool_[w].push_back({s, i});
-        launch(w, flow_of_class_[st.flows + op.comm_class], now);
+        // Serial: a posted send lets the rank go on to its next op.
+        post_transfer(s, i, now);
+        if (serial_ && op.kind == OpKind::send) advance_serial(s, i, now);
         return;
       }
       default: {
@@ -553,6 +563,27 @@ class Engine {
     }
   }
 
+  void post_transfer(std::uint32_t s, std::uint32_t i, double now) {
+    const RankState& st = states_[s];
+    const OpInfo& op = stages_[st.stage].ops[i];
+    const std::uint32_t j = op.pair;
+    if (j == kNone) return;
+    const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
+    const int ps = state_of_rank_[static_cast<std::size_t>(peer)];
+    if (ps < 0 || !started(states_[static_cast<std::size_t>(ps)], j)) return;
+    const std::uint32_t w = acquire();
+    pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
+    pool_[w].push_back({s, i});
+    launch(w, flow_of_class_[st.flows + op.comm_class], now);
+  }
+
+  // Serial execution: op i gives the rank up; its next op of the list starts.
+  void advance_serial(std::uint32_t s, std::uint32_t i, double now) {
+    RankState& st = states_[s];
+    st.head[0] = i + 1;
+    if (st.head[0] < stages_[st.stage].ops.size()) try_start(s, st.head[0], now);
+  }
+
   Channel& channel(std::int64_t gid, Stream stream) {
     if (channel_of_.empty()) channel_of_.assign(static_cast<std::size_t>(kCommGroupCount) * p_.grid.world() * kStreamCount, kNone);
     const std::size_t key = static_cast<std::size_t>(gid) * kStreamCount + static_cast<std::size_t>(stream);
@@ -566,7 +597,9 @@ class Engine {
 
   // A transfer's span starts when the data moves, not when a member posted it:
   // waiting for the peer is idle time (a bubble), not communication.
+  // Serial ranks keep the time they reached the op (they waited in it).
   void mark_transfer_start(const std::vector<Member>& members, double now) {
+    if (serial_) return;
     for (const Member& m : members) {
       RankState& st = states_[m.state];
       if (st.start_time) st.start_time[m.op] = now;
@@ -601,6 +634,13 @@ class Engine {
     set_finished(st, i);
     st.remaining -= 1;
     end_ = std::max(end_, now);
+    if (serial_) {
+      // A send held the rank only while it was posted.
+      const bool send = op.kind == OpKind::send;
+      if (record_ && st.start_time) spans_.push_back({st.rank, i, st.start_time[i], send ? st.start_time[i] : now});
+      if (!send) advance_serial(s, i, now);
+      return;
+    }
     if (record_ && st.start_time) spans_.push_back({st.rank, i, st.start_time[i], now});
     if (!is_async(op.stream)) {
       auto& head = st.head[static_cast<std::size_t>(op.stream)];
@@ -633,6 +673,7 @@ class Engine {
   std::map<std::tuple<int, int, double>, Network::Prepared> p2p_cache_;
   std::vector<Span> spans_;
   bool record_ = true;
+  bool serial_ = false;   // Execution::serial
   std::uint64_t events_ = 0;
   double end_ = 0;
 };

@@ -13,6 +13,14 @@
 // Modes: full simulates every rank; reduced simulates one representative per
 // pipeline stage (tp = cp = dp = 0), which is exact when all ranks of a stage
 // are symmetric and their flows do not share links with other groups' flows.
+//
+// Execution: streams (a GPU: the streams above overlap) or serial (a CPU
+// rank of the CPU executor: one op at a time in list order, whatever its
+// stream; dependencies are implied by the order; a send is posted and the
+// rank goes on, its transfer starting once the receive is posted; a receive
+// or a collective holds the rank until its transfer ends). A span of a
+// serial rank is the time the op held the rank, waiting included, as the
+// executor measures it; a send's span is its posting (zero length).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +36,7 @@
 namespace megascope::sim {
 
 enum class Mode : std::uint8_t { full, reduced };
+enum class Execution : std::uint8_t { streams, serial };
 
 struct SimOptions {
   Mode mode = Mode::reduced;
@@ -35,7 +44,13 @@ struct SimOptions {
   // Ranks whose spans are recorded; empty: every simulated rank when there
   // are at most 64 of them, else one representative per stage.
   std::vector<int> trace_ranks;
+  // Absent: serial for a CPU device (DeviceSpec::kind, as the CPU executor
+  // runs), streams otherwise.
+  std::optional<Execution> execution = std::nullopt;
 };
+
+// The execution a simulation of `device` uses when SimOptions leaves it open.
+Execution default_execution(const DeviceSpec& device);
 
 using megascope::Span;   // core/trace.hpp
 
