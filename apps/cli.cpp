@@ -5,6 +5,7 @@
 
 #include <ostream>
 
+#include "apps/calibrate.hpp"
 #include "apps/compare.hpp"
 #include "apps/estimate.hpp"
 #include "apps/plan.hpp"
@@ -83,6 +84,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       "run", "train a plan for real, one process per rank: mpirun -np <world> megascope run --backend cpu ...");
   add_run_options(*run, run_opts);
 
+  CalibrateOptions calibrate_opts;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "measure the executor's kernels and collectives on this machine and write a calibration profile "
+                   "and cluster (under mpirun: mpirun -np 2 megascope calibrate --backend cpu)");
+  add_calibrate_options(*calibrate, calibrate_opts);
+
   auto* list = app.add_subcommand("list", "the shipped models and clusters");
 
   try {
@@ -129,6 +136,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (*sweep) return run_sweep(sweep_opts, out, err);
   if (*compare) return run_compare(compare_opts, out, err);
   if (*run) return run_command(run_opts, out, err);
+  if (*calibrate) return run_calibrate(calibrate_opts, out, err);
   if (*list) {
     out << "models   (" << data_dir() << "/models):\n";
     for (const auto& m : shipped_models()) out << "  " << m << "\n";
