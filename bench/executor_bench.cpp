@@ -8,15 +8,17 @@
 // during the run, the op kinds with the largest errors), then the rows as
 // JSON. Not a test.
 //
-//   ./build/bench/executor_bench [--np N] [--steps N] [--warmup N] [--case TEXT] [--dir DIR] [--keep]
+//   ./build/bench/executor_bench [--np N] [--steps N] [--warmup N] [--case TEXT] [--dir DIR] [--keep] [--nice N]
 //
+// --nice N runs calibrate and the measured runs under `nice -n N` (N < 0
+// needs root): on a machine shared with other work, a negative N lets the
+// ranks run closer to an otherwise idle machine (the load column says how
+// busy the machine was).
 // Measured step time: the median of the steps after the first `warmup` (the
-// executor prints every step's time: the slowest rank's). CPU share: the
-// CPU time of the mpirun job's processes over np x its wall time; below 1
-// the ranks waited for a core (other processes, or the ranks' own waits).
+// executor prints every step's time: the slowest rank's). Load: the
+// machine's 1-minute load average just before the run; above np - 1 (the
+// ranks' own load) other work competed with the ranks for the cores.
 #include <fmt/format.h>
-#include <sys/resource.h>
-#include <sys/time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,28 +36,19 @@ namespace {
 struct Launch {
   int status = 0;
   std::string output;
-  double wall_s = 0, cpu_s = 0;   // the child processes' CPU time (user + system)
+  double wall_s = 0;
 };
-
-double children_cpu_s() {
-  rusage u{};
-  getrusage(RUSAGE_CHILDREN, &u);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
-  return s(u.ru_utime) + s(u.ru_stime);
-}
 
 Launch shell(const std::string& cmd) {
   Launch l;
-  const double cpu0 = children_cpu_s();
   const auto t0 = std::chrono::steady_clock::now();
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {127, "popen failed", 0, 0};
+  if (!p) return {127, "popen failed", 0};
   char buf[4096];
   std::size_t n = 0;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) l.output.append(buf, n);
   l.status = pclose(p);
   l.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  l.cpu_s = children_cpu_s() - cpu0;
   return l;
 }
 
@@ -78,7 +72,7 @@ struct Case {
 
 struct Row {
   std::string name;
-  double predicted_s = 0, measured_s = 0, error = 0, cpu_share = 0;
+  double predicted_s = 0, measured_s = 0, error = 0, load = 0;
   std::vector<double> steps;
   nlohmann::json kinds = nlohmann::json::array();   // compare's per-kind rows
   std::string failure;
@@ -90,6 +84,7 @@ int main(int argc, char** argv) {
   int np = 2, steps = 5, warmup = 2;
   std::string only, dir = (std::filesystem::temp_directory_path() / "megascope-executor-bench").string();
   bool keep = false;
+  std::optional<int> nice;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--np" && i + 1 < argc) np = std::max(1, std::atoi(argv[++i]));
@@ -98,14 +93,17 @@ int main(int argc, char** argv) {
     else if (a == "--case" && i + 1 < argc) only = argv[++i];
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--keep") keep = true;
+    else if (a == "--nice" && i + 1 < argc) nice = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: executor_bench [--np N] [--steps N] [--warmup N] [--case TEXT] [--dir DIR] [--keep]\n");
+      std::fprintf(stderr,
+                   "usage: executor_bench [--np N] [--steps N] [--warmup N] [--case TEXT] [--dir DIR] [--keep] [--nice N]\n");
       return 2;
     }
   }
   std::filesystem::create_directories(dir);
   const std::string bin = MEGASCOPE_BINARY;
-  const std::string mpirun = fmt::format("{} --allow-run-as-root --oversubscribe {} {}", MEGASCOPE_MPIEXEC,
+  const std::string mpirun = fmt::format("{}{} --allow-run-as-root --oversubscribe {} {}",
+                                         nice ? fmt::format("nice -n {} ", *nice) : std::string(), MEGASCOPE_MPIEXEC,
                                          MEGASCOPE_MPIEXEC_NUMPROC_FLAG, np);
   const std::vector<Case> cases = {
       {"tiny-gpt", fmt::format("dp={}", np), 16 * np},   {"tiny-gpt", fmt::format("tp={}", np), 16},
@@ -143,6 +141,8 @@ int main(int argc, char** argv) {
                                         "--trace {}-measured.json",
                                         mpirun, bin, c.model, c.plan, c.global_batch, steps + warmup, tag);
     std::fprintf(stderr, "%s\n", run.c_str());
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1) row.load = load[0];
     const Launch r = shell(run);
     const nlohmann::json rj = json_of(r);
     if (r.status != 0 || !rj.contains("steps")) {
@@ -153,7 +153,6 @@ int main(int argc, char** argv) {
     for (const auto& s : rj["steps"]) row.steps.push_back(s.at("step_time_s").get<double>());
     row.measured_s = median(std::vector<double>(row.steps.begin() + std::min<std::ptrdiff_t>(warmup, static_cast<std::ptrdiff_t>(row.steps.size()) - 1),
                                                 row.steps.end()));
-    row.cpu_share = r.wall_s > 0 ? r.cpu_s / (np * r.wall_s) : 0;
     const std::string sim = fmt::format("{} simulate --model {} --cluster {}/{}-cluster.toml --gpus {} --plan {} "
                                         "--global-batch {} --calibration {}/{}.toml --mode full --trace {}-simulated.json --json",
                                         bin, c.model, dir, c.model, np, c.plan, c.global_batch, dir, c.model, tag);
@@ -172,8 +171,8 @@ int main(int argc, char** argv) {
     rows.push_back(row);
   }
 
-  std::printf("%-28s %10s %10s %8s %6s  %s\n", "plan", "predicted", "measured", "error", "cpu", "op kinds (compare, last step)");
-  std::printf("%-28s %10s %10s %8s %6s  %s\n", "", "s", "s", "%", "share", "kind: simulated vs measured s, error");
+  std::printf("%-28s %10s %10s %8s %6s  %s\n", "plan", "predicted", "measured", "error", "load", "op kinds (compare, last step)");
+  std::printf("%-28s %10s %10s %8s %6s  %s\n", "", "s", "s", "%", "1 min", "kind: simulated vs measured s, error");
   nlohmann::json out = nlohmann::json::array();
   double abs_sum = 0;
   int ok = 0;
@@ -192,15 +191,17 @@ int main(int argc, char** argv) {
                            k.value("measured_s", 0.0), err);
     }
     std::printf("%-28s %10.4f %10.4f %+7.1f%% %6.2f  %s\n", r.name.c_str(), r.predicted_s, r.measured_s, 100 * r.error,
-                r.cpu_share, kinds.c_str());
+                r.load, kinds.c_str());
     abs_sum += std::abs(r.error);
     ++ok;
     out.push_back({{"plan", r.name}, {"predicted_s", r.predicted_s}, {"measured_s", r.measured_s}, {"error", r.error},
-                   {"measured_steps_s", r.steps}, {"cpu_share", r.cpu_share}, {"kinds", r.kinds}});
+                   {"measured_steps_s", r.steps}, {"load", r.load}, {"kinds", r.kinds}});
   }
   if (ok) std::printf("mean absolute error %.1f%% over %d plans (%d ranks, median of %d steps after %d warm-up)\n",
                       100 * abs_sum / ok, ok, np, steps, warmup);
-  std::printf("%s\n", nlohmann::json{{"rows", out}, {"np", np}, {"calibrate_s", calibrate_s}}.dump().c_str());
+  std::printf("%s\n", nlohmann::json{{"rows", out}, {"np", np}, {"calibrate_s", calibrate_s}, {"nice", nice ? *nice : 0}}
+                          .dump()
+                          .c_str());
   if (!keep) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
