@@ -37,6 +37,21 @@ ExpertW expert_weights(Chunk& ch, int l, int e, bool grads) {
   return {get("fc1.weight"), get("fc1.bias"), get("fc2.weight"), get("fc2.bias")};
 }
 
+// Rows local expert j received, summed over the P source ranks
+// (recv_counts is (source, local expert), El experts per rank).
+std::int64_t expert_rows(const std::vector<std::int64_t>& recv_counts, int P, std::int64_t El, std::int64_t j) {
+  std::int64_t n = 0;
+  for (int src = 0; src < P; ++src) n += recv_counts[static_cast<std::size_t>(src * El + j)];
+  return n;
+}
+
+// Where the rows of (source, local expert j) start inside that source's block.
+std::int64_t block_offset(const std::vector<std::int64_t>& recv_counts, std::int64_t El, int src, std::int64_t j) {
+  std::int64_t off = 0;
+  for (std::int64_t jj = 0; jj < j; ++jj) off += recv_counts[static_cast<std::size_t>(src * El + jj)];
+  return off;
+}
+
 }  // namespace
 
 Vec CpuRank::moe_dispatch_rows(LayerActs& A, const Vec& rows, std::int64_t width, bool forward) {
@@ -70,8 +85,7 @@ Vec CpuRank::moe_dispatch_rows(LayerActs& A, const Vec& rows, std::int64_t width
   std::int64_t at = 0;
   for (std::int64_t j = 0; j < El; ++j)
     for (int src = 0; src < P; ++src) {
-      std::int64_t off = 0;
-      for (std::int64_t jj = 0; jj < j; ++jj) off += A.recv_counts[static_cast<std::size_t>(src * El + jj)];
+      const std::int64_t off = block_offset(A.recv_counts, El, src, j);
       const std::int64_t n = A.recv_counts[static_cast<std::size_t>(src * El + j)];
       const auto from = recv.begin() + src * block + El + off * width;
       std::copy(from, from + n * width, out.begin() + at * width);
@@ -89,8 +103,7 @@ Vec CpuRank::moe_combine_rows(LayerActs& A, const Vec& local, std::int64_t width
   std::int64_t at = 0;
   for (std::int64_t j = 0; j < El; ++j)
     for (int src = 0; src < P; ++src) {
-      std::int64_t off = 0;
-      for (std::int64_t jj = 0; jj < j; ++jj) off += A.recv_counts[static_cast<std::size_t>(src * El + jj)];
+      const std::int64_t off = block_offset(A.recv_counts, El, src, j);
       const std::int64_t n = A.recv_counts[static_cast<std::size_t>(src * El + j)];
       std::copy(local.begin() + at * width, local.begin() + (at + n) * width, send.begin() + src * block + El + off * width);
       at += n;
@@ -143,8 +156,7 @@ void CpuRank::moe_forward(Action a, LayerActs& A, int c, int mb, int l, bool rec
       A.y = zeros(rows * h);
       std::int64_t at = 0;
       for (int j = 0; j < lx.count; ++j) {
-        std::int64_t n = 0;
-        for (int src = 0; src < s_.plan.ep; ++src) n += A.recv_counts[static_cast<std::size_t>(src * lx.count + j)];
+        const std::int64_t n = expert_rows(A.recv_counts, s_.plan.ep, lx.count, j);
         const ExpertW w = expert_weights(experts_of(c), l, lx.first + j, false);
         float* h1 = A.h1.data() + at * d_.up * fe;
         float* act = A.act.data() + at * fe;
@@ -199,8 +211,7 @@ void CpuRank::moe_backward(Action a, LayerActs& A, int c, int mb, int l) {
       Vec dxe = zeros(rows * h), dact = zeros(rows * fe);
       std::int64_t at = 0;
       for (int j = 0; j < lx.count; ++j) {
-        std::int64_t n = 0;
-        for (int src = 0; src < s_.plan.ep; ++src) n += A.recv_counts[static_cast<std::size_t>(src * lx.count + j)];
+        const std::int64_t n = expert_rows(A.recv_counts, s_.plan.ep, lx.count, j);
         const ExpertW w = expert_weights(experts_of(c), l, lx.first + j, false);
         k::matmul_backward_input(dact.data() + at * fe, A.dh2.data() + at * h, w.fc2w, n, fe, h);
         if (d_.up == 2)
@@ -246,8 +257,7 @@ void CpuRank::moe_weight(LayerActs& A, int c, int l) {
   const LocalExperts lx = local_experts(s_, me_);
   std::int64_t at = 0;
   for (int j = 0; j < lx.count; ++j) {
-    std::int64_t n = 0;
-    for (int src = 0; src < s_.plan.ep; ++src) n += A.recv_counts[static_cast<std::size_t>(src * lx.count + j)];
+    const std::int64_t n = expert_rows(A.recv_counts, s_.plan.ep, lx.count, j);
     const ExpertW g = expert_weights(experts_of(c), l, lx.first + j, true);
     k::matmul_backward_weight(g.fc2w, g.fc2b, A.dh2.data() + at * h, A.act.data() + at * fe, n, fe, h);
     k::matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data() + at * d_.up * fe, A.xe.data() + at * h, n, h, d_.up * fe);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "subprocess.hpp"
 #include "apps/calibrate.hpp"
 #include "cli_runner.hpp"
 #include "config/library.hpp"
@@ -25,21 +26,8 @@ using namespace megascope;
 
 namespace {
 
-struct Launch {
-  int status = 0;
-  std::string output;
-};
-
-Launch shell(const std::string& cmd) {
-  Launch l;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) l.output.append(buf, n);
-  l.status = pclose(p);
-  return l;
-}
+using megascope::test::Launch;
+using megascope::test::shell;
 
 struct Scratch {
   fs::path dir = fs::temp_directory_path() / fmt::format("megascope-calibrate-test-{}", ::getpid());

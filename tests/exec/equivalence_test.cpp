@@ -17,27 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "subprocess.hpp"
+
 namespace {
 
 struct Step {
   double loss = 0, grad_norm = 0;
 };
 
-struct Launch {
-  int status = 0;
-  std::string output;
-};
-
-Launch shell(const std::string& cmd) {
-  Launch l;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) l.output.append(buf, n);
-  l.status = pclose(p);
-  return l;
-}
+using megascope::test::Launch;
+using megascope::test::shell;
 
 std::string mpirun(int np) {
   return fmt::format("{} --allow-run-as-root --oversubscribe {} {}", MEGASCOPE_MPIEXEC, MEGASCOPE_MPIEXEC_NUMPROC_FLAG, np);
