@@ -2,6 +2,7 @@
 // short reference run that gives the executor's overhead per op, and the
 // files and report. The fits are in apps/calibrate_fit.cpp.
 #include "apps/calibrate.hpp"
+#include "apps/calibrate_cuda.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -223,7 +224,8 @@ bool writable(const std::string& path) {
 }  // namespace
 
 void add_calibrate_options(CLI::App& cmd, CalibrateOptions& o) {
-  cmd.add_option("--backend", o.backend, "cpu (the CPU executor's kernels and MPI); cuda is not built yet")
+  cmd.add_option("--backend", o.backend,
+                 "cpu (the CPU executor's kernels and MPI) or cuda (cuBLASLt, the CUDA kernels, NCCL; one GPU per rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--output,-o", o.output, "calibration profile to write (default calibration.toml)");
   cmd.add_option("--cluster-output", o.cluster_output,
@@ -246,11 +248,7 @@ int run_calibrate(const CalibrateOptions& opts, std::ostream& out, std::ostream&
     o.tp.resize(std::min<std::size_t>(o.tp.size(), 1));
     o.micro_batches.resize(std::min<std::size_t>(o.micro_batches.size(), 1));
   }
-  if (o.backend == "cuda") {
-    err << "megascope calibrate: error: --backend cuda is not built yet (the CUDA runtime is the next part of the "
-           "executor); --backend cpu calibrates the CPU executor\n";
-    return 1;
-  }
+  if (o.backend == "cuda") return run_calibrate_cuda(opts, out, err);   // apps/calibrate_cuda.hpp (its own defaults)
   if (o.models.empty() || o.tp.empty() || o.micro_batches.empty()) {
     err << "megascope calibrate: error: --models, --tp and --micro-batches need at least one value each\n";
     return 2;
