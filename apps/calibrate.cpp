@@ -144,25 +144,6 @@ Result<Cases> make_cases(const CalibrateOptions& o, const ClusterSpec& base, int
   return c;
 }
 
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&t));
-  return buf;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "this host";
-  return buf;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // A short run of the executor (the first model, dp = world, micro-batch 1)
 // whose compute ops, priced with the fitted kernels, leave the executor's own
@@ -222,6 +203,27 @@ bool writable(const std::string& path) {
 }
 
 }  // namespace
+
+// Shared with the cuda backend (apps/calibrate.hpp).
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&t));
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "this host";
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 void add_calibrate_options(CLI::App& cmd, CalibrateOptions& o) {
   cmd.add_option("--backend", o.backend,

@@ -84,4 +84,10 @@ std::string cluster_toml(const CalibrationFit& f, const std::string& base_name);
 void add_calibrate_options(CLI::App& cmd, CalibrateOptions& o);
 int run_calibrate(const CalibrateOptions& o, std::ostream& out, std::ostream& err);
 
+// Small helpers both backends' reports use: the date (YYYY-MM-DD), the
+// host's name, and the median of a sample (0 when empty).
+std::string today();
+std::string host_name();
+double median(std::vector<double> v);
+
 }  // namespace megascope::cli

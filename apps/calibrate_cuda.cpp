@@ -163,24 +163,6 @@ Result<GpuCases> make_cases(const std::vector<std::string>& models, const std::v
   return c;
 }
 
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&t));
-  return buf;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "this host";
-  return buf;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 int measure(const CalibrateOptions& o, std::ostream& out, std::ostream& err) {
   exec::MpiEnv& env = exec::MpiEnv::get();
