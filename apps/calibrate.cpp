@@ -121,17 +121,8 @@ Result<Cases> make_cases(const CalibrateOptions& o, const ClusterSpec& base, int
     d.memory.push_back({static_cast<exec::MemoryKernel>(kernel), rows, width, drop});
   for (std::int64_t n : o.quick ? std::vector<std::int64_t>{1 << 14} : std::vector<std::int64_t>{1 << 14, 1 << 16, 1 << 18})
     d.memory.push_back({exec::MemoryKernel::adamw, n, 1});
-  for (const auto& [b, heads, kv, seq, dim, bwd, rope] : attention) {
-    exec::AttentionCase a;
-    a.shape.batch = b;
-    a.shape.heads = heads;
-    a.shape.kv_heads = kv;
-    a.shape.seq_q = a.shape.seq_kv = seq;
-    a.shape.head_dim = dim;
-    a.backward = bwd;
-    a.rope = rope;
-    d.attention.push_back(a);
-  }
+  for (const auto& [b, heads, kv, seq, dim, bwd, rope] : attention)
+    d.attention.push_back(exec::self_attention_case(b, heads, kv, seq, dim, bwd, rope));
   d.world = world;
   const std::vector<double> sizes = o.quick ? std::vector<double>{1024, 262144}
                                             : std::vector<double>{64, 1024, 16384, 262144, 4194304};

@@ -137,17 +137,8 @@ Result<GpuCases> make_cases(const std::vector<std::string>& models, const std::v
   for (const auto& [kernel, rows, width] : memory) d.memory.push_back({static_cast<K>(kernel), rows, width});
   for (std::int64_t n : quick ? std::vector<std::int64_t>{1 << 22} : std::vector<std::int64_t>{1 << 20, 1 << 24, 1 << 27})
     d.memory.push_back({K::adamw, n, 1});
-  for (const auto& [b, heads, kv, seq, dim, bwd, rope] : attention) {
-    exec::AttentionCase a;
-    a.shape.batch = b;
-    a.shape.heads = heads;
-    a.shape.kv_heads = kv;
-    a.shape.seq_q = a.shape.seq_kv = seq;
-    a.shape.head_dim = dim;
-    a.backward = bwd;
-    a.rope = rope;
-    d.attention.push_back(a);
-  }
+  for (const auto& [b, heads, kv, seq, dim, bwd, rope] : attention)
+    d.attention.push_back(exec::self_attention_case(b, heads, kv, seq, dim, bwd, rope));
   d.world = world;
   std::vector<int> groups;
   for (int g = 2; g < world; g *= 2) groups.push_back(g);

@@ -74,6 +74,19 @@ struct AttentionCase {
   bool backward = false;
   bool rope = false;
 };
+// Self-attention over `seq` tokens (seq_q = seq_kv), causal.
+inline AttentionCase self_attention_case(std::int64_t batch, std::int64_t heads, std::int64_t kv_heads,
+                                         std::int64_t seq, std::int64_t head_dim, bool backward, bool rope) {
+  AttentionCase a;
+  a.shape.batch = batch;
+  a.shape.heads = heads;
+  a.shape.kv_heads = kv_heads;
+  a.shape.seq_q = a.shape.seq_kv = seq;
+  a.shape.head_dim = head_dim;
+  a.backward = backward;
+  a.rope = rope;
+  return a;
+}
 
 enum class CommOp : std::uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, send_recv };
 const char* to_string(CommOp c);
