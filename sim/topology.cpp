@@ -18,7 +18,14 @@
 //
 // Paths: breadth-first search from the destination (resumed, not restarted,
 // for the next source with the same destination), then a walk from the
-// source along shortest-path edges. Among equal-cost next hops (the spines of
+// source along shortest-path edges. A path between scale-up domains is
+// always device -> NIC -> leaf ... leaf -> NIC -> device (a NIC hangs off one
+// leaf, and devices are endpoints), and the part between the leaves runs
+// over switches only; so it is walked on the switch graph with distances to
+// the destination's leaf, computed once per leaf on first use and shared by
+// every device under it. The walk picks exactly what the walk from the device
+// would (the same candidates in the same order, the same ECMP hash and hop
+// numbers: distances differ by a constant two). Among equal-cost next hops (the spines of
 // a fat tree) the walk picks one by a fixed hash of (source, destination):
 // deterministic ECMP. Devices are endpoints only, and a NIC is not a shortcut
 // between two devices of its node.
@@ -26,6 +33,9 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <fmt/format.h>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 
 #include "sim/network.hpp"
@@ -68,6 +78,18 @@ struct Topology::Impl {
   Graph graph;
   std::vector<VertexKind> kind;
   std::vector<int> nic_of_device;  // NIC vertex per device, -1 without scale-out
+  std::vector<int> leaf_of_device; // the leaf of its NIC, -1 without scale-out
+  std::vector<LinkId> into_device; // the link NIC -> device, per device
+  std::vector<LinkId> into_nic;    // the link leaf -> NIC, per device
+  std::vector<LinkId> out_of_device;  // the link device -> NIC, per device
+  std::vector<LinkId> out_of_nic;     // the link NIC -> leaf, per device
+  // Switch graph: index of each fabric switch vertex (-1 for other
+  // vertices), and per leaf its distances to every switch, filled once.
+  std::vector<int> switch_index;
+  int switch_count = 0;
+  mutable std::vector<std::vector<std::uint16_t>> leaf_dist;   // by switch index of the leaf
+  mutable std::unique_ptr<std::once_flag[]> leaf_once;
+  const std::vector<std::uint16_t>& distances_to(int leaf) const;
   std::vector<LinkInfo> links;
   std::uint64_t serial = 0;
 
@@ -83,6 +105,7 @@ struct Topology::Impl {
     }
   }
   [[nodiscard]] std::vector<LinkId> path(int a, int b) const;
+  [[nodiscard]] std::vector<LinkId> fabric_path(int a, int b) const;
 };
 
 namespace {
@@ -123,9 +146,11 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
   if (a < 0 || b < 0 || a >= devices || b >= devices)
     throw std::out_of_range(fmt::format("Topology::path: device {} or {} outside 0..{}", a, b, devices - 1));
   if (a == b) return {};
-  BfsCache& c = bfs_caches.get(serial, b);
+  if (!leaf_of_device.empty() && a / cluster.scale_up_domain != b / cluster.scale_up_domain) return fabric_path(a, b);
+  const int target = b;
+  BfsCache& c = bfs_caches.get(serial, target);
   const std::size_t nv = boost::num_vertices(graph);
-  if (c.serial != serial || c.target != b) {
+  if (c.serial != serial || c.target != target) {
     if (c.stamp.size() < nv) {
       c.stamp.assign(nv, 0);
       c.dist.resize(nv);
@@ -136,20 +161,21 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
       c.epoch = 1;
     }
     c.serial = serial;
-    c.target = b;
+    c.target = target;
     c.queue.clear();
     c.head = 0;
-    c.stamp[static_cast<std::size_t>(b)] = c.epoch;
-    c.dist[static_cast<std::size_t>(b)] = 0;
-    c.queue.push_back(static_cast<Vertex>(b));
+    c.stamp[static_cast<std::size_t>(target)] = c.epoch;
+    c.dist[static_cast<std::size_t>(target)] = 0;
+    c.queue.push_back(static_cast<Vertex>(target));
   }
   const auto known = [&](Vertex v) { return c.stamp[v] == c.epoch; };
   const int own_nic = nic_of_device[static_cast<std::size_t>(b)];
-  // Expand until the source is discovered; then every vertex nearer to b than
-  // the source has its final distance, which is all the walk below needs.
+  // Expand until the source is discovered; then every vertex nearer to the
+  // target than the source has its final distance, which is all the walk
+  // below needs.
   while (!known(static_cast<Vertex>(a)) && c.head < c.queue.size()) {
     const Vertex u = c.queue[c.head++];
-    if (kind[u] == VertexKind::device && static_cast<int>(u) != b) continue;  // endpoints only
+    if (kind[u] == VertexKind::device && static_cast<int>(u) != target) continue;  // endpoints only
     for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
       const Vertex v = boost::target(*e, graph);
       if (known(v)) continue;
@@ -167,7 +193,7 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
   out.reserve(static_cast<std::size_t>(c.dist[static_cast<std::size_t>(a)]));
   Vertex u = static_cast<Vertex>(a);
   std::uint64_t hop = 0;
-  while (static_cast<int>(u) != b) {
+  while (static_cast<int>(u) != target) {
     // Next hops one step nearer to b, in the graph's (insertion) order.
     LinkId pick_link = 0;
     Vertex pick = u;
@@ -179,7 +205,7 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
       for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
         const Vertex v = boost::target(*e, graph);
         if (!known(v) || c.dist[v] != c.dist[u] - 1) continue;
-        if (kind[v] == VertexKind::device && static_cast<int>(v) != b) continue;
+        if (kind[v] == VertexKind::device && static_cast<int>(v) != target) continue;
         if (static_cast<int>(v) == own_nic && kind[u] == VertexKind::device) continue;  // NIC loopback
         if (pass == 1 && i == want) {
           pick = v;
@@ -196,6 +222,74 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
     u = pick;
     ++hop;
   }
+  return out;
+}
+
+const std::vector<std::uint16_t>& Topology::Impl::distances_to(int leaf) const {
+  const auto li = static_cast<std::size_t>(switch_index[static_cast<std::size_t>(leaf)]);
+  std::call_once(leaf_once[li], [&] {
+    std::vector<std::uint16_t> dist(static_cast<std::size_t>(switch_count), std::numeric_limits<std::uint16_t>::max());
+    std::vector<Vertex> queue{static_cast<Vertex>(leaf)};
+    dist[li] = 0;
+    for (std::size_t head = 0; head < queue.size(); ++head) {
+      const Vertex u = queue[head];
+      const std::uint16_t du = dist[static_cast<std::size_t>(switch_index[u])];
+      for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
+        const int v = switch_index[boost::target(*e, graph)];
+        if (v < 0 || dist[static_cast<std::size_t>(v)] != std::numeric_limits<std::uint16_t>::max()) continue;
+        dist[static_cast<std::size_t>(v)] = static_cast<std::uint16_t>(du + 1);
+        queue.push_back(boost::target(*e, graph));
+      }
+    }
+    leaf_dist[li] = std::move(dist);
+  });
+  return leaf_dist[li];
+}
+
+// Between scale-up domains: a -> NIC -> leaf, the switch walk, leaf -> NIC -> b.
+std::vector<LinkId> Topology::Impl::fabric_path(int a, int b) const {
+  const auto ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
+  const int from = leaf_of_device[ua], to = leaf_of_device[ub];
+  const std::vector<std::uint16_t>& dist = distances_to(to);
+  const auto d = [&](Vertex v) { return dist[static_cast<std::size_t>(switch_index[v])]; };
+  if (d(static_cast<Vertex>(from)) == std::numeric_limits<std::uint16_t>::max())
+    throw std::logic_error(fmt::format("Topology::path: no route from device {} to device {}", a, b));
+  std::vector<LinkId> out;
+  out.reserve(static_cast<std::size_t>(d(static_cast<Vertex>(from))) + 4);
+  out.push_back(out_of_device[ua]);
+  out.push_back(out_of_nic[ua]);
+  auto u = static_cast<Vertex>(from);
+  std::uint64_t hop = 2;   // the walk from a: a and its NIC had one choice each
+  while (static_cast<int>(u) != to) {
+    // Switches one step nearer to b's leaf, in the graph's (insertion) order.
+    LinkId pick_link = 0;
+    Vertex pick = u;
+    std::uint64_t count = 0;
+    const std::uint64_t h = mix((static_cast<std::uint64_t>(a) << 32) ^ static_cast<std::uint64_t>(b) ^ (hop << 56));
+    const std::uint16_t want_dist = static_cast<std::uint16_t>(d(u) - 1);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::uint64_t i = 0;
+      const std::uint64_t want = count == 0 ? 0 : h % count;
+      for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
+        const Vertex v = boost::target(*e, graph);
+        if (switch_index[v] < 0 || d(v) != want_dist) continue;
+        if (pass == 1 && i == want) {
+          pick = v;
+          pick_link = graph[*e].link;
+          break;
+        }
+        ++i;
+      }
+      if (pass == 0) count = i;
+      if (count == 0) break;
+    }
+    if (pick == u) throw std::logic_error(fmt::format("Topology::path: stuck routing {} to {}", a, b));
+    out.push_back(pick_link);
+    u = pick;
+    ++hop;
+  }
+  out.push_back(into_nic[ub]);
+  out.push_back(into_device[ub]);
   return out;
 }
 
@@ -267,9 +361,16 @@ Topology Topology::build(const ClusterSpec& cluster, int devices) {
   const int blocks = (nodes + nodes_per_leaf - 1) / nodes_per_leaf;
   const int leaf_slots = so.tiers <= 1 ? 1 : rails ? blocks * nics : blocks;
   std::vector<long> leaf_vertex(static_cast<std::size_t>(leaf_slots), -1);  // block-major: leaf = block * nics + rail
+  t.leaf_of_device.assign(static_cast<std::size_t>(devices), -1);
+  t.into_nic.assign(static_cast<std::size_t>(devices), 0);
+  t.into_device.assign(static_cast<std::size_t>(devices), 0);
+  t.out_of_device.assign(static_cast<std::size_t>(devices), 0);
+  t.out_of_nic.assign(static_cast<std::size_t>(devices), 0);
   for (int n = 0; n < nodes; ++n) {
     const int first = n * per_node, last = std::min(devices, first + per_node);
     std::vector<long> nic_vertex(static_cast<std::size_t>(nics), -1);
+    std::vector<std::pair<int, LinkId>> leaf_of_nic(static_cast<std::size_t>(nics), {-1, 0});   // leaf, link leaf -> NIC
+    std::vector<LinkId> up_of_nic(static_cast<std::size_t>(nics), 0);                           // link NIC -> leaf
     for (int d = first; d < last; ++d) {
       const int j = (d - first) * nics / per_node;
       const int global_nic = n * nics + j;
@@ -281,10 +382,17 @@ Topology Topology::build(const ClusterSpec& cluster, int devices) {
         if (lv < 0) lv = static_cast<long>(t.add_vertex(VertexKind::fabric_switch));
         t.cable(nv, static_cast<Vertex>(lv), fmt::format("nic{}", global_nic), fmt::format("leaf{}", slot), nic_bw,
                 so.latency_s / 2);
+        leaf_of_nic[static_cast<std::size_t>(j)] = {static_cast<int>(lv), static_cast<LinkId>(t.links.size() - 1)};
+        up_of_nic[static_cast<std::size_t>(j)] = static_cast<LinkId>(t.links.size() - 2);
       }
       const auto nv = static_cast<Vertex>(nic_vertex[static_cast<std::size_t>(j)]);
       t.nic_of_device[static_cast<std::size_t>(d)] = static_cast<int>(nv);
       t.cable(static_cast<Vertex>(d), nv, dev_name(d), fmt::format("nic{}", global_nic), pcie_bw, 0.0);
+      t.leaf_of_device[static_cast<std::size_t>(d)] = leaf_of_nic[static_cast<std::size_t>(j)].first;
+      t.into_nic[static_cast<std::size_t>(d)] = leaf_of_nic[static_cast<std::size_t>(j)].second;
+      t.into_device[static_cast<std::size_t>(d)] = static_cast<LinkId>(t.links.size() - 1);
+      t.out_of_device[static_cast<std::size_t>(d)] = static_cast<LinkId>(t.links.size() - 2);
+      t.out_of_nic[static_cast<std::size_t>(d)] = up_of_nic[static_cast<std::size_t>(j)];
     }
   }
   std::vector<std::pair<Vertex, std::string>> level;  // switches of the current level, in order
@@ -309,6 +417,11 @@ Topology Topology::build(const ClusterSpec& cluster, int devices) {
     up_count = 0;
     if (top) break;
   }
+  t.switch_index.assign(boost::num_vertices(t.graph), -1);
+  for (std::size_t v = 0; v < t.kind.size(); ++v)
+    if (t.kind[v] == VertexKind::fabric_switch) t.switch_index[v] = t.switch_count++;
+  t.leaf_dist.resize(static_cast<std::size_t>(t.switch_count));
+  t.leaf_once = std::make_unique<std::once_flag[]>(static_cast<std::size_t>(t.switch_count));
   return topo;
 }
 

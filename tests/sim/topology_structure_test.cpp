@@ -1,6 +1,7 @@
 // Topology::build: the graph's shape for shipped clusters, and the paths
 // between devices.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <map>
 #include <string>
 
@@ -208,4 +209,57 @@ TEST_CASE("Paths are deterministic across builds and spread over spines by sourc
           ++spine_use[name.substr(name.find("->") + 2)];
     }
   CHECK(spine_use.size() > 1);
+}
+
+namespace {
+
+// Shortest hop count from a to b on the graph named by the links, with the
+// routing rules (devices are endpoints; a NIC does not turn back into its
+// own node's devices other than the destination): an independent reference.
+int reference_hops(const Topology& t, int a, int b) {
+  std::map<std::string, std::vector<std::string>> next;
+  for (const auto& l : t.links()) {
+    const auto arrow = l.name.find("->");
+    next[l.name.substr(0, arrow)].push_back(l.name.substr(arrow + 2));
+  }
+  const std::string from = fmt::format("gpu{}", a), to = fmt::format("gpu{}", b);
+  std::map<std::string, int> dist{{from, 0}};
+  std::vector<std::string> queue{from};
+  for (std::size_t head = 0; head < queue.size(); ++head) {
+    const std::string u = queue[head];
+    if (u == to) return dist[u];
+    if (u != from && u.rfind("gpu", 0) == 0) continue;   // endpoints only
+    for (const auto& v : next[u])
+      if (dist.emplace(v, dist[u] + 1).second) queue.push_back(v);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("Paths between domains are chains from source to destination, as short as the fabric allows", "[sim]") {
+  // Three tiers, not rail-optimized, radix 16: leaves, spines and cores; and
+  // a rail-optimized two-tier fabric with several leaves per rail.
+  auto three = cluster_with("dgx-h100", 512);
+  three.scale_out.rail_optimized = false;
+  three.scale_out.tiers = 3;
+  three.scale_out.switch_radix = 16;
+  auto rails = cluster_with("dgx-a100", 2520);
+  for (const ClusterSpec& c : {three, rails}) {
+    const int n = c.num_nodes * c.node.devices_per_node;
+    const Topology t = Topology::build(c, n);
+    for (int k = 0; k < 60; ++k) {
+      const int a = (k * 7919) % n, b = (k * 104729 + 13) % n;
+      if (t.domain_of(a) == t.domain_of(b)) continue;
+      INFO(a << " -> " << b);
+      const auto names = path_names(t, a, b);
+      REQUIRE(!names.empty());
+      CHECK(names.front().rfind(fmt::format("gpu{}->", a), 0) == 0);
+      CHECK(names.back().substr(names.back().find("->") + 2) == fmt::format("gpu{}", b));
+      for (std::size_t i = 1; i < names.size(); ++i)
+        CHECK(names[i].substr(0, names[i].find("->")) == names[i - 1].substr(names[i - 1].find("->") + 2));
+      CHECK(static_cast<int>(names.size()) == reference_hops(t, a, b));
+      CHECK(t.path(a, b).size() == t.path(b, a).size());
+    }
+  }
 }
