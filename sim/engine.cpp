@@ -49,6 +49,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint32_t kLone = kNone - 1;   // a heap entry that ends a lone transfer: op is its waiting list
 
 bool is_async(Stream s) { return s == Stream::pp_send || s == Stream::pp_recv; }
 bool is_p2p(OpKind k) { return k == OpKind::send || k == OpKind::recv; }
@@ -102,6 +103,7 @@ struct StageInfo {
   std::array<std::vector<std::uint32_t>, kStreamCount> stream_ops;
   std::vector<std::uint32_t> dependents;
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
+  std::vector<std::uint32_t> class_streams;   // CommClass -> bit mask of the streams of its ops
   double compute_s = 0;                  // summed duration of its compute ops
 };
 
@@ -137,10 +139,14 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
         o.comm_class = last_class->second;
       } else {
         const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
-        if (added) info.class_op.push_back(static_cast<std::uint32_t>(i));
+        if (added) {
+          info.class_op.push_back(static_cast<std::uint32_t>(i));
+          info.class_streams.push_back(0);
+        }
         o.comm_class = it->second;
         last_class.emplace(c, it->second);
       }
+      info.class_streams[o.comm_class] |= 1U << static_cast<unsigned>(op.stream);
     }
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) info.ops[s.deps[d]].next_count += 1;
   }
@@ -360,6 +366,12 @@ class Engine {
       out.traced_ranks.push_back(r);
     }
     record_ = opt_.record_trace;
+    if (record_) {   // one span per op of each traced rank
+      std::size_t spans = 0;
+      for (const RankState& st : states_)
+        if (st.start_time) spans += stages_[st.stage].ops.size();
+      spans_.reserve(spans);
+    }
     prepare_flows();
 
     // Start: every stream head and every op with no predecessor constraint
@@ -390,7 +402,8 @@ class Engine {
         const Member e = heap_.top();
         now = t_heap;
         heap_.pop();
-        finish(e.state, e.op, now);
+        if (e.state == kLone) finish_members(e.op, now);
+        else finish(e.state, e.op, now);
       } else {
         now = t_net;
         net_.advance_to(t_net, done);
@@ -398,12 +411,7 @@ class Engine {
           MEGASCOPE_CHECK(f < waiting_.size() && waiting_[f] != kNone, "a finished flow has no waiting ops");
           const std::uint32_t w = waiting_[f];
           waiting_[f] = kNone;
-          // finish() may start flows and take lists from the pool: index afresh each time.
-          for (std::size_t k = 0; k < pool_[w].size(); ++k) {
-            const Member m = pool_[w][k];
-            finish(m.state, m.op, now);
-          }
-          release(w);
+          finish_members(w, now);
         }
       }
       ++events_;
@@ -466,6 +474,16 @@ class Engine {
   }
   void release(std::uint32_t w) { free_.push_back(w); }
 
+  // A transfer ended: every member of waiting list w finishes its op, in order.
+  void finish_members(std::uint32_t w, double now) {
+    // finish() may start flows and take lists from the pool: index afresh each time.
+    for (std::size_t k = 0; k < pool_[w].size(); ++k) {
+      const Member m = pool_[w][k];
+      finish(m.state, m.op, now);
+    }
+    release(w);
+  }
+
   // Every flow a rank can start, prepared before the first starts, so that
   // the network can merge links that all flows load alike (Network::seal).
   // A send or receive without a partner (or whose peer is not simulated)
@@ -488,13 +506,61 @@ class Engine {
         }
       }
     }
+    if (opt_.lone_flows) find_lone_flows();
     net_.seal();
+  }
+
+  // Prepared flows that always run alone on their links: every flow on any
+  // of their links is started by one ordered stream of one group (the
+  // collectives of a (group, stream) run one after another), never by a
+  // send or receive or by ops of one class on several streams. Such a flow's
+  // end is known when it starts (Network::lone_finish), so it goes on the
+  // event heap and skips the network: a tensor-parallel group's collectives
+  // on its own NVLink ports, typically most of a step's communication ops.
+  void find_lone_flows() {
+    constexpr std::uint64_t unset = std::numeric_limits<std::uint64_t>::max();
+    constexpr std::uint64_t mixed = unset - 1;
+    std::vector<std::uint64_t> key_of_flow;
+    const auto claim = [](std::uint64_t& slot, std::uint64_t key) { slot = slot == unset || slot == key ? key : mixed; };
+    for (std::size_t s = 0; s < states_.size(); ++s) {
+      const RankState& st = states_[s];
+      const StageInfo& info = stages_[st.stage];
+      for (std::size_t c = 0; c < info.class_op.size(); ++c) {
+        const Network::Prepared f = flow_of_class_[st.flows + c];
+        if (f == kNone) continue;
+        if (f >= key_of_flow.size()) key_of_flow.resize(f + 1, unset);
+        const Op& op = info.prog->ops[info.class_op[c]];
+        const std::uint32_t streams = info.class_streams[c];
+        const bool one_stream = std::has_single_bit(streams) && !is_async(op.stream);
+        const std::uint64_t key = is_p2p(op.kind) || !one_stream
+                                      ? mixed
+                                      : static_cast<std::uint64_t>(group_id_[s][static_cast<std::size_t>(op.group)]) * kStreamCount +
+                                            static_cast<std::uint64_t>(op.stream);
+        claim(key_of_flow[f], key);
+      }
+    }
+    std::unordered_map<LinkId, std::uint64_t> owner;
+    for (std::size_t f = 0; f < key_of_flow.size(); ++f) {
+      if (key_of_flow[f] == unset) continue;
+      for (const auto& [l, w] : net_.links_of(static_cast<Network::Prepared>(f))) claim(owner.try_emplace(l, unset).first->second, key_of_flow[f]);
+    }
+    lone_.assign(key_of_flow.size(), false);
+    for (std::size_t f = 0; f < key_of_flow.size(); ++f) {
+      if (key_of_flow[f] == unset || key_of_flow[f] == mixed) continue;
+      bool alone = true;
+      for (const auto& [l, w] : net_.links_of(static_cast<Network::Prepared>(f))) alone = alone && owner.at(l) == key_of_flow[f];
+      lone_[f] = alone;
+    }
   }
 
   // Starts the transfer of the members in waiting list w.
   void launch(std::uint32_t w, Network::Prepared flow, double now) {
     MEGASCOPE_CHECK(flow != kNone, "a transfer starts without a prepared flow");
     mark_transfer_start(pool_[w], now);
+    if (flow < lone_.size() && lone_[flow]) {
+      heap_.push(net_.lone_finish(flow, now), {kLone, w});   // one event ends every member
+      return;
+    }
     const FlowId id = net_.start(flow, now);
     if (id >= waiting_.size()) waiting_.resize(std::max<std::size_t>(id + 1, 2 * waiting_.size()), kNone);
     waiting_[id] = w;
@@ -661,6 +727,7 @@ class Engine {
   std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
   std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
   std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage
+  std::vector<bool> lone_;                                // per prepared flow: always alone on its links
   std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;
   EventQueue heap_;   // compute completions

@@ -47,6 +47,11 @@ struct SimOptions {
   // Absent: serial for a CPU device (DeviceSpec::kind, as the CPU executor
   // runs), streams otherwise.
   std::optional<Execution> execution = std::nullopt;
+  // Collectives that always have their links to themselves (a TP group on
+  // its NVLink ports) end by formula instead of as network flows: the same
+  // times up to the network's 1e-12 event tolerance, far fewer network
+  // events. Off: every transfer is a network flow (for comparison).
+  bool lone_flows = true;
 };
 
 // The execution a simulation of `device` uses when SimOptions leaves it open.

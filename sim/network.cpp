@@ -537,6 +537,26 @@ FlowId Network::start(Prepared f, double now) {
 
 void Network::seal() { state_->seal(); }
 
+std::span<const std::pair<LinkId, double>> Network::links_of(Prepared f) const {
+  const State& s = *state_;
+  if (f >= s.shapes.size()) throw std::out_of_range("Network::links_of: no prepared flow " + std::to_string(f));
+  return s.shapes[f].load;
+}
+
+double Network::lone_finish(Prepared f, double now) const {
+  const State& s = *state_;
+  if (f >= s.shapes.size()) throw std::out_of_range("Network::lone_finish: no prepared flow " + std::to_string(f));
+  const State::Shape& shape = s.shapes[f];
+  // As begin(), handle() and solve() do for a flow alone on its links: the
+  // latency event, then the transfer at the solo rate.
+  const double start = std::max(now, s.now);
+  const double latency = shape.latency > 0 && std::isfinite(shape.latency) ? shape.latency : 0.0;
+  const double ready = start + latency;
+  const double remaining = std::max(0.0, shape.payload);
+  if (shape.load.empty() || !(remaining > 0)) return ready;
+  return ready + remaining / shape.solo;
+}
+
 std::optional<double> Network::next_event_time() const {
   State& s = *state_;
   s.recompute();

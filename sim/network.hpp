@@ -115,6 +115,13 @@ class Network {
   // makes each event cheaper (a ring over 8 NVLink ports loads 16 links
   // alike). Afterwards prepare() and start(FlowSpec) throw std::logic_error.
   void seal();
+  // The links a prepared flow loads (before seal(): every link, merged or not).
+  [[nodiscard]] std::span<const std::pair<LinkId, double>> links_of(Prepared f) const;
+  // When a flow of `f` started at `now` ends if no other flow shares any of
+  // its links while it runs: its latency, then its payload at its solo rate,
+  // in the same arithmetic as start() (so the same time up to the 1e-12
+  // relative tolerance within which this network reports events together).
+  [[nodiscard]] double lone_finish(Prepared f, double now) const;
   [[nodiscard]] std::optional<double> next_event_time() const;
   // Advances to t (<= next_event_time()) and returns the flows that finished at t.
   std::vector<FlowId> advance_to(double t);

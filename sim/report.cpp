@@ -40,14 +40,24 @@ std::optional<CommKind> comm_kind(OpLabel l) {
 
 using Intervals = std::vector<std::pair<double, double>>;
 
+// Sorted, overlapping and touching intervals joined. Spans of one stream
+// arrive in start order, so the sort is usually skipped.
 Intervals merged(Intervals v) {
-  std::sort(v.begin(), v.end());
-  Intervals out;
-  for (const auto& [a, b] : v) {
-    if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
-    else out.push_back({a, b});
+  if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
+  std::size_t n = 0;   // in place: v[0..n) is the merged prefix
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (n > 0 && v[i].first <= v[n - 1].second) v[n - 1].second = std::max(v[n - 1].second, v[i].second);
+    else v[n++] = v[i];
   }
-  return out;
+  v.resize(n);
+  return v;
+}
+
+// The union of two merged lists, merged.
+Intervals united(const Intervals& a, const Intervals& b) {
+  Intervals v(a.size() + b.size());
+  std::merge(a.begin(), a.end(), b.begin(), b.end(), v.begin());
+  return merged(std::move(v));
 }
 
 double length(const Intervals& v) {
@@ -98,7 +108,7 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
   // order). Ranks are looked up by index, labels by enum: no per-span maps.
   struct RankSpans {
     int rank = 0;
-    const StageProgram* program = nullptr;
+    const std::vector<std::uint8_t>* codes = nullptr;
     Intervals compute;
     std::array<Intervals, kCommKinds> comm;
     std::array<double, kOpLabelCount> by_label{};
@@ -106,21 +116,43 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
   };
   std::vector<RankSpans> per_rank;
   std::vector<std::int32_t> slot_of_rank(static_cast<std::size_t>(std::max(0, p.grid.world())), -1);
+  // What a span needs of its op, one byte per op of each stage (read once, in
+  // order; spans come in completion order, interleaved over ranks): compute
+  // (kCompute | label), a kind of communication, or kIgnored.
+  constexpr std::uint8_t kCompute = 0x80, kIgnored = 0x7f;
+  static_assert(kOpLabelCount < kIgnored && kCommKinds < kIgnored);
+  std::vector<std::vector<std::uint8_t>> codes(p.stages.size());
+  const auto codes_of = [&](int rank) -> const std::vector<std::uint8_t>* {
+    const StageProgram& sp = p.of_rank(rank);
+    auto& c = codes[static_cast<std::size_t>(&sp - p.stages.data())];
+    if (c.empty() && !sp.ops.empty()) {
+      c.resize(sp.ops.size());
+      for (std::size_t i = 0; i < sp.ops.size(); ++i) {
+        const Op& op = sp.ops[i];
+        const auto k = comm_kind(op.label);
+        c[i] = op.kind == OpKind::compute ? static_cast<std::uint8_t>(kCompute | static_cast<std::uint8_t>(op.label))
+               : k                        ? static_cast<std::uint8_t>(*k)
+                                          : kIgnored;
+      }
+    }
+    return &c;
+  };
   for (const Span& sp : r.spans) {
     auto& slot = slot_of_rank.at(static_cast<std::size_t>(sp.rank));
     if (slot < 0) {
       slot = static_cast<std::int32_t>(per_rank.size());
-      per_rank.push_back(RankSpans{sp.rank, &p.of_rank(sp.rank), {}, {}, {}, {}});
+      per_rank.push_back(RankSpans{sp.rank, codes_of(sp.rank), {}, {}, {}, {}});
+      per_rank.back().compute.reserve(per_rank.back().codes->size());
     }
     RankSpans& entry = per_rank[static_cast<std::size_t>(slot)];
-    const Op& op = entry.program->ops[sp.op];
-    if (op.kind == OpKind::compute) {
+    const std::uint8_t code = (*entry.codes)[sp.op];
+    if (code & kCompute) {
       entry.compute.push_back({sp.start, sp.end});
-      const auto l = static_cast<std::size_t>(op.label);
+      const auto l = static_cast<std::size_t>(code & ~kCompute);
       entry.by_label[l] += sp.end - sp.start;
       entry.has_label[l] = true;
-    } else if (auto k = comm_kind(op.label)) {
-      entry.comm[static_cast<std::size_t>(*k)].push_back({sp.start, sp.end});
+    } else if (code != kIgnored) {
+      entry.comm[code].push_back({sp.start, sp.end});
     }
   }
   for (RankSpans& entry : per_rank) {
@@ -130,17 +162,12 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
     st.stage = p.grid.coord(rank).pp;
     const Intervals compute = merged(std::move(entry.compute));
     st.compute_busy_s = length(compute);
-    Intervals all_comm;
+    Intervals busy = compute;
     for (int k = 0; k < kCommKinds; ++k) {
       const Intervals c = merged(std::move(entry.comm[static_cast<std::size_t>(k)]));
       st.exposed_comm_s[static_cast<std::size_t>(k)] = minus(c, compute);
-      all_comm.insert(all_comm.end(), c.begin(), c.end());
+      if (!c.empty()) busy = united(busy, c);
     }
-    const Intervals busy = merged([&] {
-      Intervals v = compute;
-      v.insert(v.end(), all_comm.begin(), all_comm.end());
-      return v;
-    }());
     st.bubble_s = std::max(0.0, r.step_time_s - length(busy));
     for (int l = 0; l < kOpLabelCount; ++l)
       if (entry.has_label[static_cast<std::size_t>(l)])

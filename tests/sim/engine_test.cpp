@@ -3,6 +3,7 @@
 // mode on a symmetric plan.
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "config/trace_file.hpp"
@@ -230,4 +231,47 @@ TEST_CASE("The trace file is valid Chrome trace JSON with one event per span", "
   REQUIRE_FALSE(refused);
   CHECK_THAT(refused.error().str(), Catch::Contains(path) && Catch::Contains("not a Megascope trace"));
   std::remove(path.c_str());
+}
+
+TEST_CASE("Collectives alone on their links end when the network would end them", "[sim]") {
+  // tp=8 fills a node: the TP groups' collectives have their NVLink ports to
+  // themselves and end by formula; with tp=4 the DP pairs share those ports,
+  // so nothing is alone. Either way every span equals the all-network run.
+  struct Case {
+    const char* plan;
+    int gpus;
+    bool expect_lone;
+  };
+  for (const Case c : {Case{"tp=8,pp=2,sp=on,distopt=on,overlap_grad_reduce=on", 16, true},
+                       Case{"tp=8,pp=2,vpp=2,sp=on,tp_comm_overlap=on,schedule=interleaved", 16, true},
+                       Case{"tp=4,pp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on", 16, false}}) {
+    INFO(c.plan);
+    const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", c.plan, c.gpus, 16, 2048);
+    auto program = build_program(s);
+    REQUIRE(program);
+    auto cost = CostModel::for_device(s.cluster.device);
+    REQUIRE(cost);
+    const Topology topo = Topology::build(s.cluster, s.world);
+    for (const Mode mode : {Mode::full, Mode::reduced}) {
+      SimOptions on{mode, true, {}};
+      SimOptions off = on;
+      off.lone_flows = false;
+      auto a = simulate(*program, topo, *cost, on);
+      auto b = simulate(*program, topo, *cost, off);
+      REQUIRE(a);
+      REQUIRE(b);
+      CHECK(a->step_time_s == Approx(b->step_time_s).epsilon(1e-12));
+      if (c.expect_lone) CHECK(a->events < b->events);
+      else CHECK(a->events == b->events);
+      std::map<std::pair<int, std::uint32_t>, std::pair<double, double>> spans;
+      for (const Span& sp : b->spans) spans[{sp.rank, sp.op}] = {sp.start, sp.end};
+      REQUIRE(a->spans.size() == spans.size());
+      for (const Span& sp : a->spans) {
+        const auto it = spans.find({sp.rank, sp.op});
+        REQUIRE(it != spans.end());
+        CHECK(sp.start == Approx(it->second.first).epsilon(1e-12));
+        CHECK(sp.end == Approx(it->second.second).epsilon(1e-12));
+      }
+    }
+  }
 }
