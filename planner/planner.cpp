@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <queue>
 #include <thread>
 
@@ -29,12 +31,29 @@ Result<sim::CostModel> cost_model(const SearchInputs& in, const std::optional<st
   return cost;
 }
 
-Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan, int gpus, const sim::CostModel& cost) {
+// Topologies by GPU count, built once and shared by the threads of stage 2
+// (a Topology is immutable; its path caches are per thread or filled once).
+class Topologies {
+ public:
+  const sim::Topology& get(const ClusterSpec& cluster, int world) {
+    const std::lock_guard lock(mutex_);
+    auto it = built_.find(world);
+    if (it == built_.end()) it = built_.emplace(world, sim::Topology::build(cluster, world)).first;
+    return it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, sim::Topology> built_;
+};
+
+Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan, int gpus, const sim::CostModel& cost,
+                                    Topologies* shared = nullptr) {
   auto s = validate_setup(in.model, in.cluster, in.training, plan, gpus);
   if (!s) return tl::unexpected(s.error());
   auto program = build_program(*s);
   if (!program) return tl::unexpected(program.error());
-  const sim::Topology topo = sim::Topology::build(s->cluster, s->world);
+  const sim::Topology topo = shared ? shared->get(s->cluster, s->world) : sim::Topology::build(s->cluster, s->world);
   sim::SimOptions so;
   so.mode = sim::Mode::reduced;
   auto result = sim::simulate(*program, topo, cost, so);
@@ -142,9 +161,21 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
   std::vector<std::optional<Result<SimulatedPlan>>> out(top.size());
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> finished{0};
+  Topologies topologies;   // every candidate of one GPU count runs on the same cluster
+  // Longest first, so that no thread is left with a long simulation at the
+  // end: a simulation's events grow with the micro-batches of a pipeline
+  // (every stage runs each one through its share of the layers).
+  std::vector<std::size_t> order(top.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto work_of = [&](const Ranked& r) {
+    return static_cast<double>(in.training.global_batch_size) / (static_cast<double>(r.c.dp) * r.c.mbs) *
+           (r.c.recompute == RecomputeGranularity::full ? 1.3 : 1.0);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return work_of(top[a]) > work_of(top[b]); });
   const auto work = [&] {
-    for (std::size_t i = next++; i < top.size(); i = next++) {
-      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost);
+    for (std::size_t n = next++; n < top.size(); n = next++) {
+      const std::size_t i = order[n];
+      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost, &topologies);
       ++finished;
     }
   };
@@ -154,8 +185,9 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   if (o.progress) {
     // The calling thread reports progress and works.
-    for (std::size_t i = next++; i < top.size(); i = next++) {
-      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost);
+    for (std::size_t n = next++; n < top.size(); n = next++) {
+      const std::size_t i = order[n];
+      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost, &topologies);
       ++finished;
       o.progress({"stage 2", finished.load(), top.size()});
     }

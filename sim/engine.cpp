@@ -395,8 +395,12 @@ class Engine {
     std::vector<FlowId> done;
     while (true) {
       const double t_heap = heap_.empty() ? kInf : heap_.top_time();
-      const std::optional<double> tn = net_.next_event_time();
-      const double t_net = tn ? *tn : kInf;
+      if (net_changed_) {   // only starts and advances move the network's next event
+        const std::optional<double> tn = net_.next_event_time();
+        t_net_ = tn ? *tn : kInf;
+        net_changed_ = false;
+      }
+      const double t_net = t_net_;
       if (t_heap == kInf && t_net == kInf) break;
       if (t_heap <= t_net) {
         const Member e = heap_.top();
@@ -407,6 +411,7 @@ class Engine {
       } else {
         now = t_net;
         net_.advance_to(t_net, done);
+        net_changed_ = true;
         for (FlowId f : done) {
           MEGASCOPE_CHECK(f < waiting_.size() && waiting_[f] != kNone, "a finished flow has no waiting ops");
           const std::uint32_t w = waiting_[f];
@@ -562,6 +567,7 @@ class Engine {
       return;
     }
     const FlowId id = net_.start(flow, now);
+    net_changed_ = true;
     if (id >= waiting_.size()) waiting_.resize(std::max<std::size_t>(id + 1, 2 * waiting_.size()), kNone);
     waiting_[id] = w;
   }
@@ -740,6 +746,8 @@ class Engine {
   std::map<std::tuple<int, int, double>, Network::Prepared> p2p_cache_;
   std::vector<Span> spans_;
   bool record_ = true;
+  bool net_changed_ = true;   // t_net_ is stale
+  double t_net_ = kInf;       // the network's next event time
   bool serial_ = false;   // Execution::serial
   std::uint64_t events_ = 0;
   double end_ = 0;
