@@ -116,7 +116,11 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   info.ops.resize(n);
   std::array<std::uint32_t, kStreamCount * kCommGroupCount> counters{};
   std::unordered_map<CommClass, std::uint32_t, CommClassHash> classes;
-  std::optional<std::pair<CommClass, std::uint32_t>> last_class;
+  // Recent classes, direct-mapped by hash, in front of the map: a stage
+  // cycles through a few classes (a layer's all-gathers and reduce-scatters).
+  std::array<std::pair<CommClass, std::uint32_t>, 32> recent;
+  recent.fill({CommClass{OpKind::compute, 0, 0, 0.0}, kNone});
+  for (auto& list : info.stream_ops) list.reserve(n);   // untouched capacity costs no memory
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = info.ops[i];
@@ -135,8 +139,9 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
         o.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
       const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
                                           : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
-      if (last_class && last_class->first == c) {
-        o.comm_class = last_class->second;
+      auto& hit = recent[CommClassHash{}(c) % recent.size()];
+      if (hit.second != kNone && hit.first == c) {
+        o.comm_class = hit.second;
       } else {
         const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
         if (added) {
@@ -144,7 +149,7 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
           info.class_streams.push_back(0);
         }
         o.comm_class = it->second;
-        last_class.emplace(c, it->second);
+        hit = {c, it->second};
       }
       info.class_streams[o.comm_class] |= 1U << static_cast<unsigned>(op.stream);
     }
