@@ -12,32 +12,45 @@
 
 namespace megascope::sim {
 
-std::vector<double> compute_durations(const StageProgram& stage, const CostModel& cost) {
-  std::vector<double> out(stage.ops.size(), 0.0);
-  // Ops of one stage repeat a few kernel lists (and the builder shares their
-  // ranges): each range is priced once, summed in the same order.
-  std::vector<std::pair<std::uint32_t, double>> memo(stage.kernels.size(), {0, 0.0});   // begin -> (count, time)
-  for (std::size_t i = 0; i < stage.ops.size(); ++i) {
-    const Op& op = stage.ops[i];
-    if (op.kind != OpKind::compute || op.kernel_count == 0) continue;
-    const bool memoisable = op.kernel_begin < memo.size();
-    if (memoisable && memo[op.kernel_begin].first == op.kernel_count) {
-      out[i] = memo[op.kernel_begin].second;
-      continue;
-    }
-    double t = cost.op_overhead_s();
+namespace {
+
+// Compute op durations of one stage. Ops of one stage repeat a few kernel
+// lists (and the builder shares their ranges): each range is priced once,
+// summed in the same order.
+class Pricer {
+ public:
+  Pricer(const StageProgram& stage, const CostModel& cost)
+      : stage_(stage), cost_(cost), memo_(stage.kernels.size(), {0, 0.0}) {}
+  double operator()(const Op& op) {
+    if (op.kind != OpKind::compute || op.kernel_count == 0) return 0.0;
+    const bool memoisable = op.kernel_begin < memo_.size();
+    if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second;
+    double t = cost_.op_overhead_s();
     for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
-      const Kernel& kr = stage.kernels[k];
+      const Kernel& kr = stage_.kernels[k];
       switch (kr.kind) {
-        case KernelKind::gemm: t += cost.gemm_s(kr.gemm, kr.precision); break;
-        case KernelKind::attention_fwd: t += cost.attention_fwd_s(kr.attention); break;
-        case KernelKind::attention_bwd: t += cost.attention_bwd_s(kr.attention); break;
-        case KernelKind::memory: t += cost.memory_s(kr.memory, kr.bytes); break;
+        case KernelKind::gemm: t += cost_.gemm_s(kr.gemm, kr.precision); break;
+        case KernelKind::attention_fwd: t += cost_.attention_fwd_s(kr.attention); break;
+        case KernelKind::attention_bwd: t += cost_.attention_bwd_s(kr.attention); break;
+        case KernelKind::memory: t += cost_.memory_s(kr.memory, kr.bytes); break;
       }
     }
-    out[i] = t;
-    if (memoisable && memo[op.kernel_begin].first == 0) memo[op.kernel_begin] = {op.kernel_count, t};
+    if (memoisable && memo_[op.kernel_begin].first == 0) memo_[op.kernel_begin] = {op.kernel_count, t};
+    return t;
   }
+
+ private:
+  const StageProgram& stage_;
+  const CostModel& cost_;
+  std::vector<std::pair<std::uint32_t, double>> memo_;   // kernel begin -> (count, time)
+};
+
+}  // namespace
+
+std::vector<double> compute_durations(const StageProgram& stage, const CostModel& cost) {
+  std::vector<double> out(stage.ops.size(), 0.0);
+  Pricer price(stage, cost);
+  for (std::size_t i = 0; i < stage.ops.size(); ++i) out[i] = price(stage.ops[i]);
   return out;
 }
 
@@ -104,14 +117,14 @@ struct StageInfo {
   std::vector<std::uint32_t> dependents;
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
   std::vector<std::uint32_t> class_streams;   // CommClass -> bit mask of the streams of its ops
+  std::vector<std::uint32_t> p2p;        // its sends and receives
   double compute_s = 0;                  // summed duration of its compute ops
 };
 
 StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   StageInfo info;
   info.prog = &s;
-  const std::vector<double> duration = compute_durations(s, cost);
-  for (double d : duration) info.compute_s += d;
+  Pricer price(s, cost);
   const std::size_t n = s.ops.size();
   info.ops.resize(n);
   std::array<std::uint32_t, kStreamCount * kCommGroupCount> counters{};
@@ -124,7 +137,8 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = info.ops[i];
-    o.duration = duration[i];
+    o.duration = price(op);
+    info.compute_s += o.duration;
     o.dep_begin = op.dep_begin;
     o.dep_count = op.dep_count;
     o.peer_stage = op.peer_stage;
@@ -135,6 +149,7 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
     o.position = static_cast<std::uint32_t>(list.size());
     list.push_back(static_cast<std::uint32_t>(i));
     if (op.kind != OpKind::compute) {
+      if (is_p2p(op.kind)) info.p2p.push_back(static_cast<std::uint32_t>(i));
       if (!is_p2p(op.kind))
         o.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
       const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
@@ -164,8 +179,8 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   std::vector<std::uint32_t> fill(n);
   for (std::size_t i = 0; i < n; ++i) fill[i] = info.ops[i].next_begin;
   for (std::size_t i = 0; i < n; ++i) {
-    const Op& op = s.ops[i];
-    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+    const OpInfo& o = info.ops[i];
+    for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
       info.dependents[fill[s.deps[d]]++] = static_cast<std::uint32_t>(i);
   }
   return info;
@@ -188,15 +203,17 @@ void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
   };
   const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < stages.size(); };
   std::vector<End> sends, recvs;
-  for (const StageProgram& s : p.stages)
-    for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+  for (std::size_t si = 0; si < p.stages.size(); ++si) {
+    const StageProgram& s = p.stages[si];
+    for (const std::uint32_t i : stages[si].p2p) {
       const Op& op = s.ops[i];
-      if (!is_p2p(op.kind) || !stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
+      if (!stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
       const bool send = op.kind == OpKind::send;
       const auto from = static_cast<std::uint64_t>(send ? s.stage : op.peer_stage);
       const auto to = static_cast<std::uint64_t>(send ? op.peer_stage : s.stage);
       (send ? sends : recvs).push_back({op.tag, from << 32 | to, i});
     }
+  }
   std::sort(sends.begin(), sends.end());
   std::sort(recvs.begin(), recvs.end());
   std::size_t j = 0;
