@@ -7,6 +7,7 @@
 #include <bit>
 #include <limits>
 #include <map>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -189,39 +190,67 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
 // Pairs every send with the receive of the same tag on its peer stage (and
 // back). A transfer is matched by (source stage, destination stage, tag);
 // one without a partner never starts (the engine then reports a deadlock).
+// Per channel (source, destination), the k-th send in program order usually
+// carries the tag of the k-th receive (the schedules post them in the same
+// order): then they pair as they come; otherwise that channel is sorted by
+// tag and each send takes the first receive of its tag.
 void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
-  // Ends with stages in range only (others never match), keyed by
-  // (tag, source, destination) packed into two words.
   struct End {
     std::uint64_t tag;
-    std::uint64_t stages;   // source << 32 | destination
     std::uint32_t op;
-    bool operator<(const End& o) const {
-      return tag != o.tag ? tag < o.tag : stages != o.stages ? stages < o.stages : op < o.op;
-    }
-    [[nodiscard]] bool same_key(const End& o) const { return tag == o.tag && stages == o.stages; }
+    bool operator<(const End& o) const { return tag != o.tag ? tag < o.tag : op < o.op; }
   };
-  const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < stages.size(); };
-  std::vector<End> sends, recvs;
-  for (std::size_t si = 0; si < p.stages.size(); ++si) {
-    const StageProgram& s = p.stages[si];
-    for (const std::uint32_t i : stages[si].p2p) {
-      const Op& op = s.ops[i];
-      if (!stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
-      const bool send = op.kind == OpKind::send;
-      const auto from = static_cast<std::uint64_t>(send ? s.stage : op.peer_stage);
-      const auto to = static_cast<std::uint64_t>(send ? op.peer_stage : s.stage);
-      (send ? sends : recvs).push_back({op.tag, from << 32 | to, i});
+  const std::size_t n = stages.size();
+  const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < n; };
+  // Ends bucketed by channel (from * n + to), each bucket in program order.
+  std::vector<std::uint32_t> send_begin(n * n + 1, 0), recv_begin(n * n + 1, 0);
+  const auto each_end = [&](auto&& f) {
+    for (std::size_t si = 0; si < p.stages.size(); ++si) {
+      const StageProgram& s = p.stages[si];
+      for (const std::uint32_t i : stages[si].p2p) {
+        const Op& op = s.ops[i];
+        if (!stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
+        const bool send = op.kind == OpKind::send;
+        const auto from = static_cast<std::size_t>(send ? s.stage : op.peer_stage);
+        const auto to = static_cast<std::size_t>(send ? op.peer_stage : s.stage);
+        f(send, from * n + to, End{op.tag, i});
+      }
     }
+  };
+  each_end([&](bool send, std::size_t ch, const End&) { ++(send ? send_begin : recv_begin)[ch + 1]; });
+  for (std::size_t c = 0; c < n * n; ++c) {
+    send_begin[c + 1] += send_begin[c];
+    recv_begin[c + 1] += recv_begin[c];
   }
-  std::sort(sends.begin(), sends.end());
-  std::sort(recvs.begin(), recvs.end());
-  std::size_t j = 0;
-  for (const End& e : sends) {
-    while (j < recvs.size() && recvs[j] < End{e.tag, e.stages, 0}) ++j;
-    if (j == recvs.size() || !recvs[j].same_key(e)) continue;
-    stages[e.stages >> 32].ops[e.op].pair = recvs[j].op;
-    stages[e.stages & 0xffffffffu].ops[recvs[j].op].pair = e.op;
+  std::vector<End> sends(send_begin[n * n]), recvs(recv_begin[n * n]);
+  {
+    std::vector<std::uint32_t> sf(send_begin.begin(), send_begin.end() - 1), rf(recv_begin.begin(), recv_begin.end() - 1);
+    each_end([&](bool send, std::size_t ch, const End& e) { (send ? sends[sf[ch]++] : recvs[rf[ch]++]) = e; });
+  }
+  for (std::size_t c = 0; c < n * n; ++c) {
+    const std::span<End> sc(sends.data() + send_begin[c], send_begin[c + 1] - send_begin[c]);
+    const std::span<End> rc(recvs.data() + recv_begin[c], recv_begin[c + 1] - recv_begin[c]);
+    if (sc.empty() || rc.empty()) continue;
+    StageInfo& from = stages[c / n];
+    StageInfo& to = stages[c % n];
+    const bool in_order = sc.size() == rc.size() &&
+                          std::equal(sc.begin(), sc.end(), rc.begin(), [](const End& a, const End& b) { return a.tag == b.tag; });
+    if (!in_order) {
+      std::sort(sc.begin(), sc.end());
+      std::sort(rc.begin(), rc.end());
+    }
+    std::size_t j = 0;
+    for (std::size_t k = 0; k < sc.size(); ++k) {
+      const End& e = sc[k];
+      if (in_order) {
+        j = k;
+      } else {
+        while (j < rc.size() && rc[j] < End{e.tag, 0}) ++j;
+        if (j == rc.size() || rc[j].tag != e.tag) continue;
+      }
+      from.ops[e.op].pair = rc[j].op;
+      to.ops[rc[j].op].pair = e.op;
+    }
   }
 }
 
