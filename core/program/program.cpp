@@ -75,6 +75,40 @@ Result<void> validate_program(const Program& p) {
       }
     }
   }
+  // Fast path for the common case: per channel (from, to), the sends in scan
+  // order carry the tags of the receives in scan order, with no tag twice;
+  // then nothing is unmatched or duplicated. Anything else (or an op error)
+  // takes the sort below, which finds and names the first problem.
+  const auto channels_agree = [&] {
+    const std::size_t n = p.stages.size();
+    for (std::size_t si = 0; si < n; ++si)
+      if (p.stages[si].stage != static_cast<int>(si)) return false;
+    if (sends.size() != recvs.size()) return false;
+    const auto bucket = [&](const std::vector<Transfer>& list, std::vector<std::uint32_t>& begin, std::vector<std::uint64_t>& tags) {
+      begin.assign(n * n + 1, 0);
+      const auto channel = [&](const Transfer& t) { return static_cast<std::size_t>(t.from()) * n + static_cast<std::size_t>(t.to()); };
+      for (const Transfer& t : list) ++begin[channel(t) + 1];
+      for (std::size_t c = 0; c < n * n; ++c) begin[c + 1] += begin[c];
+      std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
+      tags.resize(list.size());
+      for (const Transfer& t : list) tags[fill[channel(t)]++] = t.tag;
+    };
+    std::vector<std::uint32_t> sb, rb;
+    std::vector<std::uint64_t> st, rt;
+    bucket(sends, sb, st);
+    bucket(recvs, rb, rt);
+    if (sb != rb || st != rt) return false;
+    for (std::size_t c = 0; c < n * n; ++c) {   // no tag twice in a channel
+      const auto first = st.begin() + sb[c], last = st.begin() + sb[c + 1];
+      std::sort(first, last);
+      if (std::adjacent_find(first, last) != last) return false;
+    }
+    return true;
+  };
+  if (!op_error && channels_agree()) {
+    sends.clear();
+    recvs.clear();
+  }
   std::sort(sends.begin(), sends.end());
   std::sort(recvs.begin(), recvs.end());
   std::optional<std::pair<std::uint64_t, const char*>> duplicate;

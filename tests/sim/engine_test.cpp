@@ -137,6 +137,45 @@ TEST_CASE("A program with a send that no stage receives is rejected by validatio
   CHECK_THAT(ok.error().message, Catch::Contains("has no matching receive"));
 }
 
+TEST_CASE("Validation names a tag used twice on one channel, even when both sides post in the same order", "[sim]") {
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
+  for (int k = 0; k < 2; ++k) {
+    w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 5, 1e6);
+    w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 5, 1e6);
+  }
+  auto ok = validate_program(p);
+  REQUIRE_FALSE(ok);
+  CHECK_THAT(ok.error().message, Catch::Contains("stage 0 op 1") && Catch::Contains("duplicate send tag"));
+}
+
+TEST_CASE("Sends and receives posted in different orders pair by tag", "[sim]") {
+  // Stage 0 sends tag 1 (1 MB) then tag 2 (64 MB); stage 1 receives tag 2
+  // first. Each receive ends with its own transfer: the 64 MB one last.
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
+  w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 1, 1e6);
+  w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 2, 64e6);
+  w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 2, 64e6);
+  w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 1, 1e6);
+  REQUIRE(validate_program(p));
+  const Topology topo = Topology::build(shipped_cluster("dgx-h100"), 2);
+  auto r = simulate(p, topo, unit_cost(), {Mode::full, true, {}});
+  REQUIRE(r);
+  CHECK(span_of(*r, 1, 1).end < span_of(*r, 1, 0).end);   // tag 1, the small one, ends first
+  CHECK(span_of(*r, 1, 0).end == Approx(span_of(*r, 0, 1).end));
+  CHECK(span_of(*r, 1, 1).end == Approx(span_of(*r, 0, 0).end));
+
+  Program q = two_stages();
+  detail::StageWriter v1(q.stages[1]);
+  v1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 9, 1e6);
+  auto bad = validate_program(q);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("has no matching send"));
+}
+
 TEST_CASE("Full and reduced modes give the same step time on a symmetric plan", "[sim]") {
   const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=2,pp=2,sp=on,distopt=on,overlap_grad_reduce=on",
                              8, 8, 2048);
