@@ -216,15 +216,25 @@ void fit_network(const CalibrationData& d, CalibrationFit& f) {
     return s;
   };
   double best = kInf, best_bw = 0, best_lat = 0;
+  const auto best_latency = [&](double bw) { return golden([&](double l) { return error(bw, l); }, 0.0, 200e-6); };
   for (int i = 0; i <= 40; ++i) {   // 0.1 .. 1000 GB/s
     const double bw = std::pow(10.0, 8.0 + 0.1 * i);
-    const double lat = golden([&](double l) { return error(bw, l); }, 0.0, 200e-6);
+    const double lat = best_latency(bw);
     const double e = error(bw, lat);
     if (e < best) {
       best = e;
       best_bw = bw;
       best_lat = lat;
     }
+  }
+  // Then the rate between the grid's neighbours of the best.
+  const double centre = std::log10(best_bw);
+  const double refined = golden([&](double x) { return error(std::pow(10.0, x), best_latency(std::pow(10.0, x))); },
+                                centre - 0.1, centre + 0.1);
+  if (const double bw = std::pow(10.0, refined), lat = best_latency(bw); error(bw, lat) < best) {
+    best = error(bw, lat);
+    best_bw = bw;
+    best_lat = lat;
   }
   f.cluster.node.scale_up_bandwidth_Bps = best_bw;
   f.cluster.node.pcie_bandwidth_Bps = best_bw;

@@ -58,6 +58,24 @@ const ProtocolParams& nvls() {
   return p;
 }
 
+// MPI over shared memory or a host network (the CPU executor's collectives):
+// no protocol constants, every step pays its hops' latency, and the links'
+// rates are what the data moves at (Hockney's model per step). The cluster
+// file's scale-up rate and latency are then the MPI library's, as
+// `megascope calibrate --backend cpu` fits them.
+const ProtocolParams& mpi() {
+  static const ProtocolParams p{"MPI", 0.0, 0.0, {1.0, 1.0, 1.0}};
+  return p;
+}
+
+// The protocols a device's collective library chooses from.
+std::span<const ProtocolParams* const> protocols_of(const Topology& topo) {
+  static const ProtocolParams* const nccl[] = {&ll(), &ll128(), &simple()};
+  static const ProtocolParams* const host[] = {&mpi()};
+  if (topo.cluster().device.kind == DeviceKind::cpu) return host;
+  return nccl;
+}
+
 int Group::max_local() const {
   std::size_t m = 0;
   for (const auto& d : domains) m = std::max(m, d.size());
@@ -183,7 +201,7 @@ FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int
   FlowSpec best = none;
   double best_time = std::numeric_limits<double>::infinity();
   for (const Shape& s : shapes) {
-    for (const ProtocolParams* p : {&ll(), &ll128(), &simple()}) {
+    for (const ProtocolParams* p : protocols_of(topo)) {
       if (s.only) p = s.only;
       FlowSpec f = to_flow(s, *p, bytes);
       const double t = isolated_time(topo, f);
@@ -218,7 +236,7 @@ CollectiveCurve collective_curve(const Topology& topo, Collective c, std::span<c
   const Group g = make_group(topo, devices);
   if (g.size() < 2 || (c == Collective::send_recv && devices[0] == devices[1])) return curve;
   for (const Shape& s : candidate_shapes(topo, c, g, Algorithm::automatic)) {
-    for (const ProtocolParams* p : {&ll(), &ll128(), &simple()}) {
+    for (const ProtocolParams* p : protocols_of(topo)) {
       if (s.only) p = s.only;
       const FlowSpec f = to_flow(s, *p, 1.0);
       curve.lines.emplace_back(f.latency_s, seconds_per_byte(topo, f));

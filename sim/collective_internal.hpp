@@ -29,6 +29,11 @@ const ProtocolParams& ll();
 const ProtocolParams& ll128();
 const ProtocolParams& simple();
 const ProtocolParams& nvls();
+// MPI (CPU devices): no protocol constants, per-step link latency, full link rate.
+const ProtocolParams& mpi();
+// The protocols collective_flow() chooses from on this topology's devices:
+// NCCL's LL, LL128 and Simple on GPUs, MPI on CPUs.
+std::span<const ProtocolParams* const> protocols_of(const Topology& topo);
 
 // The devices of a group by scale-up domain (domains in order of first
 // appearance, devices in rank order), and per domain one device per distinct

@@ -178,3 +178,24 @@ TEST_CASE("A 384-node data-parallel ring is decomposed and 200 thousand flows ar
                                        << " s");
   CHECK(simulate_s < 30);
 }
+
+TEST_CASE("On CPU ranks collectives follow MPI's latency-bandwidth model, with none of NCCL's protocol constants",
+          "[sim]") {
+  // cpu-host: two ranks through one host switch at 10 GB/s, 1 us a path
+  // (0.5 us a link). A send takes the path latency plus bytes / rate; a
+  // two-rank ring all-reduce two steps of latency plus each rank's bytes once
+  // over its link (2(n-1)/n = 1) at the full rate.
+  const Topology t = topology("cpu-host", 2);
+  const double lat = 1e-6, rate = 10e9;
+  for (const double bytes : {64.0, 16 * KiB, 8 * MiB}) {
+    INFO(bytes << " bytes");
+    CHECK(seconds(t, Collective::send_recv, {0, 1}, bytes) == Approx(lat + bytes / rate).epsilon(1e-9));
+    CHECK(seconds(t, Collective::all_reduce, {0, 1}, bytes, Algorithm::ring) == Approx(2 * lat + bytes / rate).epsilon(1e-9));
+  }
+  // The same two devices as GPUs pay NCCL's per-protocol costs: microseconds more at 64 bytes.
+  auto gpu = resolve_cluster("cpu-host");
+  REQUIRE(gpu);
+  gpu->device.kind = DeviceKind::gpu;
+  const Topology g = Topology::build(*gpu, 2);
+  CHECK(seconds(g, Collective::all_reduce, {0, 1}, 64.0) > seconds(t, Collective::all_reduce, {0, 1}, 64.0) + 1e-6);
+}
