@@ -614,7 +614,13 @@ class Engine {
     MEGASCOPE_CHECK(flow != kNone, "a transfer starts without a prepared flow");
     mark_transfer_start(pool_[w], now);
     if (flow < lone_.size() && lone_[flow]) {
-      heap_.push(net_.lone_finish(flow, now), {kLone, w});   // one event ends every member
+      const double end = net_.lone_finish(flow, now);
+      if (pool_[w].size() == 1) {   // one member (reduced mode): its own event, no list
+        heap_.push(end, pool_[w].front());
+        release(w);
+      } else {
+        heap_.push(end, {kLone, w});   // one event ends every member
+      }
       return;
     }
     const FlowId id = net_.start(flow, now);
