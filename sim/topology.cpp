@@ -106,6 +106,8 @@ struct Topology::Impl {
   }
   [[nodiscard]] std::vector<LinkId> path(int a, int b) const;
   [[nodiscard]] std::vector<LinkId> fabric_path(int a, int b) const;
+  template <class Nearer>
+  std::pair<Vertex, LinkId> next_hop(Vertex u, int a, int b, std::uint64_t hop, Nearer nearer) const;
 };
 
 namespace {
@@ -194,35 +196,35 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
   Vertex u = static_cast<Vertex>(a);
   std::uint64_t hop = 0;
   while (static_cast<int>(u) != target) {
-    // Next hops one step nearer to b, in the graph's (insertion) order.
-    LinkId pick_link = 0;
-    Vertex pick = u;
-    std::uint64_t count = 0;
-    const std::uint64_t h = mix((static_cast<std::uint64_t>(a) << 32) ^ static_cast<std::uint64_t>(b) ^ (hop << 56));
-    for (int pass = 0; pass < 2; ++pass) {
-      std::uint64_t i = 0;
-      const std::uint64_t want = count == 0 ? 0 : h % count;
-      for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
-        const Vertex v = boost::target(*e, graph);
-        if (!known(v) || c.dist[v] != c.dist[u] - 1) continue;
-        if (kind[v] == VertexKind::device && static_cast<int>(v) != target) continue;
-        if (static_cast<int>(v) == own_nic && kind[u] == VertexKind::device) continue;  // NIC loopback
-        if (pass == 1 && i == want) {
-          pick = v;
-          pick_link = graph[*e].link;
-          break;
-        }
-        ++i;
-      }
-      if (pass == 0) count = i;
-      if (count == 0) break;
-    }
-    if (pick == u) throw std::logic_error(fmt::format("Topology::path: stuck routing {} to {}", a, b));
-    out.push_back(pick_link);
+    // Next hops one step nearer to b.
+    const auto [pick, link] = next_hop(u, a, b, hop, [&](Vertex v) {
+      if (!known(v) || c.dist[v] != c.dist[u] - 1) return false;
+      if (kind[v] == VertexKind::device && static_cast<int>(v) != target) return false;
+      return !(static_cast<int>(v) == own_nic && kind[u] == VertexKind::device);   // NIC loopback
+    });
+    out.push_back(link);
     u = pick;
     ++hop;
   }
   return out;
+}
+
+template <class Nearer>
+std::pair<Vertex, LinkId> Topology::Impl::next_hop(Vertex u, int a, int b, std::uint64_t hop, Nearer nearer) const {
+  // Among the next hops `nearer` accepts, in the graph's (insertion) order,
+  // the one a fixed hash of (a, b, hop) picks: deterministic ECMP.
+  const std::uint64_t h = mix((static_cast<std::uint64_t>(a) << 32) ^ static_cast<std::uint64_t>(b) ^ (hop << 56));
+  std::uint64_t count = 0;
+  for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) count += nearer(boost::target(*e, graph));
+  if (count > 0) {
+    std::uint64_t i = 0;
+    const std::uint64_t want = h % count;
+    for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
+      if (!nearer(boost::target(*e, graph))) continue;
+      if (i++ == want) return {boost::target(*e, graph), graph[*e].link};
+    }
+  }
+  throw std::logic_error(fmt::format("Topology::path: stuck routing {} to {}", a, b));
 }
 
 const std::vector<std::uint16_t>& Topology::Impl::distances_to(int leaf) const {
@@ -261,30 +263,10 @@ std::vector<LinkId> Topology::Impl::fabric_path(int a, int b) const {
   auto u = static_cast<Vertex>(from);
   std::uint64_t hop = 2;   // the walk from a: a and its NIC had one choice each
   while (static_cast<int>(u) != to) {
-    // Switches one step nearer to b's leaf, in the graph's (insertion) order.
-    LinkId pick_link = 0;
-    Vertex pick = u;
-    std::uint64_t count = 0;
-    const std::uint64_t h = mix((static_cast<std::uint64_t>(a) << 32) ^ static_cast<std::uint64_t>(b) ^ (hop << 56));
+    // Switches one step nearer to b's leaf.
     const std::uint16_t want_dist = static_cast<std::uint16_t>(d(u) - 1);
-    for (int pass = 0; pass < 2; ++pass) {
-      std::uint64_t i = 0;
-      const std::uint64_t want = count == 0 ? 0 : h % count;
-      for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
-        const Vertex v = boost::target(*e, graph);
-        if (switch_index[v] < 0 || d(v) != want_dist) continue;
-        if (pass == 1 && i == want) {
-          pick = v;
-          pick_link = graph[*e].link;
-          break;
-        }
-        ++i;
-      }
-      if (pass == 0) count = i;
-      if (count == 0) break;
-    }
-    if (pick == u) throw std::logic_error(fmt::format("Topology::path: stuck routing {} to {}", a, b));
-    out.push_back(pick_link);
+    const auto [pick, link] = next_hop(u, a, b, hop, [&](Vertex v) { return switch_index[v] >= 0 && d(v) == want_dist; });
+    out.push_back(link);
     u = pick;
     ++hop;
   }
