@@ -1,6 +1,9 @@
 // sim_bench: speed of the simulator. Prints a header row, a units row and one
 // row per case (wall time of program building and simulation, events, events
-// per second, peak resident memory), then the rows as JSON. Not a test.
+// per second, ops simulated per second, peak resident memory), then the rows
+// as JSON. Not a test. An event is what the engine's loop takes in one turn: an
+// op's end, a network event, or the end of a run of ops that start one after
+// another (SimOptions::chains), so ops/s is the rate to compare across engines.
 //
 //   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT]
 // --case keeps the cases whose name contains TEXT ("gpt3", "1t").
@@ -38,7 +41,7 @@ double peak_rss_gib() {
 struct Row {
   std::string name, mode;
   double build_s = 0, setup_s = 0, sim_s = 0, step_s = 0;
-  std::uint64_t events = 0;
+  std::uint64_t events = 0, ops = 0;
   std::size_t ranks = 0;
   double rss_gib = 0;
 };
@@ -115,6 +118,8 @@ int main(int argc, char** argv) {
       row.step_s = r->step_time_s;
       row.events = r->events;
       row.ranks = r->simulated_ranks.size();
+      row.ops = 0;
+      for (int rank : r->simulated_ranks) row.ops += program->of_rank(rank).ops.size();
     }
     row.rss_gib = peak_rss_gib();
     rows.push_back(row);
@@ -122,21 +127,21 @@ int main(int argc, char** argv) {
   }
   // build: build_program; setup: cost model and topology; simulate: the engine
   // alone (events/s is events / simulate).
-  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>12} {:>12} {:>9} {:>9}\n", "case", "mode", "ranks", "build", "setup",
-             "simulate", "events", "events/s", "step", "peak RSS");
-  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>12} {:>12} {:>9} {:>9}\n", "", "", "", "s", "s", "s", "", "1/s", "s",
-             "GiB");
+  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}\n", "case", "mode", "ranks",
+             "build", "setup", "simulate", "events", "events/s", "ops", "ops/s", "step", "peak RSS");
+  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}\n", "", "", "", "s", "s", "s", "",
+             "1/s", "", "1/s", "s", "GiB");
   for (const Row& r : rows)
-    fmt::print("{:<22} {:>8} {:>6} {:>9.4f} {:>9.4f} {:>9.4f} {:>12} {:>12.3g} {:>9.3f} {:>9.2f}\n", r.name, r.mode,
-               r.ranks, r.build_s, r.setup_s, r.sim_s, r.events, static_cast<double>(r.events) / r.sim_s, r.step_s,
-               r.rss_gib);
+    fmt::print("{:<22} {:>8} {:>6} {:>9.4f} {:>9.4f} {:>9.4f} {:>12} {:>12.3g} {:>12} {:>12.3g} {:>9.3f} {:>9.2f}\n", r.name,
+               r.mode, r.ranks, r.build_s, r.setup_s, r.sim_s, r.events, static_cast<double>(r.events) / r.sim_s, r.ops,
+               static_cast<double>(r.ops) / r.sim_s, r.step_s, r.rss_gib);
   fmt::print("\n[");
   for (std::size_t i = 0; i < rows.size(); ++i)
     fmt::print("{}{{\"case\": \"{}\", \"mode\": \"{}\", \"ranks\": {}, \"build_s\": {:.4f}, \"setup_s\": {:.4f}, "
                "\"simulate_s\": {:.4f}, "
-               "\"events\": {}, \"step_time_s\": {:.6f}, \"peak_rss_gib\": {:.3f}}}",
+               "\"events\": {}, \"ops\": {}, \"step_time_s\": {:.6f}, \"peak_rss_gib\": {:.3f}}}",
                i ? ",\n " : "", rows[i].name, rows[i].mode, rows[i].ranks, rows[i].build_s, rows[i].setup_s, rows[i].sim_s,
-               rows[i].events, rows[i].step_s, rows[i].rss_gib);
+               rows[i].events, rows[i].ops, rows[i].step_s, rows[i].rss_gib);
   fmt::print("]\n");
   return 0;
 }

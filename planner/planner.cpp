@@ -67,6 +67,18 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
   return out;
 }
 
+// Stage 2's call on a worker thread: an exception (a defect, not a user
+// error) becomes the search's error instead of ending the process.
+Result<SimulatedPlan> simulate_guarded(const SearchInputs& in, const Candidate& c, const sim::CostModel& cost,
+                                       Topologies& shared) {
+  try {
+    return simulate_with(in, to_plan(c), c.gpus, cost, &shared);
+  } catch (const std::exception& e) {
+    return fail("plan", fmt::format("simulating tp={} cp={} pp={} vpp={} ep={} dp={} mbs={} on {} GPUs failed (a planner "
+                                    "defect): {}", c.tp, c.cp, c.pp, c.vpp, c.ep, c.dp, c.mbs, c.gpus, e.what()));
+  }
+}
+
 // Ordering of stage-1 survivors: time, then enumeration order (deterministic).
 struct Ranked {
   double step = 0;
@@ -175,7 +187,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
   const auto work = [&] {
     for (std::size_t n = next++; n < top.size(); n = next++) {
       const std::size_t i = order[n];
-      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost, &topologies);
+      out[i] = simulate_guarded(in, top[i].c, *cost, topologies);
       ++finished;
     }
   };
@@ -187,7 +199,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     // The calling thread reports progress and works.
     for (std::size_t n = next++; n < top.size(); n = next++) {
       const std::size_t i = order[n];
-      out[i] = simulate_with(in, to_plan(top[i].c), top[i].c.gpus, *cost, &topologies);
+      out[i] = simulate_guarded(in, top[i].c, *cost, topologies);
       ++finished;
       o.progress({"stage 2", finished.load(), top.size()});
     }

@@ -64,7 +64,8 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint32_t kAhead = 4;   // finish(i) prefetches op i + kAhead's records (see Engine::finish)
-constexpr std::uint32_t kLone = kNone - 1;   // a heap entry that ends a lone transfer: op is its waiting list
+constexpr std::uint32_t kLone = kNone - 1;
+constexpr std::size_t kMaxChain = 64;        // ops one chain event may cover   // a heap entry that ends a lone transfer: op is its waiting list
 
 bool is_async(Stream s) { return s == Stream::pp_send || s == Stream::pp_recv; }
 bool is_p2p(OpKind k) { return k == OpKind::send || k == OpKind::recv; }
@@ -418,6 +419,7 @@ class Engine {
       out.traced_ranks.push_back(r);
     }
     record_ = opt_.record_trace;
+    chains_ = opt_.chains && !serial_;
     if (record_) {   // one span per op of each traced rank
       std::size_t spans = 0;
       for (const RankState& st : states_)
@@ -645,6 +647,10 @@ class Engine {
     }
     set_started(st, i);
     if (st.start_time) st.start_time[i] = now;
+    if (chains_ && local_end(s, i, now)) {
+      run_chain(s, i, now);
+      return;
+    }
     switch (op.kind) {
       case OpKind::compute:
         heap_.push(now + op.duration, {s, i});
@@ -690,6 +696,112 @@ class Engine {
         launch(w, flow_of_class_[st.flows + op.comm_class], now);
         return;
       }
+    }
+  }
+
+  // An op whose end is known when it starts and that touches nothing shared:
+  // a compute op, or a lone collective with no other member to wait for.
+  // Its end time started at `start`, or nullopt.
+  std::optional<double> local_end(std::uint32_t s, std::uint32_t i, double start) const {
+    const RankState& st = states_[s];
+    const OpInfo& op = stages_[st.stage].ops[i];
+    if (op.kind == OpKind::compute) return start + op.duration;
+    if (is_p2p(op.kind) || expected_members(s, op.group) > 1) return std::nullopt;
+    const Network::Prepared flow = flow_of_class_[st.flows + op.comm_class];
+    if (flow == kNone || flow >= lone_.size() || !lone_[flow]) return std::nullopt;
+    return net_.lone_finish(flow, start);
+  }
+
+  // The ops that op i's end lets start (or lets be tried): its successor on
+  // its ordered stream and its dependents.
+  template <class F>
+  void each_enabled(const StageInfo& info, std::uint32_t i, F&& f) const {
+    const OpInfo& op = info.ops[i];
+    if (!is_async(op.stream)) {
+      const auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
+      if (op.position + 1 < list.size()) f(list[op.position + 1]);
+    }
+    for (std::uint32_t d = op.next_begin; d < op.next_begin + op.next_count; ++d) f(info.dependents[d]);
+  }
+
+  // Chains: op x0 has just started and its end is known (local_end). If its
+  // end lets exactly one op start, and that op's end is known too, and so
+  // on, the whole run is one event: the ops of a layer between two pipeline
+  // transfers (compute, and the TP collectives on a group's own NVLink
+  // ports) run back to back, each starting when the one before ends, exactly
+  // as op-by-op events would run them. The run is cut where an op's end
+  // could let anything else start (two ops at once, a transfer, an op that
+  // waits for something not yet finished): every op its intermediate ops
+  // let start must be later in the run, so nothing outside it can observe
+  // their state before their end times. The intermediate ops are recorded
+  // at once; the last one ends as a normal event.
+  void run_chain(std::uint32_t s, std::uint32_t x0, double now) {
+    RankState& st = states_[s];
+    const StageInfo& info = stages_[st.stage];
+    chain_.assign(1, x0);
+    chain_end_.assign(1, *local_end(s, x0, now));
+    const auto member = [&](std::uint32_t j) { return std::find(chain_.begin(), chain_.end(), j) != chain_.end(); };
+    // May op y start when the chain's last op ends: not started, every
+    // dependency finished now or in the chain, the one before it on its
+    // stream likewise.
+    const auto ready = [&](std::uint32_t y) {
+      if (started(st, y) || member(y)) return false;
+      const OpInfo& o = info.ops[y];
+      for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d) {
+        const std::uint32_t dep = info.prog->deps[d];
+        if (!finished(st, dep) && !member(dep)) return false;
+      }
+      if (!is_async(o.stream) && o.position > 0) {
+        const std::uint32_t before = info.stream_ops[static_cast<std::size_t>(o.stream)][o.position - 1];
+        if (!finished(st, before) && !member(before)) return false;
+      }
+      return true;
+    };
+    while (chain_.size() < kMaxChain) {
+      std::uint32_t next = kNone, count = 0;
+      each_enabled(info, chain_.back(), [&](std::uint32_t y) {
+        if (y != next && ready(y)) {
+          next = y;
+          ++count;
+        }
+      });
+      if (count != 1) break;
+      const std::optional<double> end = local_end(s, next, chain_end_.back());
+      if (!end) break;
+      chain_.push_back(next);
+      chain_end_.push_back(*end);
+    }
+    // Cut the run at the first op that lets an op outside the rest of it start.
+    std::size_t last = chain_.size() - 1;
+    for (std::size_t k = 0; k < last; ++k) {
+      bool inside = true;
+      each_enabled(info, chain_[k], [&](std::uint32_t y) {
+        inside = inside && std::find(chain_.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                                     chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1, y) !=
+                                chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1;
+      });
+      if (!inside) {
+        last = k;
+        break;
+      }
+    }
+    for (std::size_t k = 0; k <= last; ++k) {
+      const std::uint32_t x = chain_[k];
+      const double start = k == 0 ? now : chain_end_[k - 1];
+      if (k > 0) {
+        set_started(st, x);
+        if (st.start_time) st.start_time[x] = start;
+      }
+      if (k == last) {
+        heap_.push(chain_end_[k], {s, x});
+        break;
+      }
+      const OpInfo& o = info.ops[x];
+      set_finished(st, x);
+      st.remaining -= 1;
+      end_ = std::max(end_, chain_end_[k]);
+      if (record_ && st.start_time) spans_.push_back({st.rank, x, start, chain_end_[k]});
+      if (!is_async(o.stream)) st.head[static_cast<std::size_t>(o.stream)] += 1;
     }
   }
 
@@ -816,6 +928,9 @@ class Engine {
   std::vector<Span> spans_;
   bool record_ = true;
   bool net_changed_ = true;   // t_net_ is stale
+  bool chains_ = false;       // SimOptions::chains, streams execution only
+  std::vector<std::uint32_t> chain_;      // run_chain's ops, reused
+  std::vector<double> chain_end_;         // and their end times
   double t_net_ = kInf;       // the network's next event time
   bool serial_ = false;   // Execution::serial
   std::uint64_t events_ = 0;

@@ -52,6 +52,10 @@ struct SimOptions {
   // times up to the network's 1e-12 event tolerance, far fewer network
   // events. Off: every transfer is a network flow (for comparison).
   bool lone_flows = true;
+  // Runs of ops that start one after another and touch nothing shared
+  // (compute, lone collectives with no other member) are one event each:
+  // the same times up to rounding, far fewer events. Off: one event per op.
+  bool chains = true;
 };
 
 // The execution a simulation of `device` uses when SimOptions leaves it open.
@@ -71,6 +75,9 @@ struct SimResult {
 // Duration of each compute op of a stage (sum of its kernels' costs).
 std::vector<double> compute_durations(const StageProgram& stage, const CostModel& cost);
 
+// `program` must pass validate_program (build_program's output does): sends
+// and receives pair by tag, and a tag used twice on one channel would pair
+// by position.
 Result<SimResult> simulate(const Program& program, const Topology& topo, const CostModel& cost,
                            const SimOptions& options = {});
 

@@ -148,7 +148,11 @@ std::vector<LinkId> Topology::Impl::path(int a, int b) const {
   if (a < 0 || b < 0 || a >= devices || b >= devices)
     throw std::out_of_range(fmt::format("Topology::path: device {} or {} outside 0..{}", a, b, devices - 1));
   if (a == b) return {};
-  if (!leaf_of_device.empty() && a / cluster.scale_up_domain != b / cluster.scale_up_domain) return fabric_path(a, b);
+  // (Devices that share a NIC stay with the search: only a domain that is not
+  // a whole number of nodes, which cluster validation rejects, splits them.)
+  if (!leaf_of_device.empty() && a / cluster.scale_up_domain != b / cluster.scale_up_domain &&
+      nic_of_device[static_cast<std::size_t>(a)] != nic_of_device[static_cast<std::size_t>(b)])
+    return fabric_path(a, b);
   const int target = b;
   BfsCache& c = bfs_caches.get(serial, target);
   const std::size_t nv = boost::num_vertices(graph);
