@@ -272,6 +272,42 @@ TEST_CASE("The trace file is valid Chrome trace JSON with one event per span", "
   std::remove(path.c_str());
 }
 
+namespace {
+
+// Simulates a plan with one of the engine's shortcuts on and off, checks that
+// the step time and every span agree to 1e-12 (spans matched by rank and
+// op), and returns the events of both runs.
+std::pair<std::uint64_t, std::uint64_t> same_spans(const char* model, const char* plan, int gpus, Mode mode,
+                                                   bool SimOptions::*shortcut) {
+  INFO(model << " " << plan << (mode == Mode::full ? " full" : " reduced"));
+  const Setup s = make_setup(shipped_model(model), "dgx-h100", plan, 32, gpus, 2048);
+  auto program = build_program(s);
+  REQUIRE(program);
+  auto cost = CostModel::for_device(s.cluster.device);
+  REQUIRE(cost);
+  const Topology topo = Topology::build(s.cluster, s.world);
+  SimOptions on{mode, true, {}};
+  SimOptions off = on;
+  off.*shortcut = false;
+  auto a = simulate(*program, topo, *cost, on);
+  auto b = simulate(*program, topo, *cost, off);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->step_time_s == Approx(b->step_time_s).epsilon(1e-12));
+  std::map<std::pair<int, std::uint32_t>, std::pair<double, double>> spans;
+  for (const Span& sp : b->spans) spans[{sp.rank, sp.op}] = {sp.start, sp.end};
+  REQUIRE(a->spans.size() == spans.size());
+  for (const Span& sp : a->spans) {
+    const auto it = spans.find({sp.rank, sp.op});
+    REQUIRE(it != spans.end());
+    CHECK(sp.start == Approx(it->second.first).epsilon(1e-12));
+    CHECK(sp.end == Approx(it->second.second).epsilon(1e-12));
+  }
+  return {a->events, b->events};
+}
+
+}  // namespace
+
 TEST_CASE("Collectives alone on their links end when the network would end them", "[sim]") {
   // tp=8 fills a node: the TP groups' collectives have their NVLink ports to
   // themselves and end by formula; with tp=4 the DP pairs share those ports,
@@ -283,36 +319,12 @@ TEST_CASE("Collectives alone on their links end when the network would end them"
   };
   for (const Case c : {Case{"tp=8,pp=2,sp=on,distopt=on,overlap_grad_reduce=on", 16, true},
                        Case{"tp=8,pp=2,vpp=2,sp=on,tp_comm_overlap=on,schedule=interleaved", 16, true},
-                       Case{"tp=4,pp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on", 16, false}}) {
-    INFO(c.plan);
-    const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", c.plan, 16, c.gpus, 2048);
-    auto program = build_program(s);
-    REQUIRE(program);
-    auto cost = CostModel::for_device(s.cluster.device);
-    REQUIRE(cost);
-    const Topology topo = Topology::build(s.cluster, s.world);
+                       Case{"tp=4,pp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on", 16, false}})
     for (const Mode mode : {Mode::full, Mode::reduced}) {
-      SimOptions on{mode, true, {}};
-      SimOptions off = on;
-      off.lone_flows = false;
-      auto a = simulate(*program, topo, *cost, on);
-      auto b = simulate(*program, topo, *cost, off);
-      REQUIRE(a);
-      REQUIRE(b);
-      CHECK(a->step_time_s == Approx(b->step_time_s).epsilon(1e-12));
-      if (c.expect_lone) CHECK(a->events < b->events);
-      else CHECK(a->events == b->events);
-      std::map<std::pair<int, std::uint32_t>, std::pair<double, double>> spans;
-      for (const Span& sp : b->spans) spans[{sp.rank, sp.op}] = {sp.start, sp.end};
-      REQUIRE(a->spans.size() == spans.size());
-      for (const Span& sp : a->spans) {
-        const auto it = spans.find({sp.rank, sp.op});
-        REQUIRE(it != spans.end());
-        CHECK(sp.start == Approx(it->second.first).epsilon(1e-12));
-        CHECK(sp.end == Approx(it->second.second).epsilon(1e-12));
-      }
+      const auto [on, off] = same_spans("llama3-8b", c.plan, c.gpus, mode, &SimOptions::lone_flows);
+      if (c.expect_lone) CHECK(on < off);
+      else CHECK(on == off);
     }
-  }
 }
 
 TEST_CASE("Runs of local ops simulated as one event give every span of the op-by-op run", "[sim]") {
@@ -331,34 +343,10 @@ TEST_CASE("Runs of local ops simulated as one event give every span of the op-by
                        Case{"llama3-8b", "tp=8,pp=4,schedule=zb-h1,recompute=full,recompute_method=uniform,recompute_layers=1", 32, false},
                        Case{"llama3-8b", "tp=8,pp=2,cp=2,sp=on", 32, true},
                        Case{"llama3-8b", "tp=4,pp=4,dp=2,schedule=dualpipev,sp=on", 32, false},
-                       Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, false}}) {
-    INFO(c.model << " " << c.plan);
-    const Setup s = make_setup(shipped_model(c.model), "dgx-h100", c.plan, 32, c.gpus, 2048);
-    auto program = build_program(s);
-    REQUIRE(program);
-    auto cost = CostModel::for_device(s.cluster.device);
-    REQUIRE(cost);
-    const Topology topo = Topology::build(s.cluster, s.world);
+                       Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, false}})
     for (const Mode mode : {Mode::full, Mode::reduced}) {
-      SimOptions on{mode, true, {}};
-      SimOptions off = on;
-      off.chains = false;
-      auto a = simulate(*program, topo, *cost, on);
-      auto b = simulate(*program, topo, *cost, off);
-      REQUIRE(a);
-      REQUIRE(b);
-      CHECK(a->step_time_s == Approx(b->step_time_s).epsilon(1e-12));
-      if (c.expect_fewer) CHECK(a->events < b->events);
-      else CHECK(a->events <= b->events);
-      std::map<std::pair<int, std::uint32_t>, std::pair<double, double>> spans;
-      for (const Span& sp : b->spans) spans[{sp.rank, sp.op}] = {sp.start, sp.end};
-      REQUIRE(a->spans.size() == spans.size());
-      for (const Span& sp : a->spans) {
-        const auto it = spans.find({sp.rank, sp.op});
-        REQUIRE(it != spans.end());
-        CHECK(sp.start == Approx(it->second.first).epsilon(1e-12));
-        CHECK(sp.end == Approx(it->second.second).epsilon(1e-12));
-      }
+      const auto [on, off] = same_spans(c.model, c.plan, c.gpus, mode, &SimOptions::chains);
+      if (c.expect_fewer) CHECK(on < off);
+      else CHECK(on <= off);
     }
-  }
 }
