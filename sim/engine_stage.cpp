@@ -1,0 +1,211 @@
+// The engine's per-stage analysis: see sim/engine_stage.hpp.
+#include "sim/engine_stage.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <span>
+#include <unordered_map>
+
+#include "sim/engine.hpp"
+
+namespace megascope::sim {
+
+namespace {
+
+// Compute op durations of one stage. Ops of one stage repeat a few kernel
+// lists (and the builder shares their ranges): each range is priced once,
+// summed in the same order.
+class Pricer {
+ public:
+  Pricer(const StageProgram& stage, const CostModel& cost)
+      : stage_(stage), cost_(cost), memo_(stage.kernels.size(), {0, 0.0}) {}
+  double operator()(const Op& op) {
+    if (op.kind != OpKind::compute || op.kernel_count == 0) return 0.0;
+    const bool memoisable = op.kernel_begin < memo_.size();
+    if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second;
+    double t = cost_.op_overhead_s();
+    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
+      const Kernel& kr = stage_.kernels[k];
+      switch (kr.kind) {
+        case KernelKind::gemm: t += cost_.gemm_s(kr.gemm, kr.precision); break;
+        case KernelKind::attention_fwd: t += cost_.attention_fwd_s(kr.attention); break;
+        case KernelKind::attention_bwd: t += cost_.attention_bwd_s(kr.attention); break;
+        case KernelKind::memory: t += cost_.memory_s(kr.memory, kr.bytes); break;
+      }
+    }
+    if (memoisable && memo_[op.kernel_begin].first == 0) memo_[op.kernel_begin] = {op.kernel_count, t};
+    return t;
+  }
+
+ private:
+  const StageProgram& stage_;
+  const CostModel& cost_;
+  std::vector<std::pair<std::uint32_t, double>> memo_;   // kernel begin -> (count, time)
+};
+
+}  // namespace
+
+std::vector<double> compute_durations(const StageProgram& stage, const CostModel& cost) {
+  std::vector<double> out(stage.ops.size(), 0.0);
+  Pricer price(stage, cost);
+  for (std::size_t i = 0; i < stage.ops.size(); ++i) out[i] = price(stage.ops[i]);
+  return out;
+}
+
+namespace detail {
+
+namespace {
+
+// What fixes a communication op's flow on a given rank: for a collective its
+// kind, group and size; for a send or receive its direction, peer and size.
+struct CommClass {
+  OpKind kind;
+  std::uint8_t group;    // CommGroup of a collective; 0 for send/recv
+  std::int32_t peer;     // peer stage of a send/recv; 0 for a collective
+  double bytes;
+  bool operator==(const CommClass&) const = default;
+};
+struct CommClassHash {
+  std::size_t operator()(const CommClass& c) const {
+    std::uint64_t h = std::bit_cast<std::uint64_t>(c.bytes);
+    h ^= (static_cast<std::uint64_t>(c.kind) << 8 | c.group | static_cast<std::uint64_t>(c.peer) << 16) * 0x9e3779b97f4a7c15ULL;
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+
+}  // namespace
+
+StageInfo analyse(const StageProgram& s, const CostModel& cost) {
+  StageInfo info;
+  info.prog = &s;
+  Pricer price(s, cost);
+  const std::size_t n = s.ops.size();
+  info.ops.resize(n);
+  std::array<std::uint32_t, kStreamCount * kCommGroupCount> counters{};
+  std::unordered_map<CommClass, std::uint32_t, CommClassHash> classes;
+  // Recent classes, direct-mapped by hash, in front of the map: a stage
+  // cycles through a few classes (a layer's all-gathers and reduce-scatters).
+  std::array<std::pair<CommClass, std::uint32_t>, 32> recent;
+  recent.fill({CommClass{OpKind::compute, 0, 0, 0.0}, kNone});
+  for (auto& list : info.stream_ops) list.reserve(n);   // untouched capacity costs no memory
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& op = s.ops[i];
+    OpInfo& o = info.ops[i];
+    o.duration = price(op);
+    info.compute_s += o.duration;
+    o.dep_begin = op.dep_begin;
+    o.dep_count = op.dep_count;
+    o.peer_stage = op.peer_stage;
+    o.kind = op.kind;
+    o.stream = op.stream;
+    o.group = op.group;
+    auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
+    o.position = static_cast<std::uint32_t>(list.size());
+    list.push_back(static_cast<std::uint32_t>(i));
+    if (op.kind != OpKind::compute) {
+      if (is_p2p(op.kind)) info.p2p.push_back(static_cast<std::uint32_t>(i));
+      if (!is_p2p(op.kind))
+        o.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+      const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
+                                          : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
+      auto& hit = recent[CommClassHash{}(c) % recent.size()];
+      if (hit.second != kNone && hit.first == c) {
+        o.comm_class = hit.second;
+      } else {
+        const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
+        if (added) {
+          info.class_op.push_back(static_cast<std::uint32_t>(i));
+          info.class_streams.push_back(0);
+        }
+        o.comm_class = it->second;
+        hit = {c, it->second};
+      }
+      info.class_streams[o.comm_class] |= 1U << static_cast<unsigned>(op.stream);
+    }
+    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) info.ops[s.deps[d]].next_count += 1;
+  }
+  std::uint32_t at = 0;
+  for (OpInfo& o : info.ops) {
+    o.next_begin = at;
+    at += o.next_count;
+  }
+  info.dependents.assign(at, 0);
+  std::vector<std::uint32_t> fill(n);
+  for (std::size_t i = 0; i < n; ++i) fill[i] = info.ops[i].next_begin;
+  for (std::size_t i = 0; i < n; ++i) {
+    const OpInfo& o = info.ops[i];
+    for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
+      info.dependents[fill[s.deps[d]]++] = static_cast<std::uint32_t>(i);
+  }
+  return info;
+}
+
+// Pairs every send with the receive of the same tag on its peer stage (and
+// back). A transfer is matched by (source stage, destination stage, tag);
+// one without a partner never starts (the engine then reports a deadlock).
+// Per channel (source, destination), the k-th send in program order usually
+// carries the tag of the k-th receive (the schedules post them in the same
+// order): then they pair as they come; otherwise that channel is sorted by
+// tag and each send takes the first receive of its tag.
+void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
+  struct End {
+    std::uint64_t tag;
+    std::uint32_t op;
+    bool operator<(const End& o) const { return tag != o.tag ? tag < o.tag : op < o.op; }
+  };
+  const std::size_t n = stages.size();
+  const auto stage_ok = [&](int st) { return st >= 0 && static_cast<std::size_t>(st) < n; };
+  // Ends bucketed by channel (from * n + to), each bucket in program order.
+  std::vector<std::uint32_t> send_begin(n * n + 1, 0), recv_begin(n * n + 1, 0);
+  const auto each_end = [&](auto&& f) {
+    for (std::size_t si = 0; si < p.stages.size(); ++si) {
+      const StageProgram& s = p.stages[si];
+      for (const std::uint32_t i : stages[si].p2p) {
+        const Op& op = s.ops[i];
+        if (!stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
+        const bool send = op.kind == OpKind::send;
+        const auto from = static_cast<std::size_t>(send ? s.stage : op.peer_stage);
+        const auto to = static_cast<std::size_t>(send ? op.peer_stage : s.stage);
+        f(send, from * n + to, End{op.tag, i});
+      }
+    }
+  };
+  each_end([&](bool send, std::size_t ch, const End&) { ++(send ? send_begin : recv_begin)[ch + 1]; });
+  for (std::size_t c = 0; c < n * n; ++c) {
+    send_begin[c + 1] += send_begin[c];
+    recv_begin[c + 1] += recv_begin[c];
+  }
+  std::vector<End> sends(send_begin[n * n]), recvs(recv_begin[n * n]);
+  {
+    std::vector<std::uint32_t> sf(send_begin.begin(), send_begin.end() - 1), rf(recv_begin.begin(), recv_begin.end() - 1);
+    each_end([&](bool send, std::size_t ch, const End& e) { (send ? sends[sf[ch]++] : recvs[rf[ch]++]) = e; });
+  }
+  for (std::size_t c = 0; c < n * n; ++c) {
+    const std::span<End> sc(sends.data() + send_begin[c], send_begin[c + 1] - send_begin[c]);
+    const std::span<End> rc(recvs.data() + recv_begin[c], recv_begin[c + 1] - recv_begin[c]);
+    if (sc.empty() || rc.empty()) continue;
+    StageInfo& from = stages[c / n];
+    StageInfo& to = stages[c % n];
+    const bool in_order = sc.size() == rc.size() &&
+                          std::equal(sc.begin(), sc.end(), rc.begin(), [](const End& a, const End& b) { return a.tag == b.tag; });
+    if (!in_order) {
+      std::sort(sc.begin(), sc.end());
+      std::sort(rc.begin(), rc.end());
+    }
+    std::size_t j = 0;
+    for (std::size_t k = 0; k < sc.size(); ++k) {
+      const End& e = sc[k];
+      if (in_order) {
+        j = k;
+      } else {
+        while (j < rc.size() && rc[j] < End{e.tag, 0}) ++j;
+        if (j == rc.size() || rc[j].tag != e.tag) continue;
+      }
+      from.ops[e.op].pair = rc[j].op;
+      to.ops[rc[j].op].pair = e.op;
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace megascope::sim
