@@ -558,18 +558,21 @@ class Engine {
       chain_.push_back(next);
       chain_end_.push_back(*end);
     }
-    // Cut the run at the first op that lets an op outside the rest of it start.
+    // Cut the run at the first op that lets an op outside the rest of it
+    // start; a cut drops ops that earlier ones may name, so check again from
+    // the start until no op is cut.
     std::size_t last = chain_.size() - 1;
-    for (std::size_t k = 0; k < last; ++k) {
-      bool inside = true;
-      each_enabled(info, chain_[k], [&](std::uint32_t y) {
-        inside = inside && std::find(chain_.begin() + static_cast<std::ptrdiff_t>(k) + 1,
-                                     chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1, y) !=
-                                chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1;
-      });
-      if (!inside) {
-        last = k;
-        break;
+    for (bool cut = true; cut;) {
+      cut = false;
+      for (std::size_t k = 0; k < last && !cut; ++k) {
+        const auto rest = chain_.begin() + static_cast<std::ptrdiff_t>(k) + 1;
+        const auto end = chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1;
+        bool inside = true;
+        each_enabled(info, chain_[k], [&](std::uint32_t y) { inside = inside && std::find(rest, end, y) != end; });
+        if (!inside) {
+          last = k;
+          cut = true;
+        }
       }
     }
     for (std::size_t k = 0; k <= last; ++k) {
