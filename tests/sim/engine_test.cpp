@@ -329,8 +329,9 @@ TEST_CASE("Collectives alone on their links end when the network would end them"
 
 TEST_CASE("Runs of local ops simulated as one event give every span of the op-by-op run", "[sim]") {
   // Chains cover compute and lone collectives that start one after another;
-  // schedules with concurrent streams (overlaps, zero-bubble W ops, DualPipe)
-  // cut them short. Every case must equal the op-by-op run, span by span.
+  // concurrent streams (overlaps, zero-bubble W ops, DualPipe's two
+  // directions) cut them short. Every case must equal the op-by-op run,
+  // span by span.
   struct Case {
     const char* model;
     const char* plan;
@@ -343,6 +344,9 @@ TEST_CASE("Runs of local ops simulated as one event give every span of the op-by
                        Case{"llama3-8b", "tp=8,pp=4,schedule=zb-h1,recompute=full,recompute_method=uniform,recompute_layers=1", 32, false},
                        Case{"llama3-8b", "tp=8,pp=2,cp=2,sp=on", 32, true},
                        Case{"llama3-8b", "tp=4,pp=4,dp=2,schedule=dualpipev,sp=on", 32, false},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=gpipe,sp=on", 32, true},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=zb-v,sp=on", 32, true},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=dualpipe,sp=on", 32, true},
                        Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, false}})
     for (const Mode mode : {Mode::full, Mode::reduced}) {
       const auto [on, off] = same_spans(c.model, c.plan, c.gpus, mode, &SimOptions::chains);
