@@ -12,6 +12,7 @@
 #include "sim/engine.hpp"
 #include "sim/report.hpp"
 #include "core/models.hpp"
+#include "engine_support.hpp"
 #include "support.hpp"
 
 using namespace megascope;
@@ -19,50 +20,10 @@ using namespace megascope::sim;
 using megascope::test::make_setup;
 using megascope::test::shipped_cluster;
 using megascope::test::shipped_model;
-
-namespace {
-
-// A device whose memory kernels move 1 GB/s with no launch overhead: a
-// memory kernel of N bytes takes N / 1e9 seconds exactly.
-CostModel unit_cost() {
-  DeviceSpec d;
-  d.name = "unit";
-  d.peak_bf16_flops = 1e12;
-  d.peak_fp32_flops = 1e12;
-  d.memory_bytes = 1e12;
-  d.memory_bandwidth_Bps = 1e9;
-  CostProfile p;
-  p.memory_efficiency = 1.0;
-  p.launch_overhead_s = 0;
-  return CostModel(d, p);
-}
-
-Kernel seconds(double s) {
-  Kernel k;
-  k.kind = KernelKind::memory;
-  k.memory = MemoryOp::other;
-  k.bytes = s * 1e9;
-  return k;
-}
-
-// Two pipeline stages on two GPUs of one DGX H100 node.
-Program two_stages() {
-  Program p;
-  p.grid = RankGrid{1, 1, 1, 2, 1, 1, 1};
-  p.stages.resize(2);
-  p.stages[0].stage = 0;
-  p.stages[1].stage = 1;
-  return p;
-}
-
-const Span& span_of(const SimResult& r, int rank, std::uint32_t op) {
-  for (const Span& s : r.spans)
-    if (s.rank == rank && s.op == op) return s;
-  FAIL("no span for rank " << rank << " op " << op);
-  return r.spans.front();
-}
-
-}  // namespace
+using megascope::test::seconds;
+using megascope::test::span_of;
+using megascope::test::two_stages;
+using megascope::test::unit_cost;
 
 TEST_CASE("A send and its receive form one transfer and the consumer starts when it ends", "[sim]") {
   Program p = two_stages();

@@ -7,6 +7,7 @@
 #include "core/program/builder.hpp"
 #include "core/program/stage_writer.hpp"
 #include "sim/engine.hpp"
+#include "engine_support.hpp"
 #include "support.hpp"
 
 using namespace megascope;
@@ -14,46 +15,15 @@ using namespace megascope::sim;
 using megascope::test::make_setup;
 using megascope::test::shipped_cluster;
 using megascope::test::shipped_model;
+using megascope::test::seconds;
+using megascope::test::span_of;
+using megascope::test::unit_cost;
 
 namespace {
 
-// Memory kernels at 1 GB/s, no launch overhead: N bytes take N / 1e9 s.
-CostModel unit_cost(DeviceKind kind) {
-  DeviceSpec d;
-  d.name = "unit";
-  d.kind = kind;
-  d.peak_bf16_flops = 1e12;
-  d.peak_fp32_flops = 1e12;
-  d.memory_bytes = 1e12;
-  d.memory_bandwidth_Bps = 1e9;
-  CostProfile p;
-  p.memory_efficiency = 1.0;
-  p.launch_overhead_s = 0;
-  return CostModel(d, p);
-}
-
-Kernel seconds(double s) {
-  Kernel k;
-  k.kind = KernelKind::memory;
-  k.memory = MemoryOp::other;
-  k.bytes = s * 1e9;
-  return k;
-}
-
-const Span& span_of(const SimResult& r, int rank, std::uint32_t op) {
-  for (const Span& s : r.spans)
-    if (s.rank == rank && s.op == op) return s;
-  FAIL("no span for rank " << rank << " op " << op);
-  return r.spans.front();
-}
-
 // Two pipeline stages that pass an activation forward and a gradient back.
 Program ping_pong() {
-  Program p;
-  p.grid = RankGrid{1, 1, 1, 2, 1, 1, 1};
-  p.stages.resize(2);
-  p.stages[0].stage = 0;
-  p.stages[1].stage = 1;
+  Program p = megascope::test::two_stages();
   detail::OpContext ctx;
   detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
   const auto c0 = w0.compute(OpLabel::mlp, ctx, {seconds(1.0)});            // 0
