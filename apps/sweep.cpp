@@ -21,6 +21,18 @@
 
 namespace megascope::cli {
 
+// "a,b,,c" -> {"a", "b", "", "c"}: every item, empty ones included.
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    out.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 namespace {
 
 using Err = tl::unexpected<Error>;
@@ -34,21 +46,10 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', pos), text.size());
-    out.push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
-}
-
 // The items of a comma list, each once, in order; an empty item is an error.
 Result<std::vector<std::string>> names(const std::string& text, const std::string& option) {
   std::vector<std::string> out;
-  for (const std::string& s : split(text)) {
+  for (const std::string& s : split_commas(text)) {
     if (s.empty()) return Err(usage(option, fmt::format("empty item in '{}'", text)));
     if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
   }
@@ -125,7 +126,7 @@ Result<std::vector<double>> parse_sweep_values(const std::string& text, const st
       return Err(usage(option, fmt::format("more than {} values in '{}'", kMaxValues, text)));
     return {};
   };
-  for (const std::string& item : split(text)) {
+  for (const std::string& item : split_commas(text)) {
     const std::size_t dash = item.find('-', 1);
     if (dash == std::string::npos) {
       auto v = number(item);

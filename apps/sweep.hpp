@@ -91,6 +91,9 @@ struct SweepPlotData {
 // (apps/sweep_plot.cpp).
 std::string sweep_svg(const SweepPlotData& d);
 
+// The items of a comma list, empty ones included (apps/sweep.cpp).
+std::vector<std::string> split_commas(const std::string& text);
+
 void add_sweep_options(CLI::App& cmd, SweepOptions& o);
 int run_sweep(const SweepOptions& o, std::ostream& out, std::ostream& err);
 

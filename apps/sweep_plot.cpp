@@ -14,17 +14,6 @@ namespace megascope::cli {
 
 namespace {
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', pos), text.size());
-    out.push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
-}
-
 std::string xml(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -169,7 +158,7 @@ std::string sweep_svg(const SweepPlotData& d) {
   // The subtitle, wrapped after commas to the width of the figure (about 6.5 px a character).
   const std::size_t chars = static_cast<std::size_t>((width - left - 10) / 6.5);
   std::vector<std::string> sub(1);
-  for (std::string part : split(d.title)) {
+  for (std::string part : split_commas(d.title)) {
     if (!sub.back().empty() && sub.back().size() + part.size() + 1 > chars) {
       sub.back() += ",";
       sub.emplace_back();
