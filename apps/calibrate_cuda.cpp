@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "apps/gpu_cluster.hpp"
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
 #include "core/program/builder.hpp"
@@ -37,17 +38,6 @@ int run_calibrate_cuda(const CalibrateOptions&, std::ostream&, std::ostream& err
 namespace {
 
 namespace xc = exec::cuda;
-
-// The shipped cluster of a GPU, by the name CUDA gives it ("NVIDIA H100 80GB HBM3").
-std::optional<std::string> cluster_of(const std::string& gpu) {
-  auto has = [&](const char* s) { return gpu.find(s) != std::string::npos; };
-  if (has("GB200")) return "gb200-nvl72";
-  if (has("B200")) return "dgx-b200";
-  if (has("H200")) return "dgx-h200";
-  if (has("H100") && !has("PCIe")) return "dgx-h100";
-  if (has("A100")) return "dgx-a100";
-  return std::nullopt;
-}
 
 struct GpuCases {
   CalibrationData data;
@@ -163,7 +153,7 @@ int measure(const CalibrateOptions& o, std::ostream& out, std::ostream& err) {
   // CPU defaults are replaced by GPU ones (apps/calibrate_cuda.hpp).
   std::string cluster_name = o.cluster;
   if (cluster_name == "cpu-host") {
-    const auto c = cluster_of(gpu.device.name);
+    const auto c = shipped_cluster_of_gpu(gpu.device.name);
     if (!c) {
       if (root)
         err << fmt::format("megascope calibrate: error: --backend cuda: no shipped cluster for '{}': give its cluster "

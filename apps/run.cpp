@@ -1,4 +1,5 @@
 #include "apps/run.hpp"
+#include "apps/run_cuda.hpp"
 
 #include <fmt/format.h>
 
@@ -12,7 +13,8 @@
 namespace megascope::cli {
 
 void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
-  cmd.add_option("--backend", o.backend, "cpu (CPU kernels and MPI); cuda is not built yet")
+  cmd.add_option("--backend", o.backend,
+                 "cpu: train on CPU kernels and MPI; cuda: replay the plan's kernels and NCCL on GPUs, for timing")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--model", o.scenario.model, "shipped model name (e.g. tiny-gpt, tiny-llama), model TOML or config.json");
   cmd.add_option("--cluster", o.scenario.cluster, "cluster the plan is validated against (default cpu-host)");
@@ -32,6 +34,10 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_flag("--json", o.json, "print the steps as one JSON object");
   cmd.add_option("--inject-failure", o.inject_failure,
                  "RANK:STEP: that rank exits abruptly at the start of that step (tests the failure path)");
+  cmd.add_option("--shard", o.shard, "cuda: measure the compute of this rank of the plan on one GPU (no mpirun)");
+  cmd.add_option("--warmup", o.warmup, "cuda: untimed steps before the measured ones (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--gpus", o.scenario.gpus, "GPUs of the plan (cuda --shard: the plan's world; default: the MPI job's)");
 }
 
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
@@ -46,9 +52,10 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
       return 2;
     }
   }
-  if (o.backend == "cuda") {
-    err << "megascope run: error: --backend cuda is not built yet (the CUDA runtime is the next part of the executor)\n";
-    return 1;
+  if (o.backend == "cuda") return run_cuda_command(o, out, err);
+  if (o.shard) {
+    err << "megascope run: error: --shard measures one rank on one GPU: it needs --backend cuda\n";
+    return 2;
   }
   ScenarioOptions sc = o.scenario;
   if (!sc.model) {

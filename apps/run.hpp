@@ -1,6 +1,8 @@
 // `megascope run --backend cpu`: trains a plan for real, one MPI process per
 // rank (mpirun -np <world> megascope run ...), printing the loss per step,
 // writing the measured trace and sharded checkpoints (exec/runner.hpp).
+// `megascope run --backend cuda`: replays the plan's Program on GPUs for
+// timing (apps/run_cuda.hpp, exec/cuda/replay_cuda.hpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,6 +21,8 @@ struct RunCommandOptions {
   exec::RunOptions run;
   bool json = false;
   std::optional<std::string> inject_failure;   // "RANK:STEP"
+  std::optional<int> shard;                    // cuda: the rank of the plan one GPU measures
+  int warmup = 1;                              // cuda: untimed steps first
 };
 
 void add_run_options(CLI::App& cmd, RunCommandOptions& o);

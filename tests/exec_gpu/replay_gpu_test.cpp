@@ -1,0 +1,66 @@
+// `megascope run --backend cuda` on a GPU: one rank of a 32-GPU plan measured
+// shard by shard (compute only), and a one-GPU plan replayed whole; the JSON
+// report and the measured trace agree with the Program.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_runner.hpp"
+#include "exec/mpi_env.hpp"
+
+namespace {
+
+nlohmann::json replay(const std::vector<std::string>& extra, const std::string& trace) {
+  std::vector<std::string> args = {"run", "--backend", "cuda", "--json", "--steps", "2", "--trace", trace};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = megascope::test::run(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+std::size_t spans_in(const std::string& trace) {
+  std::ifstream f(trace);
+  REQUIRE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  std::size_t n = 0;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.value("ph", "") == "X") {
+      ++n;
+      CHECK(e.at("dur").get<double>() >= 0);
+    }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("run --backend cuda --shard: one rank of a 32-GPU plan, compute only", "[exec][gpu][replay]") {
+  if (megascope::exec::launched_by_mpi()) return;   // shard mode is one process
+  const std::string trace = "replay-shard-trace.json";
+  const auto j = replay({"--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", "tp=8,pp=4,sp=on", "--gpus", "32",
+                         "--global-batch", "16", "--shard", "9"},
+                        trace);
+  CHECK(j.at("mode") == "shard");
+  CHECK(j.at("rank") == 9);
+  REQUIRE(j.at("steps").size() == 2);
+  for (const auto& s : j.at("steps")) CHECK(s.at("step_time_s").get<double>() > 0);
+  CHECK(j.at("ops_run").get<std::size_t>() < j.at("ops").get<std::size_t>());   // TP and PP communication not run
+  CHECK(j.at("skipped_kernel_launches") == 0);
+  CHECK(j.at("gemm_tflops").get<double>() > 10);
+  CHECK(spans_in(trace) == j.at("ops_run").get<std::size_t>());
+  std::remove(trace.c_str());
+}
+
+TEST_CASE("run --backend cuda: a one-GPU plan replayed whole", "[exec][gpu][replay]") {
+  if (megascope::exec::launched_by_mpi()) return;
+  const std::string trace = "replay-whole-trace.json";
+  const auto j = replay({"--model", "tiny-llama", "--cluster", "dgx-h100", "--plan", "tp=1,mbs=2", "--global-batch", "8"},
+                        trace);
+  CHECK(j.at("mode") == "replay");
+  CHECK(j.at("ops_run") == j.at("ops"));
+  CHECK(j.at("tokens_per_s").get<double>() > 0);
+  CHECK(spans_in(trace) == j.at("ops").get<std::size_t>());
+  std::remove(trace.c_str());
+}
