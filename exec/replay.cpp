@@ -63,6 +63,21 @@ Result<void> check_in_order(const Program& p, int a, int b, OpLabel label) {
 
 }  // namespace
 
+Stream stream_of(CommGroup g) {
+  switch (g) {
+    case CommGroup::tp:
+    case CommGroup::etp: return Stream::tp;
+    case CommGroup::cp: return Stream::cp;
+    case CommGroup::ep: return Stream::ep;
+    case CommGroup::dp:
+    case CommGroup::dp_cp:
+    case CommGroup::edp:
+    case CommGroup::embedding: return Stream::dp;
+    case CommGroup::pp: return Stream::pp_send;
+  }
+  return Stream::dp;
+}
+
 std::string ReplayKernel::name() const {
   switch (type) {
     case Type::gemm:

@@ -86,6 +86,11 @@ struct ReplayPlan {
   std::int64_t skipped_kernels = 0;      // launches with no kernel of the runtime (ReplayKernel::name says why)
 };
 
+// The stream a group's collectives run on, in the replay and the GPU
+// runtime: tp and etp on tp, cp on cp, ep on ep, dp, dp_cp, edp and
+// embedding on dp (pp: pp_send; pipeline transfers have routes of their own).
+Stream stream_of(CommGroup g);
+
 // The kernel that replays one Program kernel of an op in `phase`.
 ReplayKernel replay_kernel(const Setup& s, const Kernel& k, Phase phase);
 

@@ -8,7 +8,10 @@
 #   4. exec_cuda_tests: the no-device error paths (pass vacuously on a GPU machine);
 #   5. kernels_bench: GB/s of the memory-bound kernels and attention TFLOP/s (JSON kept);
 #   6. megascope calibrate --backend cuda (under mpirun over all GPUs when there
-#      are several), writing topologies/profiles/<gpu>-measured-<date>.toml.
+#      are several), writing topologies/profiles/<gpu>-measured-<date>.toml;
+#   7. megascope run --backend cuda: a one-GPU plan (gpt-1.7b) simulated with that
+#      profile and replayed, then `megascope compare` of the two traces; and one
+#      rank of a 64-GPU llama3-70b plan measured shard by shard.
 # Usage: scripts/gpu-check.sh [BUILD_DIR]
 # Environment: GPUS=N (default: every GPU nvidia-smi lists), QUICK=1 (calibrate --quick),
 #   CUDA_ARCHS="90" (default: CMake's 80;90 from cmake/Optional.cmake).
@@ -69,4 +72,16 @@ if [ "$gpus" -ge 2 ]; then
 else
   "${calibrate[@]}" 2>&1 | tee "$outdir/calibrate.log"
 fi
+cluster=${CLUSTER:-dgx-$short}
+one_gpu=(--model gpt-1.7b --cluster "$cluster" --gpus 1 --plan tp=1,mbs=1 --global-batch 8)
+step "megascope simulate vs run --backend cuda (${one_gpu[*]})"
+"$build/apps/megascope" simulate "${one_gpu[@]}" --calibration "$profile" --trace "$outdir/replay-simulated.json" \
+  2>&1 | tee "$outdir/replay-simulate.log"
+"$build/apps/megascope" run --backend cuda "${one_gpu[@]}" --steps 5 --trace "$outdir/replay-measured.json" \
+  2>&1 | tee "$outdir/replay-run.log"
+"$build/apps/megascope" compare "$outdir/replay-simulated.json" "$outdir/replay-measured.json" \
+  2>&1 | tee "$outdir/replay-compare.log"
+step "megascope run --backend cuda --shard 0 (llama3-70b, tp=8,pp=4 on 64 GPUs)"
+"$build/apps/megascope" run --backend cuda --model llama3-70b --cluster "$cluster" --gpus 64 --plan tp=8,pp=4,sp=on \
+  --global-batch 64 --shard 0 --steps 3 2>&1 | tee "$outdir/replay-shard.log"
 step "done: profile $profile, logs in $outdir"

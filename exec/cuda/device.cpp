@@ -149,19 +149,4 @@ void StreamSet::synchronize() const {
   for (cudaStream_t s : streams_) MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-Stream stream_of(CommGroup g) {
-  switch (g) {
-    case CommGroup::tp:
-    case CommGroup::etp: return Stream::tp;
-    case CommGroup::cp: return Stream::cp;
-    case CommGroup::ep: return Stream::ep;
-    case CommGroup::dp:
-    case CommGroup::dp_cp:
-    case CommGroup::edp:
-    case CommGroup::embedding: return Stream::dp;
-    case CommGroup::pp: return Stream::pp_send;
-  }
-  return Stream::dp;
-}
-
 }  // namespace megascope::exec::cuda

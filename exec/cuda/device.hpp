@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/program/program.hpp"
+#include "exec/replay.hpp"
 #include "exec/cuda/check.hpp"
 
 namespace megascope::exec::cuda {
@@ -139,7 +140,7 @@ class StreamSet {
   std::array<cudaStream_t, kStreamCount> streams_{};
 };
 
-// The stream a group's collectives run on (see the table at the top).
-Stream stream_of(CommGroup g);
+// The stream a group's collectives run on (see the table at the top): exec/replay.hpp.
+using exec::stream_of;
 
 }  // namespace megascope::exec::cuda

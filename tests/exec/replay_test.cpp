@@ -158,6 +158,11 @@ TEST_CASE("Replay: every dependency on another lane is one event wait on that la
         } else {
           CHECK(ro.lane == static_cast<int>(op.stream));   // compute, tp, cp, ep, dp are lanes 0-4
         }
+        // What the GPU runtime requires: kernels only on the compute stream, each
+        // collective on the stream its group's communicator enqueues on.
+        if (op.kind == OpKind::compute && op.kernel_count > 0) CHECK(ro.lane == 0);
+        if (op.kind != OpKind::compute && op.kind != OpKind::send && op.kind != OpKind::recv)
+          CHECK(op.stream == mx::stream_of(op.group));
         std::map<int, std::uint32_t> waited;   // lane -> op waited for
         for (std::uint32_t w : ro.waits) {
           REQUIRE(w < i);
