@@ -93,4 +93,47 @@ void PointToPoint::wait_all(std::vector<Request>& rs) {
   rs.clear();
 }
 
+namespace {
+
+class StagedCommunicator final : public Communicator {
+ public:
+  explicit StagedCommunicator(Communicator& inner) : inner_(inner) {}
+  [[nodiscard]] int size() const override { return inner_.size(); }
+  [[nodiscard]] int rank() const override { return inner_.rank(); }
+  void all_reduce(float* data, std::int64_t n, ReduceOp op) override {
+    std::vector<float> h(data, data + n);
+    inner_.all_reduce(h.data(), n, op);
+    std::copy(h.begin(), h.end(), data);
+  }
+  void reduce_scatter(float* out, const float* in, std::int64_t n) override {
+    std::vector<float> hin(in, in + n * size()), hout(static_cast<std::size_t>(n));
+    inner_.reduce_scatter(hout.data(), hin.data(), n);
+    std::copy(hout.begin(), hout.end(), out);
+  }
+  void all_gather(float* out, const float* in, std::int64_t n) override {
+    std::vector<float> hin(in, in + n), hout(static_cast<std::size_t>(n * size()));
+    inner_.all_gather(hout.data(), hin.data(), n);
+    std::copy(hout.begin(), hout.end(), out);
+  }
+  void all_to_all(float* out, const float* in, std::int64_t n) override {
+    std::vector<float> hin(in, in + n * size()), hout(static_cast<std::size_t>(n * size()));
+    inner_.all_to_all(hout.data(), hin.data(), n);
+    std::copy(hout.begin(), hout.end(), out);
+  }
+  void barrier() override { inner_.barrier(); }
+
+ private:
+  Communicator& inner_;
+};
+
+}  // namespace
+
+StagedGroups::StagedGroups(const GroupSet& inner) : world_rank_(inner.world_rank()) {
+  for (int g = 0; g < kCommGroupCount; ++g)
+    if (Communicator* c = inner.get(static_cast<CommGroup>(g)))
+      groups_[static_cast<std::size_t>(g)] = std::make_unique<StagedCommunicator>(*c);
+}
+
+StagedGroups::~StagedGroups() = default;
+
 }  // namespace megascope::exec

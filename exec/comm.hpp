@@ -64,16 +64,39 @@ class MpiCommunicator final : public Communicator {
 
 // One rank's communicators, one per CommGroup kind (absent where the rank is
 // in no such group, e.g. the embedding group on a middle stage).
-class MpiGroups {
+class GroupSet {
+ public:
+  virtual ~GroupSet() = default;
+  [[nodiscard]] virtual Communicator* get(CommGroup g) const = 0;
+  [[nodiscard]] virtual int world_rank() const = 0;
+};
+
+class MpiGroups final : public GroupSet {
  public:
   // Collective over MPI_COMM_WORLD: every rank of the world must call it.
   // The world's size must equal grid.world().
   explicit MpiGroups(const RankGrid& grid);
-  [[nodiscard]] Communicator* get(CommGroup g) const { return groups_[static_cast<std::size_t>(g)].get(); }
-  [[nodiscard]] int world_rank() const { return world_rank_; }
+  [[nodiscard]] Communicator* get(CommGroup g) const override { return groups_[static_cast<std::size_t>(g)].get(); }
+  [[nodiscard]] int world_rank() const override { return world_rank_; }
 
  private:
   std::array<std::unique_ptr<MpiCommunicator>, kCommGroupCount> groups_;
+  int world_rank_ = 0;
+};
+
+// The communicators of `inner` run on host copies of the buffers they are
+// given (copied in before, out after): for buffers MPI must not read or
+// write in place, such as CUDA managed memory, which the host can read but
+// which MPI's single-copy shared-memory transports may not map.
+class StagedGroups final : public GroupSet {
+ public:
+  explicit StagedGroups(const GroupSet& inner);
+  ~StagedGroups() override;
+  [[nodiscard]] Communicator* get(CommGroup g) const override { return groups_[static_cast<std::size_t>(g)].get(); }
+  [[nodiscard]] int world_rank() const override { return world_rank_; }
+
+ private:
+  std::array<std::unique_ptr<Communicator>, kCommGroupCount> groups_;
   int world_rank_ = 0;
 };
 

@@ -29,7 +29,7 @@ void CpuRank::embedding_forward(const Op& op, int c, int mb) {
   Chunk& ch = chunks_[static_cast<std::size_t>(c)];
   if (op.kind == OpKind::compute) {
     E.e = zeros(d_.T * d_.h);
-    k::embedding_forward(E.e.data(), tokens(mb), ch.weight("embedding.weight"), static_cast<const float*>(nullptr),
+    ops_.embedding_forward(E.e.data(), tokens(mb), ch.weight("embedding.weight"), static_cast<const float*>(nullptr),
                          static_cast<const std::int32_t*>(nullptr), d_.T, d_.h, d_.vocab_start,
                          d_.vocab_start + d_.vocab);
     if (d_.tp == 1) embedding_finish(ch, E.e, c, mb, d_.T, 0);
@@ -52,7 +52,7 @@ void CpuRank::embedding_finish(Chunk& ch, Vec& e, int c, int mb, std::int64_t ro
     }
   Vec x(e.size());
   for_runs(mb, row0, rows, [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
-    k::dropout_forward(x.data() + r * d_.h, e.data() + r * d_.h, n * d_.h, p_drop(), seed_of(-1, 2), offset);
+    ops_.dropout_forward(x.data() + r * d_.h, e.data() + r * d_.h, n * d_.h, p_drop(), seed_of(-1, 2), offset);
   });
   hidden_[key(c, mb)] = std::move(x);
 }
@@ -63,14 +63,14 @@ void CpuRank::embedding_weight(int c, int mb) {
   Vec de(dx.size());
   for_runs(mb, shard_row0(), static_cast<std::int64_t>(dx.size()) / d_.h,
            [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
-             k::dropout_backward(de.data() + r * d_.h, dx.data() + r * d_.h, n * d_.h, p_drop(), seed_of(-1, 2), offset);
+             ops_.dropout_backward(de.data() + r * d_.h, dx.data() + r * d_.h, n * d_.h, p_drop(), seed_of(-1, 2), offset);
            });
   if (d_.sp) {   // the embedding's input gradient for every token (not a Program op)
     Vec full;
     gather_rows(full, de);
     de = std::move(full);
   }
-  k::embedding_backward(ch.grad("embedding.weight"), ch.grad("embedding.position"), de.data(), tokens(mb),
+  ops_.embedding_backward(ch.grad("embedding.weight"), ch.grad("embedding.position"), de.data(), tokens(mb),
                         positions_.data(), d_.T, d_.h, d_.vocab_start, d_.vocab_start + d_.vocab);
   grad_.erase(key(c, mb));
 }
@@ -94,17 +94,17 @@ void CpuRank::output_forward(const Op& op, int c, int mb) {
   if (!d_.sp) E.x_full = x;
   norm_forward(E.y, E.mean, E.rstd, E.x_full, ch.weight("final_norm.weight"), ch.weight("final_norm.bias"), T);
   E.logits = zeros(T * V);
-  k::matmul_forward(E.logits.data(), E.y.data(), output_weight_ptr(ch, false), nullptr, T, h, V);
+  ops_.matmul_forward(E.logits.data(), E.y.data(), output_weight_ptr(ch, false), nullptr, T, h, V);
   E.row_max = zeros(T);
-  k::cross_entropy_local_max(E.row_max.data(), E.logits.data(), T, V);
+  ops_.cross_entropy_local_max(E.row_max.data(), E.logits.data(), T, V);
   if (d_.tp > 1) tp().all_reduce(E.row_max.data(), T, ReduceOp::max);
   Vec sums = zeros(2 * T);
-  k::cross_entropy_local_sumexp(sums.data(), E.logits.data(), E.row_max.data(), T, V);
-  k::cross_entropy_local_target(sums.data() + T, E.logits.data(), targets(mb), T, V, d_.vocab_start);
+  ops_.cross_entropy_local_sumexp(sums.data(), E.logits.data(), E.row_max.data(), T, V);
+  ops_.cross_entropy_local_target(sums.data() + T, E.logits.data(), targets(mb), T, V, d_.vocab_start);
   if (d_.tp > 1) tp().all_reduce(sums.data(), 2 * T);
   E.sumexp.assign(sums.begin(), sums.begin() + T);
   Vec loss = zeros(T);
-  k::cross_entropy_loss(loss.data(), E.row_max.data(), E.sumexp.data(), sums.data() + T, T);
+  ops_.cross_entropy_loss(loss.data(), E.row_max.data(), E.sumexp.data(), sums.data() + T, T);
   if (d_.tp_rank == 0)
     for (float l : loss) loss_sum_ += l;
   hidden_out_.erase(key(c, mb));
@@ -123,10 +123,10 @@ void CpuRank::output_backward(const Op& op, int c, int mb) {
   if (op.kind == OpKind::compute) {
     const float scale = 1.0f / static_cast<float>(s_.training.global_batch_size * s_.seq_length);
     Vec dloss(static_cast<std::size_t>(T), scale);
-    k::cross_entropy_backward(E.logits.data(), E.logits.data(), E.row_max.data(), E.sumexp.data(), targets(mb),
+    ops_.cross_entropy_backward(E.logits.data(), E.logits.data(), E.row_max.data(), E.sumexp.data(), targets(mb),
                               dloss.data(), T, V, d_.vocab_start);   // logits now hold dlogits
     E.dyl = zeros(T * h);
-    k::matmul_backward_input(E.dyl.data(), E.logits.data(), output_weight_ptr(ch, false), T, h, V);
+    ops_.matmul_backward_input(E.dyl.data(), E.logits.data(), output_weight_ptr(ch, false), T, h, V);
     if (d_.tp == 1) output_norm_backward(E, ch, c, mb, E.dyl, T, 0);
   } else if (op.kind == OpKind::all_reduce) {
     tp().all_reduce(E.dyl.data(), T * h);
@@ -154,7 +154,7 @@ void CpuRank::output_norm_backward(EdgeActs& E, Chunk& ch, int c, int mb, const 
 void CpuRank::output_weight(int c, int mb) {
   EdgeActs& E = edge(c, mb);
   Chunk& ch = chunks_[static_cast<std::size_t>(c)];
-  k::matmul_backward_weight(output_weight_ptr(ch, true), static_cast<float*>(nullptr), E.logits.data(), E.y.data(),
+  ops_.matmul_backward_weight(output_weight_ptr(ch, true), static_cast<float*>(nullptr), E.logits.data(), E.y.data(),
                             d_.T, d_.h, d_.vocab);
   edges_.erase(key(c, mb));
 }

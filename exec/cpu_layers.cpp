@@ -82,7 +82,7 @@ void CpuRank::bda(Vec& out, const Vec& y, const float* bias, const Vec& x, std::
   out.resize(static_cast<std::size_t>(rows * d_.h));
   for_runs(mb, row0, rows, [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
     const std::int64_t at = r * d_.h;
-    k::bias_dropout_add_forward(out.data() + at, y.data() + at, bias, x.data() + at, n, d_.h, p_drop(),
+    ops_.bias_dropout_add_forward(out.data() + at, y.data() + at, bias, x.data() + at, n, d_.h, p_drop(),
                                 seed_of(layer, site), offset);
   });
 }
@@ -92,7 +92,7 @@ void CpuRank::bda_backward(Vec& dy_in, const Vec& dout, float* dbias, std::int64
   dy_in.resize(static_cast<std::size_t>(rows * d_.h));
   for_runs(mb, row0, rows, [&](std::int64_t r, std::int64_t n, std::uint64_t offset) {
     const std::int64_t at = r * d_.h;
-    k::bias_dropout_add_backward(dy_in.data() + at, dbias, dout.data() + at, n, d_.h, p_drop(), seed_of(layer, site),
+    ops_.bias_dropout_add_backward(dy_in.data() + at, dbias, dout.data() + at, n, d_.h, p_drop(), seed_of(layer, site),
                                  offset);
   });
 }
@@ -102,9 +102,9 @@ void CpuRank::norm_forward(Vec& out, Vec& mean, Vec& rstd, const Vec& in, const 
   rstd.resize(static_cast<std::size_t>(rows));
   if (s_.model.norm == Norm::layernorm) {
     mean.resize(static_cast<std::size_t>(rows));
-    k::layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), w, b, rows, d_.h, kNormEps);
+    ops_.layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), w, b, rows, d_.h, kNormEps);
   } else {
-    k::rmsnorm_forward(out.data(), rstd.data(), in.data(), w, rows, d_.h, kNormEps);
+    ops_.rmsnorm_forward(out.data(), rstd.data(), in.data(), w, rows, d_.h, kNormEps);
   }
 }
 
@@ -112,9 +112,9 @@ void CpuRank::norm_backward_add(Vec& dx, const Vec& dout, const Vec& in, const V
                        float* dw, float* db, std::int64_t rows) {
   Vec tmp = zeros(rows * d_.h);
   if (s_.model.norm == Norm::layernorm)
-    k::layernorm_backward(tmp.data(), dw, db, dout.data(), in.data(), w, mean.data(), rstd.data(), rows, d_.h);
+    ops_.layernorm_backward(tmp.data(), dw, db, dout.data(), in.data(), w, mean.data(), rstd.data(), rows, d_.h);
   else
-    k::rmsnorm_backward(tmp.data(), dw, dout.data(), in.data(), w, rstd.data(), rows, d_.h);
+    ops_.rmsnorm_backward(tmp.data(), dw, dout.data(), in.data(), w, rstd.data(), rows, d_.h);
   for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += tmp[i];
 }
 
@@ -199,12 +199,12 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
     case Action::mlp: {
       if (!d_.sp) norm_forward(A.b, A.ln2_mean, A.ln2_rstd, A.x_mid, w.ln2w, w.ln2b, T);
       A.h1 = zeros(T * d_.up * d_.f);
-      k::matmul_forward(A.h1.data(), A.b.data(), w.fc1w, w.fc1b, T, h, d_.up * d_.f);
+      ops_.matmul_forward(A.h1.data(), A.b.data(), w.fc1w, w.fc1b, T, h, d_.up * d_.f);
       A.act = zeros(T * d_.f);
-      if (d_.up == 2) k::swiglu_forward(A.act.data(), A.h1.data(), T, d_.f);
-      else k::gelu_forward(A.act.data(), A.h1.data(), T * d_.f);
+      if (d_.up == 2) ops_.swiglu_forward(A.act.data(), A.h1.data(), T, d_.f);
+      else ops_.gelu_forward(A.act.data(), A.h1.data(), T * d_.f);
       A.y = zeros(T * h);
-      k::matmul_forward(A.y.data(), A.act.data(), w.fc2w, nullptr, T, d_.f, h);
+      ops_.matmul_forward(A.y.data(), A.act.data(), w.fc2w, nullptr, T, d_.f, h);
       if (d_.tp == 1) finish_layer(A, c, mb, l, recompute, A.y, T, 0);
       break;
     }
@@ -237,7 +237,7 @@ void CpuRank::attn_qkv(LayerActs& A, const LW& w) {
   if (!d_.sp) norm_forward(A.a, A.ln1_mean, A.ln1_rstd, A.x_in, w.ln1w, w.ln1b, T);
   const std::int64_t width = d_.q + 2 * d_.kv;
   Vec qkv = zeros(T * width);
-  k::matmul_forward(qkv.data(), A.a.data(), w.qkvw, w.qkvb, T, h, width);
+  ops_.matmul_forward(qkv.data(), A.a.data(), w.qkvw, w.qkvb, T, h, width);
   A.q = zeros(T * d_.q);
   A.kk = zeros(T * d_.kv);
   A.v = zeros(T * d_.kv);
@@ -249,8 +249,8 @@ void CpuRank::attn_qkv(LayerActs& A, const LW& w) {
   }
   if (s_.model.position_embedding == PositionEmbedding::rope) {
     const std::int64_t B = s_.plan.micro_batch_size, Tl = T / B;
-    k::rope_forward(A.q.data(), A.q.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
-    k::rope_forward(A.kk.data(), A.kk.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
+    ops_.rope_forward(A.q.data(), A.q.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
+    ops_.rope_forward(A.kk.data(), A.kk.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
   }
 }
 
@@ -284,14 +284,14 @@ void CpuRank::attn_core(LayerActs& A) {
   const std::int64_t Tk = cp ? Tl * s_.plan.cp : Tl;
   A.o = zeros(d_.T * d_.q);
   A.lse = zeros(B * d_.hq * Tl);
-  k::attention_forward(A.o.data(), A.lse.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
+  ops_.attention_forward(A.o.data(), A.lse.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
                        cp ? A.vf.data() : A.v.data(), positions_.data(), cp ? kv_pos_.data() : positions_.data(), B,
                        Tl, Tk, d_.hq, d_.hkv, d_.d);
 }
 
 void CpuRank::attn_proj(LayerActs& A, const LW& w, int l, int mb) {
   A.y = zeros(d_.T * d_.h);
-  k::matmul_forward(A.y.data(), A.o.data(), w.projw, nullptr, d_.T, d_.q, d_.h);
+  ops_.matmul_forward(A.y.data(), A.o.data(), w.projw, nullptr, d_.T, d_.q, d_.h);
   if (d_.tp == 1) bda(A.x_mid, A.y, w.projb, A.x_in, d_.T, l, 0, mb, 0);
 }
 
@@ -299,14 +299,14 @@ void CpuRank::attn_proj(LayerActs& A, const LW& w, int l, int mb) {
 void CpuRank::b_attn_core(LayerActs& A, const LW& w, const LW& g, int l, int mb) {
   if (!d_.sp) bda_backward(A.dproj, A.dx_mid, g.projb, d_.T, l, 0, mb, 0);
   Vec dO = zeros(d_.T * d_.q);
-  k::matmul_backward_input(dO.data(), A.dproj.data(), w.projw, d_.T, d_.q, d_.h);
+  ops_.matmul_backward_input(dO.data(), A.dproj.data(), w.projw, d_.T, d_.q, d_.h);
   const std::int64_t B = s_.plan.micro_batch_size, Tl = d_.T / B;
   const bool cp = s_.plan.cp > 1;
   const std::int64_t Tk = cp ? Tl * s_.plan.cp : Tl;
   A.dq = zeros(d_.T * d_.q);
   A.dkf = zeros(B * Tk * d_.kv);
   A.dvf = zeros(B * Tk * d_.kv);
-  k::attention_backward(A.dq.data(), A.dkf.data(), A.dvf.data(), dO.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
+  ops_.attention_backward(A.dq.data(), A.dkf.data(), A.dvf.data(), dO.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
                         cp ? A.vf.data() : A.v.data(), A.o.data(), A.lse.data(), positions_.data(),
                         cp ? kv_pos_.data() : positions_.data(), B, Tl, Tk, d_.hq, d_.hkv, d_.d);
 }
@@ -336,8 +336,8 @@ void CpuRank::b_attn_qkv(LayerActs& A, int c, int mb, const LW& w, const LW& g) 
   (void)mb;
   const std::int64_t T = d_.T, B = s_.plan.micro_batch_size, Tl = T / B;
   if (s_.model.position_embedding == PositionEmbedding::rope) {
-    k::rope_backward(A.dq.data(), A.dq.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
-    k::rope_backward(A.dkf.data(), A.dkf.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
+    ops_.rope_backward(A.dq.data(), A.dq.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
+    ops_.rope_backward(A.dkf.data(), A.dkf.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
   }
   const std::int64_t width = d_.q + 2 * d_.kv;
   A.dqkv = zeros(T * width);
@@ -351,7 +351,7 @@ void CpuRank::b_attn_qkv(LayerActs& A, int c, int mb, const LW& w, const LW& g) 
   A.dkf.clear();
   A.dvf.clear();
   A.dtmp = zeros(T * d_.h);
-  k::matmul_backward_input(A.dtmp.data(), A.dqkv.data(), w.qkvw, T, d_.h, width);
+  ops_.matmul_backward_input(A.dtmp.data(), A.dqkv.data(), w.qkvw, T, d_.h, width);
   if (d_.tp == 1) attn_norm_backward(A, c, mb, w, g, A.dtmp, T);
 }
 
@@ -385,12 +385,12 @@ void CpuRank::layer_backward(const Op& op, int c, int mb, int l) {
     case Action::b_mlp: {
       if (!d_.sp) bda_backward(A.dh2, A.dy, g.fc2b, T, l, 1, mb, 0);
       Vec dact = zeros(T * d_.f);
-      k::matmul_backward_input(dact.data(), A.dh2.data(), w.fc2w, T, d_.f, h);
+      ops_.matmul_backward_input(dact.data(), A.dh2.data(), w.fc2w, T, d_.f, h);
       A.dh1 = zeros(T * d_.up * d_.f);
-      if (d_.up == 2) k::swiglu_backward(A.dh1.data(), A.h1.data(), dact.data(), T, d_.f);
-      else k::gelu_backward(A.dh1.data(), A.h1.data(), dact.data(), T * d_.f);
+      if (d_.up == 2) ops_.swiglu_backward(A.dh1.data(), A.h1.data(), dact.data(), T, d_.f);
+      else ops_.gelu_backward(A.dh1.data(), A.h1.data(), dact.data(), T * d_.f);
       A.dtmp = zeros(T * h);
-      k::matmul_backward_input(A.dtmp.data(), A.dh1.data(), w.fc1w, T, h, d_.up * d_.f);
+      ops_.matmul_backward_input(A.dtmp.data(), A.dh1.data(), w.fc1w, T, h, d_.up * d_.f);
       if (d_.tp == 1) mlp_norm_backward(A, w, g, A.dtmp, T);
       break;
     }
@@ -467,11 +467,11 @@ void CpuRank::layer_weight(int c, int mb, int l) {
   if (s_.model.is_moe_layer(l)) {
     moe_weight(A, c, l);
   } else {
-    k::matmul_backward_weight(g.fc2w, static_cast<float*>(nullptr), A.dh2.data(), A.act.data(), T, d_.f, h);
-    k::matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data(), A.b.data(), T, h, d_.up * d_.f);
+    ops_.matmul_backward_weight(g.fc2w, static_cast<float*>(nullptr), A.dh2.data(), A.act.data(), T, d_.f, h);
+    ops_.matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data(), A.b.data(), T, h, d_.up * d_.f);
   }
-  k::matmul_backward_weight(g.projw, static_cast<float*>(nullptr), A.dproj.data(), A.o.data(), T, d_.q, h);
-  k::matmul_backward_weight(g.qkvw, g.qkvb, A.dqkv.data(), A.a.data(), T, h, d_.q + 2 * d_.kv);
+  ops_.matmul_backward_weight(g.projw, static_cast<float*>(nullptr), A.dproj.data(), A.o.data(), T, d_.q, h);
+  ops_.matmul_backward_weight(g.qkvw, g.qkvb, A.dqkv.data(), A.a.data(), T, h, d_.q + 2 * d_.kv);
   acts_.erase(it);
 }
 

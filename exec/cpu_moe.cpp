@@ -131,17 +131,17 @@ void CpuRank::moe_forward(Action a, LayerActs& A, int c, int mb, int l, bool rec
     case Action::moe_router: {
       norm_forward(A.b, A.ln2_mean, A.ln2_rstd, A.x_mid, ch.weight(L + "ln2.weight"), ch.weight(L + "ln2.bias"), T);
       Vec logits = zeros(T * E);
-      k::matmul_forward(logits.data(), A.b.data(), ch.weight(L + "router.weight"), ch.weight(L + "router.bias"), T, h, E);
+      ops_.matmul_forward(logits.data(), A.b.data(), ch.weight(L + "router.weight"), ch.weight(L + "router.bias"), T, h, E);
       A.probs = zeros(T * K);
       A.scores = zeros(T * E);
       A.experts.assign(static_cast<std::size_t>(T * K), 0);
-      k::moe_router_forward(A.probs.data(), A.experts.data(), A.scores.data(), logits.data(), T, E, K, true);
+      ops_.moe_router_forward(A.probs.data(), A.experts.data(), A.scores.data(), logits.data(), T, E, K, true);
       A.row_to_slot.assign(static_cast<std::size_t>(T * K), 0);
       A.slot_to_row.assign(static_cast<std::size_t>(T * K), 0);
       A.counts.assign(static_cast<std::size_t>(E), 0);
-      k::moe_permute_indices(A.row_to_slot.data(), A.slot_to_row.data(), A.counts.data(), A.experts.data(), T, E, K);
+      ops_.moe_permute_indices(A.row_to_slot.data(), A.slot_to_row.data(), A.counts.data(), A.experts.data(), T, E, K);
       A.perm = zeros(T * K * h);
-      k::moe_permute_forward(A.perm.data(), A.b.data(), A.row_to_slot.data(), T, h, K);
+      ops_.moe_permute_forward(A.perm.data(), A.b.data(), A.row_to_slot.data(), T, h, K);
       if (!ep) A.xe = moe_dispatch_rows(A, A.perm, h, true);   // no Program op: one EP rank
       break;
     }
@@ -160,10 +160,10 @@ void CpuRank::moe_forward(Action a, LayerActs& A, int c, int mb, int l, bool rec
         const ExpertW w = expert_weights(experts_of(c), l, lx.first + j, false);
         float* h1 = A.h1.data() + at * d_.up * fe;
         float* act = A.act.data() + at * fe;
-        k::matmul_forward(h1, A.xe.data() + at * h, w.fc1w, w.fc1b, n, h, d_.up * fe);
-        if (d_.up == 2) k::swiglu_forward(act, h1, n, fe);
-        else k::gelu_forward(act, h1, n * fe);
-        k::matmul_forward(A.y.data() + at * h, act, w.fc2w, w.fc2b, n, fe, h);
+        ops_.matmul_forward(h1, A.xe.data() + at * h, w.fc1w, w.fc1b, n, h, d_.up * fe);
+        if (d_.up == 2) ops_.swiglu_forward(act, h1, n, fe);
+        else ops_.gelu_forward(act, h1, n * fe);
+        ops_.matmul_forward(A.y.data() + at * h, act, w.fc2w, w.fc2b, n, fe, h);
         at += n;
       }
       if (!ep) A.expert_out = moe_combine_rows(A, A.y, h);
@@ -174,7 +174,7 @@ void CpuRank::moe_forward(Action a, LayerActs& A, int c, int mb, int l, bool rec
       break;
     case Action::moe_finish: {
       Vec out = zeros(T * h);
-      k::moe_unpermute_forward(out.data(), A.expert_out.data(), A.probs.data(), A.slot_to_row.data(), T, h, K);
+      ops_.moe_unpermute_forward(out.data(), A.expert_out.data(), A.probs.data(), A.slot_to_row.data(), T, h, K);
       finish_layer(A, c, mb, l, recompute, out, T, 0);
       break;
     }
@@ -195,7 +195,7 @@ void CpuRank::moe_backward(Action a, LayerActs& A, int c, int mb, int l) {
       bda_backward(dout, A.dy, nullptr, T, l, 1, mb, 0);
       Vec dexpert = zeros(T * K * h);
       A.dprobs = zeros(T * K);
-      k::moe_unpermute_backward(dexpert.data(), A.dprobs.data(), dout.data(), A.expert_out.data(), A.probs.data(),
+      ops_.moe_unpermute_backward(dexpert.data(), A.dprobs.data(), dout.data(), A.expert_out.data(), A.probs.data(),
                                 A.slot_to_row.data(), T, h, K);
       A.expert_out = std::move(dexpert);   // now its gradient, in permuted order
       if (!ep) A.dh2 = moe_dispatch_rows(A, A.expert_out, h, false);
@@ -213,12 +213,12 @@ void CpuRank::moe_backward(Action a, LayerActs& A, int c, int mb, int l) {
       for (int j = 0; j < lx.count; ++j) {
         const std::int64_t n = expert_rows(A.recv_counts, s_.plan.ep, lx.count, j);
         const ExpertW w = expert_weights(experts_of(c), l, lx.first + j, false);
-        k::matmul_backward_input(dact.data() + at * fe, A.dh2.data() + at * h, w.fc2w, n, fe, h);
+        ops_.matmul_backward_input(dact.data() + at * fe, A.dh2.data() + at * h, w.fc2w, n, fe, h);
         if (d_.up == 2)
-          k::swiglu_backward(A.dh1.data() + at * d_.up * fe, A.h1.data() + at * d_.up * fe, dact.data() + at * fe, n, fe);
+          ops_.swiglu_backward(A.dh1.data() + at * d_.up * fe, A.h1.data() + at * d_.up * fe, dact.data() + at * fe, n, fe);
         else
-          k::gelu_backward(A.dh1.data() + at * fe, A.h1.data() + at * fe, dact.data() + at * fe, n * fe);
-        k::matmul_backward_input(dxe.data() + at * h, A.dh1.data() + at * d_.up * fe, w.fc1w, n, h, d_.up * fe);
+          ops_.gelu_backward(A.dh1.data() + at * fe, A.h1.data() + at * fe, dact.data() + at * fe, n * fe);
+        ops_.matmul_backward_input(dxe.data() + at * h, A.dh1.data() + at * d_.up * fe, w.fc1w, n, h, d_.up * fe);
         at += n;
       }
       A.dtmp = std::move(dxe);
@@ -230,11 +230,11 @@ void CpuRank::moe_backward(Action a, LayerActs& A, int c, int mb, int l) {
       break;
     case Action::b_moe_router: {
       Vec db = zeros(T * h);
-      k::moe_permute_backward(db.data(), A.perm.data(), A.slot_to_row.data(), T, h, K);
+      ops_.moe_permute_backward(db.data(), A.perm.data(), A.slot_to_row.data(), T, h, K);
       A.dlogits = zeros(T * E);
-      k::moe_router_backward(A.dlogits.data(), A.dprobs.data(), A.experts.data(), A.scores.data(), T, E, K, true);
+      ops_.moe_router_backward(A.dlogits.data(), A.dprobs.data(), A.experts.data(), A.scores.data(), T, E, K, true);
       Vec dbr = zeros(T * h);
-      k::matmul_backward_input(dbr.data(), A.dlogits.data(), ch.weight(L + "router.weight"), T, h, E);
+      ops_.matmul_backward_input(dbr.data(), A.dlogits.data(), ch.weight(L + "router.weight"), T, h, E);
       for (std::size_t i = 0; i < db.size(); ++i) db[i] += dbr[i];
       A.dx_mid = A.dy;
       norm_backward_add(A.dx_mid, db, A.x_mid, A.ln2_mean, A.ln2_rstd, ch.weight(L + "ln2.weight"),
@@ -252,15 +252,15 @@ void CpuRank::moe_weight(LayerActs& A, int c, int l) {
   const std::int64_t T = d_.T, h = d_.h, E = s_.model.moe->num_experts, fe = s_.model.moe->expert_ffn_hidden;
   Chunk& ch = chunks_[static_cast<std::size_t>(c)];
   const std::string L = fmt::format("layer.{}.", l);
-  k::matmul_backward_weight(ch.grad(L + "router.weight"), ch.grad(L + "router.bias"), A.dlogits.data(), A.b.data(), T, h,
+  ops_.matmul_backward_weight(ch.grad(L + "router.weight"), ch.grad(L + "router.bias"), A.dlogits.data(), A.b.data(), T, h,
                             E);
   const LocalExperts lx = local_experts(s_, me_);
   std::int64_t at = 0;
   for (int j = 0; j < lx.count; ++j) {
     const std::int64_t n = expert_rows(A.recv_counts, s_.plan.ep, lx.count, j);
     const ExpertW g = expert_weights(experts_of(c), l, lx.first + j, true);
-    k::matmul_backward_weight(g.fc2w, g.fc2b, A.dh2.data() + at * h, A.act.data() + at * fe, n, fe, h);
-    k::matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data() + at * d_.up * fe, A.xe.data() + at * h, n, h, d_.up * fe);
+    ops_.matmul_backward_weight(g.fc2w, g.fc2b, A.dh2.data() + at * h, A.act.data() + at * fe, n, fe, h);
+    ops_.matmul_backward_weight(g.fc1w, g.fc1b, A.dh1.data() + at * d_.up * fe, A.xe.data() + at * h, n, h, d_.up * fe);
     at += n;
   }
 }

@@ -195,20 +195,21 @@ void CpuRank::p2p(const Op& op) {
   if (op.kind == OpKind::send) {
     const Vec& src = activation ? hidden_out_.at(key(c, mb)) : grad_in(c, mb);
     MEGASCOPE_CHECK(static_cast<std::int64_t>(src.size()) == n, "pipeline tensor of the wrong size");
-    send_buffers_.push_back(std::make_unique<Vec>(src));
+    send_buffers_.push_back(std::make_unique<std::vector<float>>(src.begin(), src.end()));
     sends_.push_back(p2p_.send(send_buffers_.back()->data(), n, peer, send_tag_.at({op.peer_stage, op.tag})));
     if (activation) hidden_out_.erase(key(c, mb));
     else grad_.erase(key(c, mb));
     return;
   }
-  Vec buf = zeros(n);
-  auto req = p2p_.recv(buf.data(), n, peer, recv_tag_.at({op.peer_stage, op.tag}));
+  std::vector<float> host(static_cast<std::size_t>(n));
+  auto req = p2p_.recv(host.data(), n, peer, recv_tag_.at({op.peer_stage, op.tag}));
   if (!p2p_.wait(req, o_.recv_timeout_s)) {
     std::fprintf(stderr, "megascope run: rank %d: no %s from rank %d (pipeline stage %d) after %.0f s; "
                  "that rank has stopped or hangs. Aborting the job.\n",
                  me_, activation ? "activation" : "gradient", peer, op.peer_stage, o_.recv_timeout_s);
     MpiEnv::get().abort(4);
   }
+  Vec buf(host.begin(), host.end());
   if (activation) hidden_[key(c, mb)] = std::move(buf);
   else grad_[key(c, mb)] = std::move(buf);
 }
@@ -282,7 +283,7 @@ void CpuRank::optimizer() {
     for (const Param& p : ch.params) {
       if (p.tied_copy || !dp_owner || (p.sync != TpSync::sharded && d_.tp_rank != 0)) continue;
       const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.size());
-      if (a < b) k::sum_squares(&sq, ch.g.data() + a, b - a);
+      if (a < b) sq += ops_.sum_squares(ch.g.data() + a, b - a);
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -295,7 +296,7 @@ void CpuRank::optimizer() {
     for (const Param& p : ch.params) {
       const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.size());
       if (a >= b) continue;
-      k::adamw_update(ch.w.data() + a, ch.g.data() + a, m_[ci].data() + (a - base), v_[ci].data() + (a - base), b - a,
+      ops_.adamw_update(ch.w.data() + a, ch.g.data() + a, m_[ci].data() + (a - base), v_[ci].data() + (a - base), b - a,
                       o_.lr, o_.beta1, o_.beta2, o_.eps, p.decay ? o_.weight_decay : 0.0f, step_, scale);
     }
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory_resource>
 #include <memory>
 #include <optional>
 #include <set>
@@ -18,12 +19,18 @@
 #include "core/trace.hpp"
 #include "exec/comm.hpp"
 #include "exec/data.hpp"
+#include "exec/kernel_ops.hpp"
 #include "exec/params.hpp"
 #include "exec/runner.hpp"
 
 namespace megascope::exec {
 
-using Vec = std::vector<float>;
+// Buffers the kernels read and write: polymorphic-allocator vectors, so that
+// the cuda backend can place them all in memory the device and the host both
+// reach (std::pmr::set_default_resource, exec/cuda/kernel_ops_cuda.hpp)
+// without the rank's code changing; the cpu backend uses the default heap.
+using Vec = std::pmr::vector<float>;
+using Ids = std::pmr::vector<std::int32_t>;
 
 inline constexpr float kNormEps = 1e-5f;
 inline constexpr float kRopeTheta = 10000.0f;
@@ -38,8 +45,8 @@ struct LayerActs {
   Vec dq, dkf, dvf;                            // their gradients, before the CP reduction
   // MoE: router outputs, the token permutation, and the rows of the local experts
   Vec probs, scores, perm, dlogits, dprobs;
-  std::vector<std::int32_t> experts, row_to_slot, slot_to_row;
-  std::vector<std::int64_t> counts;            // rows per expert sent by this rank (E)
+  Ids experts, row_to_slot, slot_to_row;
+  std::pmr::vector<std::int64_t> counts;           // rows per expert sent by this rank (E)
   std::vector<std::int64_t> recv_counts;       // rows per (source EP rank, local expert)
   Vec xe, expert_out;                          // local experts' input rows; all experts' outputs in permuted order
   Vec y;                                       // a sublayer's partial output before its reduction
@@ -80,8 +87,9 @@ class ProgramMismatch : public std::runtime_error {
 
 class CpuRank {
  public:
-  CpuRank(const Setup& s, const Program& p, const RunOptions& o, const ByteCorpus& data, MpiGroups& groups)
-      : s_(s), p_(p), o_(o), data_(data), groups_(groups), me_(groups.world_rank()), at_(p.grid.coord(me_)),
+  CpuRank(const Setup& s, const Program& p, const RunOptions& o, const ByteCorpus& data, const GroupSet& groups,
+          KernelOps& ops)
+      : s_(s), p_(p), o_(o), data_(data), groups_(groups), ops_(ops), me_(groups.world_rank()), at_(p.grid.coord(me_)),
         d_(layer_shapes(s, at_.tp)), stage_(p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp, s.plan.cp)),
         bwd_(backward_steps(d_.tp, d_.sp, s.plan.cp)), fwd_moe_(forward_steps(d_.tp, d_.sp, s.plan.cp, true, s.plan.ep)),
         bwd_moe_(backward_steps(d_.tp, d_.sp, s.plan.cp, true, s.plan.ep)) {
@@ -236,7 +244,8 @@ class CpuRank {
   const Program& p_;
   const RunOptions& o_;
   const ByteCorpus& data_;
-  MpiGroups& groups_;
+  const GroupSet& groups_;
+  KernelOps& ops_;
   int me_;
   GridCoord at_;
   LayerShapes d_;
@@ -247,8 +256,8 @@ class CpuRank {
   std::vector<Vec> m_, v_;
   int step_ = 0;
   double loss_sum_ = 0, grad_norm_ = 0;
-  std::vector<std::int32_t> tokens_, targets_, positions_;   // per local row of a micro-batch
-  std::vector<std::int32_t> kv_pos_;                         // positions of the CP-gathered keys
+  Ids tokens_, targets_, positions_;   // per local row of a micro-batch
+  Ids kv_pos_;                                                // positions of the CP-gathered keys
   std::map<std::int64_t, LayerActs> acts_;
   std::map<std::int64_t, EdgeActs> edges_;
   std::map<std::int64_t, Vec> hidden_, hidden_out_, grad_;
@@ -256,7 +265,7 @@ class CpuRank {
   std::map<std::pair<int, std::uint64_t>, int> send_tag_, recv_tag_;
   PointToPoint p2p_;
   std::vector<PointToPoint::Request> sends_;
-  std::vector<std::unique_ptr<Vec>> send_buffers_;
+  std::vector<std::unique_ptr<std::vector<float>>> send_buffers_;   // host copies (MPI never touches a Vec)
 };
 
 template <class F>

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,7 +76,7 @@ struct Chunk {
   bool expert = false;                // the routed experts' parameters of a chunk (see make_chunks)
   std::vector<Param> params;
   std::int64_t size = 0;              // elements (before padding)
-  std::vector<float> w, g;            // padded to a multiple of dp x cp
+  std::pmr::vector<float> w, g;       // padded to a multiple of dp x cp (exec/cpu_rank.hpp: Vec)
   [[nodiscard]] const Param* find(const std::string& name) const;
   [[nodiscard]] float* weight(const std::string& name);
   [[nodiscard]] float* grad(const std::string& name);

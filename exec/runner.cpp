@@ -133,7 +133,8 @@ Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const Run
   if (s.model.vocab_size < 256)
     return fail("model.vocab_size", fmt::format("{} is below 256: the executor trains on bytes", s.model.vocab_size));
   MpiGroups groups(p.grid);
-  CpuRank rank(s, p, o, *corpus, groups);
+  CpuKernelOps ops;
+  CpuRank rank(s, p, o, *corpus, groups, ops);
   const int me = env.rank();
 
   int first = 1;
