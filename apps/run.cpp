@@ -37,6 +37,8 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--shard", o.shard, "cuda: measure the compute of this rank of the plan on one GPU (no mpirun)");
   cmd.add_option("--warmup", o.warmup, "cuda: untimed steps before the measured ones (default 1)")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_flag("--train", o.train,
+               "cuda: train on the GPU kernels (fp32, the cpu backend's losses to compare) instead of replaying");
   cmd.add_option("--gpus", o.scenario.gpus, "GPUs of the plan (cuda --shard: the plan's world; default: the MPI job's)");
 }
 
@@ -52,7 +54,12 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
       return 2;
     }
   }
-  if (o.backend == "cuda") return run_cuda_command(o, out, err);
+  const bool cuda_train = o.backend == "cuda" && o.train;
+  if (o.backend == "cuda" && !o.train) return run_cuda_command(o, out, err);
+  if (o.train && o.backend != "cuda") {
+    err << "megascope run: error: --train: the cpu backend always trains; --train selects training on --backend cuda\n";
+    return 2;
+  }
   if (o.shard) {
     err << "megascope run: error: --shard measures one rank on one GPU: it needs --backend cuda\n";
     return 2;
@@ -96,11 +103,13 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   o.run.plan_text = format_inline_plan(s.plan);
   o.run.model_name = s.model.name;
   if (!o.json)
-    log << fmt::format("run: {} on {} CPU rank{} (cpu backend), plan {}, global batch {}, {} micro-batches of {} x {} tokens\n",
-                       s.model.name, s.world, s.world == 1 ? "" : "s", o.run.plan_text, s.training.global_batch_size,
-                       s.num_microbatches, s.plan.micro_batch_size, s.seq_length);
+    log << fmt::format("run: {} on {} {} rank{} ({}), plan {}, global batch {}, {} micro-batches of {} x {} tokens\n",
+                       s.model.name, s.world, cuda_train ? "GPU" : "CPU", s.world == 1 ? "" : "s",
+                       cuda_train ? "cuda backend: the GPU kernels in fp32" : "cpu backend", o.run.plan_text,
+                       s.training.global_batch_size, s.num_microbatches, s.plan.micro_batch_size, s.seq_length);
   std::ostringstream steps_text;
-  auto logs = exec::run_cpu(s, *program, o.run, o.json ? steps_text : log);
+  auto logs = cuda_train ? train_cuda(s, *program, o.run, o.json ? steps_text : log)
+                         : exec::run_cpu(s, *program, o.run, o.json ? steps_text : log);
   if (!logs) {
     errs << "megascope run: error: " << logs.error().str() << "\n";
     return 1;

@@ -23,6 +23,7 @@ struct RunCommandOptions {
   std::optional<std::string> inject_failure;   // "RANK:STEP"
   std::optional<int> shard;                    // cuda: the rank of the plan one GPU measures
   int warmup = 1;                              // cuda: untimed steps first
+  bool train = false;                          // cuda: train on the GPU kernels instead of replaying
 };
 
 void add_run_options(CLI::App& cmd, RunCommandOptions& o);

@@ -13,6 +13,7 @@
 #include "core/program/builder.hpp"
 #include "exec/cuda/check.hpp"
 #include "exec/cuda/device.hpp"
+#include "exec/cuda/kernel_ops_cuda.hpp"
 #include "exec/cuda/replay_cuda.hpp"
 #include "exec/mpi_env.hpp"
 #endif
@@ -25,6 +26,10 @@ int run_cuda_command(const RunCommandOptions&, std::ostream&, std::ostream& err)
   err << "megascope run: error: --backend cuda: no CUDA device support in this build (nvcc was not found when it was "
          "configured)\n";
   return 1;
+}
+
+Result<std::vector<exec::StepLog>> train_cuda(const Setup&, const Program&, const exec::RunOptions&, std::ostream&) {
+  return fail("--backend", "cuda: no CUDA device support in this build (nvcc was not found when it was configured)");
 }
 
 #else
@@ -150,6 +155,17 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
 }
 
 }  // namespace
+
+Result<std::vector<exec::StepLog>> train_cuda(const Setup& s, const Program& p, const exec::RunOptions& o,
+                                              std::ostream& out) {
+  try {
+    return exec::cuda::run_cuda_training(s, p, o, out);
+  } catch (const exec::cuda::NoCudaDevice& e) {
+    return fail("--backend", fmt::format("cuda: {}", e.what()));
+  } catch (const std::runtime_error& e) {
+    return fail("--backend", fmt::format("cuda: {}", e.what()));
+  }
+}
 
 int run_cuda_command(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   try {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 
@@ -121,6 +122,12 @@ Result<void> agree(Result<void> mine, const MpiEnv& env) {
 }  // namespace
 
 Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out) {
+  CpuKernelOps ops;
+  return run_training(s, p, o, out, ops, false);
+}
+
+Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out,
+                                          KernelOps& ops, bool staged) {
   if (auto ok = check_supported(s); !ok) return tl::unexpected(ok.error());
   MpiEnv& env = MpiEnv::get();
   if (env.size() != p.grid.world())
@@ -133,8 +140,9 @@ Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const Run
   if (s.model.vocab_size < 256)
     return fail("model.vocab_size", fmt::format("{} is below 256: the executor trains on bytes", s.model.vocab_size));
   MpiGroups groups(p.grid);
-  CpuKernelOps ops;
-  CpuRank rank(s, p, o, *corpus, groups, ops);
+  std::optional<StagedGroups> staged_groups;
+  if (staged) staged_groups.emplace(groups);
+  CpuRank rank(s, p, o, *corpus, staged_groups ? static_cast<const GroupSet&>(*staged_groups) : groups, ops);
   const int me = env.rank();
 
   int first = 1;

@@ -14,6 +14,7 @@
 #include "core/program/program.hpp"
 #include "core/result.hpp"
 #include "core/setup.hpp"
+#include "exec/kernel_ops.hpp"
 
 namespace megascope::exec {
 
@@ -46,5 +47,11 @@ struct StepLog {
 // Runs on the MPI world (its size must be the plan's world). Every rank
 // returns the same logs. Writes progress lines to `out` on world rank 0.
 Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out);
+
+// run_cpu's training loop with any kernels (exec/kernel_ops.hpp): the cuda
+// backend's (exec/cuda/kernel_ops_cuda.hpp) runs the same ranks on the GPU
+// kernels. `staged`: the communicators work on host copies of the buffers.
+Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out,
+                                          KernelOps& ops, bool staged);
 
 }  // namespace megascope::exec

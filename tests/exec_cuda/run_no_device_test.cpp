@@ -73,3 +73,17 @@ TEST_CASE("run --backend cuda refuses the cpu backend's training options and a b
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Contains("--shard measures one rank on one GPU: it needs --backend cuda"));
 }
+
+TEST_CASE("run --backend cuda --train without a device: status 1, the error names the backend", "[exec][cuda]") {
+  if (xc::device_available()) {
+    WARN("a CUDA device is present: not testing the no-device error");
+    return;
+  }
+  const auto r = megascope::test::run({"run", "--backend", "cuda", "--train", "--model", "tiny-gpt"});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, StartsWith("megascope run: error: --backend: cuda: no CUDA device ("));
+  CHECK(lines(r.err) == 1);
+  const auto cpu = megascope::test::run({"run", "--train", "--model", "tiny-gpt"});
+  CHECK(cpu.code == 2);
+  CHECK_THAT(cpu.err, Contains("--train selects training on --backend cuda"));
+}

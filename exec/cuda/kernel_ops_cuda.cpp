@@ -1,0 +1,278 @@
+// CudaKernelOps and ManagedMemory (exec/cuda/kernel_ops_cuda.hpp).
+#include "exec/cuda/kernel_ops_cuda.hpp"
+
+#include <fmt/format.h>
+
+#include <new>
+#include <optional>
+
+#include "exec/cuda/check.hpp"
+#include "exec/cuda/device.hpp"
+#include "exec/cuda/nccl_comm.hpp"
+#include "exec/mpi_env.hpp"
+#include "kernels/cuda/kernels.hpp"
+
+namespace megascope::exec::cuda {
+
+namespace ku = megascope::kernels::cuda;
+
+CudaKernelOps::CudaKernelOps() {
+  require_device();
+  MEGASCOPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MEGASCOPE_CUDA_CHECK(cudaMallocManaged(reinterpret_cast<void**>(&acc_), sizeof(double)));
+  const DeviceInfo d = device_info();
+  name_ = fmt::format("cuda: {} (cc {}.{})", d.name, d.cc_major, d.cc_minor);
+}
+
+CudaKernelOps::~CudaKernelOps() {
+  if (acc_) (void)cudaFree(acc_);
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+void CudaKernelOps::done() {
+  MEGASCOPE_CUDA_CHECK(cudaGetLastError());
+  MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaKernelOps::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t N,
+                                   std::int64_t C, std::int64_t OC) {
+  gemm_.forward<float>(out, inp, weight, bias, N, C, OC, stream_);
+  done();
+}
+
+void CudaKernelOps::matmul_backward_input(float* dinp, const float* dout, const float* weight, std::int64_t N,
+                                          std::int64_t C, std::int64_t OC) {
+  gemm_.backward_input<float>(dinp, dout, weight, N, C, OC, stream_);
+  done();
+}
+
+void CudaKernelOps::matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                                           std::int64_t N, std::int64_t C, std::int64_t OC) {
+  gemm_.backward_weight<float>(dweight, dbias, dout, inp, N, C, OC, stream_);
+  done();
+}
+
+void CudaKernelOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                      const float* bias, std::int64_t N, std::int64_t C, float eps) {
+  ku::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, N, C, eps, stream_);
+  done();
+}
+
+void CudaKernelOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                       const float* weight, const float* mean, const float* rstd, std::int64_t N,
+                                       std::int64_t C) {
+  ku::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+  done();
+}
+
+void CudaKernelOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, std::int64_t N,
+                                    std::int64_t C, float eps) {
+  ku::rmsnorm_forward<float>(out, rstd, inp, weight, N, C, eps, stream_);
+  done();
+}
+
+void CudaKernelOps::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                     const float* weight, const float* rstd, std::int64_t N, std::int64_t C) {
+  ku::rmsnorm_backward<float>(dinp, dweight, dout, inp, weight, rstd, N, C, stream_);
+  done();
+}
+
+void CudaKernelOps::gelu_forward(float* out, const float* inp, std::int64_t n) {
+  ku::gelu_forward<float>(out, inp, n, stream_);
+  done();
+}
+
+void CudaKernelOps::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  ku::gelu_backward<float>(dinp, inp, dout, n, stream_);
+  done();
+}
+
+void CudaKernelOps::swiglu_forward(float* out, const float* inp, std::int64_t N, std::int64_t F) {
+  ku::swiglu_forward<float>(out, inp, N, F, stream_);
+  done();
+}
+
+void CudaKernelOps::swiglu_backward(float* dinp, const float* inp, const float* dout, std::int64_t N, std::int64_t F) {
+  ku::swiglu_backward<float>(dinp, inp, dout, N, F, stream_);
+  done();
+}
+
+void CudaKernelOps::dropout_forward(float* out, const float* inp, std::int64_t n, float p, std::uint64_t seed,
+                                    std::uint64_t offset) {
+  ku::dropout_forward<float>(out, inp, n, p, seed, offset, stream_);
+  done();
+}
+
+void CudaKernelOps::dropout_backward(float* dinp, const float* dout, std::int64_t n, float p, std::uint64_t seed,
+                                     std::uint64_t offset) {
+  ku::dropout_backward<float>(dinp, dout, n, p, seed, offset, stream_);
+  done();
+}
+
+void CudaKernelOps::bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual,
+                                             std::int64_t N, std::int64_t C, float p, std::uint64_t seed,
+                                             std::uint64_t offset) {
+  ku::bias_dropout_add_forward<float>(out, inp, bias, residual, N, C, p, seed, offset, stream_);
+  done();
+}
+
+void CudaKernelOps::bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, std::int64_t N,
+                                              std::int64_t C, float p, std::uint64_t seed, std::uint64_t offset) {
+  ku::bias_dropout_add_backward<float>(dinp, dbias, dout, N, C, p, seed, offset, stream_);
+  done();
+}
+
+void CudaKernelOps::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                      const std::int32_t* q_pos, const std::int32_t* kv_pos, std::int64_t B,
+                                      std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                                      std::int64_t D) {
+  ku::attention_forward<float>(out, lse, q, k, v, q_pos, kv_pos, B, Tq, Tk, Hq, Hkv, D, true, std::nullopt, stream_);
+  done();
+}
+
+void CudaKernelOps::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                       const float* k, const float* v, const float* out, const float* lse,
+                                       const std::int32_t* q_pos, const std::int32_t* kv_pos, std::int64_t B,
+                                       std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                                       std::int64_t D) {
+  ku::attention_backward<float>(dq, dk, dv, dout, q, k, v, out, lse, q_pos, kv_pos, B, Tq, Tk, Hq, Hkv, D, true,
+                                std::nullopt, stream_);
+  done();
+}
+
+void CudaKernelOps::rope_forward(float* out, const float* inp, const std::int32_t* pos, std::int64_t B, std::int64_t S,
+                                 std::int64_t H, std::int64_t D, float theta) {
+  ku::rope_forward<float>(out, inp, pos, B, S, H, D, theta, stream_);
+  done();
+}
+
+void CudaKernelOps::rope_backward(float* dinp, const float* dout, const std::int32_t* pos, std::int64_t B,
+                                  std::int64_t S, std::int64_t H, std::int64_t D, float theta) {
+  ku::rope_backward<float>(dinp, dout, pos, B, S, H, D, theta, stream_);
+  done();
+}
+
+void CudaKernelOps::embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                                      const std::int32_t* pos, std::int64_t N, std::int64_t C, std::int64_t vocab_start,
+                                      std::int64_t vocab_end) {
+  ku::embedding_forward<float>(out, tokens, wte, wpe, pos, N, C, vocab_start, vocab_end, stream_);
+  done();
+}
+
+void CudaKernelOps::embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                       const std::int32_t* pos, std::int64_t N, std::int64_t C,
+                                       std::int64_t vocab_start, std::int64_t vocab_end) {
+  ku::embedding_backward<float>(dwte, dwpe, dout, tokens, pos, N, C, vocab_start, vocab_end, stream_);
+  done();
+}
+
+void CudaKernelOps::cross_entropy_local_max(float* row_max, const float* logits, std::int64_t N, std::int64_t V) {
+  ku::cross_entropy_local_max<float>(row_max, logits, N, V, stream_);
+  done();
+}
+
+void CudaKernelOps::cross_entropy_local_sumexp(float* sumexp, const float* logits, const float* row_max, std::int64_t N,
+                                               std::int64_t V) {
+  ku::cross_entropy_local_sumexp<float>(sumexp, logits, row_max, N, V, stream_);
+  done();
+}
+
+void CudaKernelOps::cross_entropy_local_target(float* target_logit, const float* logits, const std::int32_t* targets,
+                                               std::int64_t N, std::int64_t V, std::int64_t vocab_start) {
+  ku::cross_entropy_local_target<float>(target_logit, logits, targets, N, V, vocab_start, stream_);
+  done();
+}
+
+void CudaKernelOps::cross_entropy_loss(float* loss, const float* row_max, const float* sumexp,
+                                       const float* target_logit, std::int64_t N) {
+  ku::cross_entropy_loss(loss, row_max, sumexp, target_logit, N, stream_);
+  done();
+}
+
+void CudaKernelOps::cross_entropy_backward(float* dlogits, const float* logits, const float* row_max,
+                                           const float* sumexp, const std::int32_t* targets, const float* dloss,
+                                           std::int64_t N, std::int64_t V, std::int64_t vocab_start) {
+  ku::cross_entropy_backward<float>(dlogits, logits, row_max, sumexp, targets, dloss, N, V, vocab_start, stream_);
+  done();
+}
+
+void CudaKernelOps::adamw_update(float* params, const float* grads, float* m, float* v, std::int64_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay, std::int64_t step,
+                                 float grad_scale) {
+  ku::adamw_update<float>(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_router_forward(float* probs, std::int32_t* experts, float* scores, const float* logits,
+                                       std::int64_t N, std::int64_t E, std::int64_t k, bool renormalize) {
+  ku::moe_router_forward<float>(probs, experts, scores, logits, N, E, k, renormalize, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_router_backward(float* dlogits, const float* dprobs, const std::int32_t* experts,
+                                        const float* scores, std::int64_t N, std::int64_t E, std::int64_t k,
+                                        bool renormalize) {
+  ku::moe_router_backward<float>(dlogits, dprobs, experts, scores, N, E, k, renormalize, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_permute_indices(std::int32_t* row_to_slot, std::int32_t* slot_to_row, std::int64_t* counts,
+                                        const std::int32_t* experts, std::int64_t N, std::int64_t E, std::int64_t k) {
+  ku::moe_permute_indices(row_to_slot, slot_to_row, counts, experts, N, E, k, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_permute_forward(float* permuted, const float* inp, const std::int32_t* row_to_slot,
+                                        std::int64_t N, std::int64_t C, std::int64_t k) {
+  ku::moe_permute_forward<float>(permuted, inp, row_to_slot, N, C, k, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_permute_backward(float* dinp, const float* dpermuted, const std::int32_t* slot_to_row,
+                                         std::int64_t N, std::int64_t C, std::int64_t k) {
+  ku::moe_permute_backward<float>(dinp, dpermuted, slot_to_row, N, C, k, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_unpermute_forward(float* out, const float* expert_out, const float* probs,
+                                          const std::int32_t* slot_to_row, std::int64_t N, std::int64_t C,
+                                          std::int64_t k) {
+  ku::moe_unpermute_forward<float>(out, expert_out, probs, slot_to_row, N, C, k, stream_);
+  done();
+}
+
+void CudaKernelOps::moe_unpermute_backward(float* dexpert_out, float* dprobs, const float* dout,
+                                           const float* expert_out, const float* probs, const std::int32_t* slot_to_row,
+                                           std::int64_t N, std::int64_t C, std::int64_t k) {
+  ku::moe_unpermute_backward<float>(dexpert_out, dprobs, dout, expert_out, probs, slot_to_row, N, C, k, stream_);
+  done();
+}
+
+double CudaKernelOps::sum_squares(const float* x, std::int64_t n) {
+  *acc_ = 0;
+  ku::sum_squares<float>(acc_, x, n, stream_);
+  done();
+  return *acc_;
+}
+
+void* ManagedMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
+  void* p = nullptr;
+  if (alignment > 256) throw std::bad_alloc();  // cudaMallocManaged aligns to 256 bytes
+  MEGASCOPE_CUDA_CHECK(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes));
+  return p;
+}
+
+void ManagedMemory::do_deallocate(void* p, std::size_t, std::size_t) { (void)cudaFree(p); }
+
+Result<std::vector<StepLog>> run_cuda_training(const Setup& s, const Program& p, const RunOptions& o,
+                                               std::ostream& out) {
+  require_device();
+  MpiEnv::get();
+  select_device(mpi_local_rank());
+  ManagedMemory managed;
+  ManagedDefault scope(&managed);
+  CudaKernelOps ops;
+  return run_training(s, p, o, out, ops, true);
+}
+
+}  // namespace megascope::exec::cuda
