@@ -4,7 +4,8 @@
 #   1. builds the CUDA parts (-DMEGASCOPE_CUDA=ON) in BUILD_DIR (default build-gpu);
 #   2. kernels_gpu_tests: the CUDA kernels against their CPU twins;
 #   3. exec_gpu_tests: cuBLASLt GEMMs against the CPU twins, NCCL on one GPU, the
-#      event timer; then again under mpirun with one rank per GPU (NCCL against MPI);
+#      event timer, the replay, --train against the cpu backend; then again under
+#      mpirun with one rank per GPU (NCCL against MPI, --train with TP, PP, DP);
 #   4. exec_cuda_tests: the no-device error paths (pass vacuously on a GPU machine);
 #   5. kernels_bench: GB/s of the memory-bound kernels and attention TFLOP/s (JSON kept);
 #   6. megascope calibrate --backend cuda (under mpirun over all GPUs when there
