@@ -17,7 +17,8 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
                  "cpu: train on CPU kernels and MPI; cuda: replay the plan's kernels and NCCL on GPUs, for timing")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--model", o.scenario.model, "shipped model name (e.g. tiny-gpt, tiny-llama), model TOML or config.json");
-  cmd.add_option("--cluster", o.scenario.cluster, "cluster the plan is validated against (default cpu-host)");
+  cmd.add_option("--cluster", o.scenario.cluster,
+                 "cluster the plan is validated against (default: cpu-host; cuda: the GPU's shipped cluster)");
   cmd.add_option("--plan", o.scenario.plan, "inline plan (tp=2,pp=2,...) or plan TOML file");
   cmd.add_option("--global-batch", o.scenario.global_batch, "sequences per step (default 8)");
   cmd.add_option("--seq-len", o.scenario.seq_len, "tokens per sequence (default: the model's)");

@@ -5,6 +5,7 @@
 
 #ifdef MEGASCOPE_HAVE_EXEC_CUDA
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -43,6 +44,10 @@ double median(std::vector<double> v) {
 }
 
 int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
+  // Before CUDA starts: one hardware queue per stream the replay uses (CUDA's
+  // default of 8 would make its 5 to 15 streams share queues and wait on
+  // each other); a value the user set is kept.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   const char* cpu_only = o.run.checkpoint_dir ? "--checkpoint-dir"
                          : o.run.resume       ? "--resume"
                          : !o.run.data.empty() ? "--data"
@@ -64,8 +69,8 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   std::ostringstream quiet;
   std::ostream& log = root ? out : quiet;
   std::ostream& errs = root ? err : quiet;
-  if (o.shard && !sc.gpus && !sc.nodes) {
-    errs << "megascope run: error: --shard: give the plan's GPU count with --gpus N (or --nodes N)\n";
+  if (o.shard && !sc.gpus) {
+    errs << "megascope run: error: --shard: give the plan's GPU count with --gpus N\n";
     return 2;
   }
   if (!sc.plan) sc.plan = "tp=1";
@@ -133,9 +138,10 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
     return 0;
   }
   if (o.shard)
-    log << fmt::format("replay (shard): rank {} of {} (pipeline stage {}), plan {}, on one {}: compute only, "
+    log << fmt::format("replay (shard): {}, rank {} of {} (pipeline stage {}), plan {}, on one {}: compute only, "
                        "communication not run\n",
-                       measured_rank, s.model.name, program->grid.coord(measured_rank).pp, ro.plan_text, r.device);
+                       s.model.name, measured_rank, s.world, program->grid.coord(measured_rank).pp, ro.plan_text,
+                       r.device);
   else
     log << fmt::format("replay: {} on {} GPU{} ({}), plan {}, global batch {}, {} micro-batches of {} x {} tokens\n",
                        s.model.name, s.world, s.world == 1 ? "" : "s", r.device, ro.plan_text,
@@ -146,7 +152,7 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   for (std::size_t k = 0; k < r.step_times_s.size(); ++k)
     log << fmt::format("step {:>4}  {} {:.4f} s\n", k + 1, o.shard ? "compute time" : "time", r.step_times_s[k]);
   log << fmt::format("median {:.4f} s", step);
-  if (!o.shard) log << fmt::format(", {:.4g} tokens/s", static_cast<double>(s.tokens_per_iteration()) / step);
+  if (!o.shard && step > 0) log << fmt::format(", {:.4g} tokens/s", static_cast<double>(s.tokens_per_iteration()) / step);
   log << fmt::format("; rank {}: {:.1f} TFLOP/s of GEMM work (the Program's GEMM FLOPs / step time)\n", measured_rank,
                      tflops);
   log << "synthetic data: the replay measures time, not losses (training runs on --backend cpu)\n";

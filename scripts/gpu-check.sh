@@ -73,7 +73,9 @@ if [ "$gpus" -ge 2 ]; then
 else
   "${calibrate[@]}" 2>&1 | tee "$outdir/calibrate.log"
 fi
+# The shipped cluster of this GPU, else the one calibrate just wrote.
 cluster=${CLUSTER:-dgx-$short}
+[ -f "topologies/clusters/$cluster.toml" ] || cluster=${CLUSTER:-$outdir/$short-measured-$day-cluster.toml}
 one_gpu=(--model gpt-1.7b --cluster "$cluster" --gpus 1 --plan tp=1,mbs=1 --global-batch 8)
 step "megascope simulate vs run --backend cuda (${one_gpu[*]})"
 "$build/apps/megascope" simulate "${one_gpu[@]}" --calibration "$profile" --trace "$outdir/replay-simulated.json" \

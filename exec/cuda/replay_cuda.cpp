@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -27,9 +28,9 @@ namespace {
 
 // Buffers shared by every kernel of the replay: the j-th buffer a case asks
 // for is slot j, as large as the largest j-th buffer of any case, filled
-// once with bf16 values uniform in [-1, 1) (read as fp32 they stay in that
-// range; fp8 reads them as arbitrary codes: the timing does not depend on
-// them). Token ids have slots of their own. Kernels of one stream run one
+// once with bf16 values uniform in [0, 1) (read as fp32 they stay in that
+// range, so variances and scales stay non-negative; fp8 reads them as other
+// codes: the timing does not depend on them). Token ids have slots of their own. Kernels of one stream run one
 // after another, so sharing is safe. A slot that grows after a case took
 // its pointer makes grew() true: the caller builds the calls again.
 class Arena final : public Buffers {
@@ -70,7 +71,7 @@ class Arena final : public Buffers {
       if (s.used) grew_ = true;
       const std::size_t size = (bytes + 255) / 256 * 256;
       s.mem = DeviceMemory(size);
-      fill_uniform(static_cast<bf16*>(s.mem.get()), static_cast<std::int64_t>(size / sizeof(bf16)), ++seed_, -1.0f,
+      fill_uniform(static_cast<bf16*>(s.mem.get()), static_cast<std::int64_t>(size / sizeof(bf16)), ++seed_, 0.0f,
                    1.0f, stream_);
     }
     s.used = true;
@@ -145,18 +146,73 @@ class Lanes {
 
 // One NCCL communicator per route (sender index 0, receiver 1), made by
 // every rank for every route in the same order, over its pipeline group.
-struct Route {
-  MPI_Comm mpi = MPI_COMM_NULL;
-  std::unique_ptr<NcclCommunicator> nccl;
+class Route {
+ public:
+  Route() = default;
+  Route(Route&& o) noexcept : mpi_(o.mpi_), nccl_(std::move(o.nccl_)) { o.mpi_ = MPI_COMM_NULL; }
+  Route& operator=(Route&&) = delete;
+  Route(const Route&) = delete;
+  Route& operator=(const Route&) = delete;
+  ~Route() {
+    nccl_.reset();
+    if (mpi_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_);
+  }
+  // Collective over `pp` (every member calls it for every route, in one order).
+  void split(MPI_Comm pp, bool member, bool sender) {
+    MPI_Comm_split(pp, member ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &mpi_);
+  }
+  [[nodiscard]] bool member() const { return mpi_ != MPI_COMM_NULL; }
+  // Creates the communicator and connects it: NCCL connects a pair on its
+  // first transfer, blocking the host until the peer's first call on the same
+  // communicator, so a first transfer reached in opposite orders by two
+  // stages (DualPipe's) would wait forever; here both are at the same point.
+  NcclCommunicator* connect(cudaStream_t stream) {
+    nccl_ = NcclCommunicator::over_mpi(mpi_, stream);
+    DeviceBuffer<float> one(1);
+    if (nccl_->rank() == 0) nccl_->send(one.get(), 1, ncclFloat32, 1);
+    else nccl_->recv(one.get(), 1, ncclFloat32, 0);
+    nccl_->synchronize();
+    return nccl_.get();
+  }
+
+ private:
+  MPI_Comm mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<NcclCommunicator> nccl_;
 };
 
+// Every rank's verdict; on failure, world rank 0 returns the first failing rank's message.
 Result<void> agree(Result<void> mine) {
   int ok = mine ? 1 : 0, all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (all) return {};
+  MpiEnv& env = MpiEnv::get();
+  const std::vector<std::string> texts = env.gather(mine ? std::string() : mine.error().str(), 0);
   if (!mine) return mine;
-  return fail("--plan", "another rank refused the replay (see its message)");
+  for (std::size_t r = 0; r < texts.size(); ++r)
+    if (!texts[r].empty()) return fail("--plan", fmt::format("rank {} refused the replay: {}", r, texts[r]));
+  return fail("--plan", "another rank refused the replay");
 }
+
+// Bytes of the communication buffers an op needs, in and out (bf16 elements).
+struct LaneNeed {
+  std::int64_t in = 0, out = 0;
+};
+LaneNeed need_of(const Op& op, std::int64_t elements, int group_size) {
+  const std::int64_t part = std::max<std::int64_t>(1, elements / std::max(1, group_size)), all = part * group_size;
+  switch (op.kind) {
+    case OpKind::all_reduce: return {elements, 0};
+    case OpKind::reduce_scatter: return {all, part};
+    case OpKind::all_gather: return {part, all};
+    case OpKind::all_to_all: return {all, all};
+    case OpKind::send: return {elements, 0};
+    case OpKind::recv: return {0, elements};
+    case OpKind::compute: break;
+  }
+  return {};
+}
+
+Result<ReplayReport> replay_on_device(const Program& p, const ReplayOptions& o, int rank,
+                                      const ReplayPlan& plan_);
 
 }  // namespace
 
@@ -181,6 +237,25 @@ Result<ReplayReport> run_replay(const Setup& s, const Program& p, const ReplayOp
   auto plan = plan_replay(s, p, stage, shard);
   if (auto ok = agree(plan ? Result<void>{} : Result<void>{tl::unexpected(plan.error())}); !ok)
     return tl::unexpected(ok.error());
+  try {
+    return replay_on_device(p, o, rank, *plan);
+  } catch (const std::exception& e) {
+    if (world == 1) throw;
+    // Other ranks may be waiting in a collective for this one: stop the job, naming it.
+    std::fprintf(stderr, "megascope run: rank %d: error: --backend cuda: %s; aborting the job\n", me, e.what());
+    env.abort(1);
+  }
+}
+
+namespace {
+
+Result<ReplayReport> replay_on_device(const Program& p, const ReplayOptions& o, int rank,
+                                      const ReplayPlan& plan_) {
+  MpiEnv& env = MpiEnv::get();
+  const int world = env.size(), me = env.rank();
+  const bool shard = o.shard.has_value();
+  const int stage = plan_.stage;
+  const ReplayPlan* plan = &plan_;
   const StageProgram& sp = p.stages[static_cast<std::size_t>(stage)];
 
   require_device();
@@ -198,19 +273,22 @@ Result<ReplayReport> run_replay(const Setup& s, const Program& p, const ReplayOp
     mpi_groups = std::make_unique<MpiGroups>(p.grid);
     nccl = std::make_unique<NcclGroups>(p.grid, *mpi_groups, streams);
     auto* pp = dynamic_cast<MpiCommunicator*>(mpi_groups->get(CommGroup::pp));
+    // Connect every group's communicator now, kind by kind in one order on
+    // every rank (NCCL may connect lazily, blocking the host on a first call).
+    for (int g = 0; g < kCommGroupCount; ++g)
+      if (NcclCommunicator* c = nccl->get(static_cast<CommGroup>(g))) c->barrier();
     for (const ReplayRoute& r : replay_channels(p)) {
       const bool sender = stage == r.from, receiver = stage == r.to;
       Route route;
-      if (pp) MPI_Comm_split(pp->handle(), sender || receiver ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &route.mpi);
-      if (route.mpi != MPI_COMM_NULL) {
+      if (pp) route.split(pp->handle(), sender || receiver, sender);
+      if (route.member()) {
         std::size_t c = 0;
         while (c < plan->channels.size() &&
                !(plan->channels[c].send == sender && plan->channels[c].peer_stage == (sender ? r.to : r.from) &&
                  plan->channels[c].label == r.label))
           ++c;
         if (c == plan->channels.size()) throw std::logic_error("replay: a route with no channel on its stage");
-        route.nccl = NcclCommunicator::over_mpi(route.mpi, lanes[plan->channels[c].lane]);
-        channel_comm[c] = route.nccl.get();
+        channel_comm[c] = route.connect(lanes[plan->channels[c].lane]);
       }
       routes.push_back(std::move(route));
     }
@@ -249,16 +327,22 @@ Result<ReplayReport> run_replay(const Setup& s, const Program& p, const ReplayOp
     }
     if (!arena.grew()) break;
   }
-  // Communication buffers, per lane: the largest message in and out.
-  std::vector<std::int64_t> lane_elements(static_cast<std::size_t>(plan->lanes), 0);
-  for (const ReplayOp& ro : plan->ops)
-    if (ro.run && ro.kernels.empty() && ro.elements > 0)
-      lane_elements[static_cast<std::size_t>(ro.lane)] = std::max(lane_elements[static_cast<std::size_t>(ro.lane)], ro.elements);
+  // Communication buffers, per lane: the largest input and output of its ops.
+  std::vector<LaneNeed> need(static_cast<std::size_t>(plan->lanes));
+  for (std::size_t i = 0; i < sp.ops.size(); ++i) {
+    const Op& op = sp.ops[i];
+    const ReplayOp& ro = plan->ops[i];
+    if (!ro.run || op.kind == OpKind::compute) continue;
+    const bool p2p = op.kind == OpKind::send || op.kind == OpKind::recv;
+    const LaneNeed n = need_of(op, ro.elements, p2p ? 1 : nccl->get(op.group)->size());
+    LaneNeed& l = need[static_cast<std::size_t>(ro.lane)];
+    l.in = std::max(l.in, n.in);
+    l.out = std::max(l.out, n.out);
+  }
   std::vector<DeviceBuffer<bf16>> lane_in, lane_out;
-  for (int l = 0; l < plan->lanes; ++l) {
-    const auto n = static_cast<std::size_t>(lane_elements[static_cast<std::size_t>(l)]);
-    lane_in.emplace_back(n > 0 ? n : 1);
-    lane_out.emplace_back(n > 0 ? n : 1);
+  for (const LaneNeed& n : need) {
+    lane_in.emplace_back(static_cast<std::size_t>(std::max<std::int64_t>(1, n.in)));
+    lane_out.emplace_back(static_cast<std::size_t>(std::max<std::int64_t>(1, n.out)));
     MEGASCOPE_CUDA_CHECK(cudaMemset(lane_in.back().get(), 0, lane_in.back().bytes()));
   }
   MEGASCOPE_CUDA_CHECK(cudaDeviceSynchronize());
@@ -274,8 +358,13 @@ Result<ReplayReport> run_replay(const Setup& s, const Program& p, const ReplayOp
     if (!ro.run) continue;
     ++report.ops_run;
     report.kernels += ro.kernels.size();
-    for (std::uint32_t k : ro.kernels) report.skipped_kernels += calls[k] ? 0 : 1;
-    if (sp.ops[i].kind == OpKind::compute) report.gemm_flops += sp.ops[i].flops;
+    for (std::uint32_t k : ro.kernels) {
+      report.skipped_kernels += calls[k] ? 0 : 1;
+      const ReplayKernel& rk = plan->kernels[k];
+      if (calls[k] && rk.type == ReplayKernel::Type::gemm)
+        report.gemm_flops += 2.0 * static_cast<double>(rk.gemm.shape.m) * static_cast<double>(rk.gemm.shape.n) *
+                             static_cast<double>(rk.gemm.shape.k);
+    }
   }
 
   // Timing events per op (exec/cuda/timer.hpp); a completion event for each op another lane waits for.
@@ -357,11 +446,9 @@ Result<ReplayReport> run_replay(const Setup& s, const Program& p, const ReplayOp
     }
     if (auto agreed = agree(ok); !agreed) return tl::unexpected(agreed.error());
   }
-  for (Route& r : routes) {
-    r.nccl.reset();
-    if (r.mpi != MPI_COMM_NULL) MPI_Comm_free(&r.mpi);
-  }
   return report;
 }
+
+}  // namespace
 
 }  // namespace megascope::exec::cuda

@@ -12,9 +12,24 @@
 // its waits) and ends when its work ends; a collective's span includes the
 // time it waits for the other members.
 //
-// The host enqueues a whole step without blocking, then waits. `warmup`
-// untimed steps come first (cuBLASLt picks its algorithms, NCCL connects);
-// the trace is the last step's. The data are synthetic (device buffers
+// Every communicator is connected before the first step (NCCL connects a
+// pair on its first transfer and blocks the host until the peer's first
+// call: two stages reaching their first transfers in opposite orders, as
+// DualPipe's do, would wait forever). The host enqueues a whole step without
+// blocking, then waits. `warmup` untimed steps come first (cuBLASLt picks
+// its algorithms); the trace is the last step's. The caller should set
+// CUDA_DEVICE_MAX_CONNECTIONS (apps/run_cuda.cpp sets 32) before CUDA starts,
+// so that the replay's streams do not share hardware queues.
+//
+// Transfers of one channel run one after another on its stream, so a
+// receive's span starts when the previous receive of its channel ends (the
+// Program posts receives up front): compare pipeline-transfer spans with
+// the simulator's with that in mind.
+//
+// Failure: a refusal found before the device is used (the plan, the world,
+// the routes) fails on every rank with the first failing rank's message; an
+// error after that on one rank of a multi-rank job aborts the job, naming
+// the rank (the others may be waiting for it in a collective). The data are synthetic (device buffers
 // filled once with small random values and shared between the kernels of
 // the Program, so memory use is that of the largest kernels, not of a
 // training step): the replay measures time, not losses.
@@ -37,7 +52,7 @@
 namespace megascope::exec::cuda {
 
 struct ReplayOptions {
-  int steps = 3;                      // measured steps
+  int steps = 1;                      // measured steps
   int warmup = 1;                     // untimed steps first
   std::optional<int> shard;           // shard mode: the world rank of the plan this GPU measures
   std::optional<std::string> trace;   // measured trace of the last step (world rank 0 writes it)

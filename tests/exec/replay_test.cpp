@@ -45,6 +45,7 @@ const Case kCases[] = {
     {"llama3-8b", "dgx-h100", "tp=4,pp=4,dp=2,schedule=dualpipev,sp=on", 32, 32},
     {"gpt3-175b", "dgx-a100", "tp=8,pp=8,vpp=2,schedule=interleaved,sp=on,recompute=selective,distopt=on", 64, 128},
     {"gpt-1.7b", "dgx-a100", "tp=1,pp=2,schedule=zb-h1,attention=unfused", 16, 2},
+    {"tiny-llama", "dgx-h100", "pp=4,schedule=gpipe", 8, 4},
 };
 
 Setup setup_of(const Case& c) {
