@@ -43,6 +43,14 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--gpus", o.scenario.gpus, "GPUs of the plan (cuda --shard: the plan's world; default: the MPI job's)");
 }
 
+Result<RunProgram> load_run_program(const ScenarioOptions& sc) {
+  auto scenario = load_scenario(sc);
+  if (!scenario) return tl::unexpected(scenario.error());
+  auto program = build_program(scenario->setup);
+  if (!program) return tl::unexpected(program.error());
+  return RunProgram{std::move(*scenario), std::move(*program)};
+}
+
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   if (o.inject_failure) {
     const auto colon = o.inject_failure->find(':');
@@ -90,17 +98,13 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   std::ostringstream quiet;
   std::ostream& log = root ? out : quiet;
   std::ostream& errs = root ? err : quiet;
-  auto scenario = load_scenario(sc);
-  if (!scenario) {
-    errs << "megascope run: error: " << scenario.error().str() << "\n";
+  auto loaded = load_run_program(sc);
+  if (!loaded) {
+    errs << "megascope run: error: " << loaded.error().str() << "\n";
     return 1;
   }
-  const Setup& s = scenario->setup;
-  auto program = build_program(s);
-  if (!program) {
-    errs << "megascope run: error: " << program.error().str() << "\n";
-    return 1;
-  }
+  const Setup& s = loaded->scenario.setup;
+  const Program* program = &loaded->program;
   o.run.plan_text = format_inline_plan(s.plan);
   o.run.model_name = s.model.name;
   if (!o.json)

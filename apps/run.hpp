@@ -27,6 +27,13 @@ struct RunCommandOptions {
 };
 
 void add_run_options(CLI::App& cmd, RunCommandOptions& o);
+
+// The scenario of a run and the Program built from it.
+struct RunProgram {
+  Scenario scenario;
+  Program program;
+};
+Result<RunProgram> load_run_program(const ScenarioOptions& sc);
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err);
 
 }  // namespace megascope::cli

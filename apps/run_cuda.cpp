@@ -87,17 +87,13 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
     }
     sc.cluster = *c;
   }
-  auto scenario = load_scenario(sc);
-  if (!scenario) {
-    errs << "megascope run: error: " << scenario.error().str() << "\n";
+  auto loaded = load_run_program(sc);
+  if (!loaded) {
+    errs << "megascope run: error: " << loaded.error().str() << "\n";
     return 1;
   }
-  const Setup& s = scenario->setup;
-  auto program = build_program(s);
-  if (!program) {
-    errs << "megascope run: error: " << program.error().str() << "\n";
-    return 1;
-  }
+  const Setup& s = loaded->scenario.setup;
+  const Program* program = &loaded->program;
   exec::cuda::ReplayOptions ro;
   ro.steps = o.run.steps;
   ro.warmup = o.warmup;

@@ -62,9 +62,9 @@ double gemm_flops(const megascope::GemmShape& g) {
   return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
 }
 
-}  // namespace
-
-TEST_CASE("Replay: each Program kernel is replayed with its shape or its bytes, in the op's pass", "[exec][replay]") {
+// Calls f(setup, program, stage, plan) for every stage of every case.
+template <class F>
+void for_each_stage_plan(F f) {
   for (const Case& c : kCases) {
     const Setup s = setup_of(c);
     const Program p = program_of(s);
@@ -72,116 +72,119 @@ TEST_CASE("Replay: each Program kernel is replayed with its shape or its bytes, 
       INFO(c.model << " " << c.plan << " stage " << sp.stage);
       auto r = mx::plan_replay(s, p, sp.stage, false);
       if (!r) FAIL(r.error().str());
-      REQUIRE(r->ops.size() == sp.ops.size());
-      for (std::size_t i = 0; i < sp.ops.size(); ++i) {
-        const Op& op = sp.ops[i];
-        const mx::ReplayOp& ro = r->ops[i];
-        if (op.kind != OpKind::compute) {
-          CHECK(ro.kernels.empty());
-          CHECK(ro.elements == std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 2))));
-          continue;
-        }
-        REQUIRE(ro.kernels.size() == op.kernel_count);
-        const bool bwd = op.phase == Phase::backward_input || op.phase == Phase::backward_weight;
-        for (std::uint32_t k = 0; k < op.kernel_count; ++k) {
-          const Kernel& pk = sp.kernels[op.kernel_begin + k];
-          const RK& rk = r->kernels.at(ro.kernels[k]);
-          switch (pk.kind) {
-            case KernelKind::gemm:
-              REQUIRE(rk.type == RK::Type::gemm);
-              CHECK(rk.gemm.shape == pk.gemm);
-              CHECK(gemm_flops(rk.gemm.shape) == gemm_flops(pk.gemm));
-              CHECK(rk.precision == pk.precision);
-              CHECK(rk.gemm.pass == (op.phase == Phase::backward_input    ? megascope::exec::GemmPass::backward_input
-                                     : op.phase == Phase::backward_weight ? megascope::exec::GemmPass::backward_weight
-                                                                          : megascope::exec::GemmPass::forward));
-              break;
-            case KernelKind::attention_fwd:
-            case KernelKind::attention_bwd:
-              REQUIRE(rk.type == RK::Type::attention);
-              CHECK(rk.attention.backward == (pk.kind == KernelKind::attention_bwd));
-              CHECK(rk.attention.shape.seq_q == pk.attention.seq_q);
-              CHECK(rk.attention.shape.seq_kv == pk.attention.seq_kv);
-              CHECK(rk.attention.shape.heads == pk.attention.heads);
-              CHECK(rk.attention.shape.kv_heads == pk.attention.kv_heads);
-              CHECK(rk.attention.shape.head_dim == pk.attention.head_dim);
-              CHECK(rk.attention.shape.batch == pk.attention.batch);
-              CHECK(rk.attention.rope == (s.model.position_embedding == megascope::PositionEmbedding::rope));
-              break;
-            case KernelKind::memory:
-              if (pk.memory == megascope::MemoryOp::other) {
-                REQUIRE(rk.type == RK::Type::copy);
-                CHECK(rk.bytes == pk.bytes);
-                break;
-              }
-              REQUIRE(rk.type == RK::Type::memory);
-              CHECK(megascope::exec::memory_op_of(rk.memory.kernel) == pk.memory);
-              if (pk.memory != megascope::MemoryOp::optimizer) {
-                const std::string name = megascope::exec::to_string(rk.memory.kernel);
-                CHECK(name.substr(name.size() - 3) == (bwd ? "bwd" : "fwd"));
-              }
-              // The kernel moves the Program's bytes, to within half a row.
-              const double row = megascope::exec::program_bytes(rk.memory.kernel, 1, rk.memory.width);
-              CHECK(std::abs(megascope::exec::program_bytes(rk.memory.kernel, rk.memory.rows, rk.memory.width) -
-                             pk.bytes) <= std::max(row / 2, pk.bytes < row ? row : 0.0) + 1e-6);
-              break;
-          }
-        }
-      }
-      // Distinct kernels: no duplicates, and few (a layer's worth, not an op's).
-      for (std::size_t a = 0; a < r->kernels.size(); ++a)
-        for (std::size_t b = a + 1; b < r->kernels.size(); ++b) CHECK_FALSE(r->kernels[a] == r->kernels[b]);
-      CHECK(r->kernels.size() < 80);
+      f(s, p, sp, *r);
     }
   }
 }
 
-TEST_CASE("Replay: every dependency on another lane is one event wait on that lane, none lost", "[exec][replay]") {
-  for (const Case& c : kCases) {
-    const Setup s = setup_of(c);
-    const Program p = program_of(s);
-    for (const auto& sp : p.stages) {
-      INFO(c.model << " " << c.plan << " stage " << sp.stage);
-      auto r = mx::plan_replay(s, p, sp.stage, false);
-      if (!r) FAIL(r.error().str());
-      for (std::size_t i = 0; i < sp.ops.size(); ++i) {
-        const Op& op = sp.ops[i];
-        const mx::ReplayOp& ro = r->ops[i];
-        REQUIRE(ro.lane >= 0);
-        REQUIRE(ro.lane < r->lanes);
-        CHECK(ro.run);
-        if (op.kind == OpKind::send || op.kind == OpKind::recv) {
-          const mx::ReplayChannel& ch = r->channels.at(static_cast<std::size_t>(ro.channel));
-          CHECK(ch.send == (op.kind == OpKind::send));
-          CHECK(ch.peer_stage == op.peer_stage);
-          CHECK(ch.label == op.label);
-          CHECK(ch.lane == ro.lane);
-        } else {
-          CHECK(ro.lane == static_cast<int>(op.stream));   // compute, tp, cp, ep, dp are lanes 0-4
-        }
-        // What the GPU runtime requires: kernels only on the compute stream, each
-        // collective on the stream its group's communicator enqueues on.
-        if (op.kind == OpKind::compute && op.kernel_count > 0) CHECK(ro.lane == 0);
-        if (op.kind != OpKind::compute && op.kind != OpKind::send && op.kind != OpKind::recv)
-          CHECK(op.stream == mx::stream_of(op.group));
-        std::map<int, std::uint32_t> waited;   // lane -> op waited for
-        for (std::uint32_t w : ro.waits) {
-          REQUIRE(w < i);
-          const int lane = r->ops[w].lane;
-          CHECK(lane != ro.lane);
-          CHECK(waited.emplace(lane, w).second);   // one wait per lane
-        }
-        for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
-          const std::uint32_t dep = sp.deps[d];
-          const int lane = r->ops[dep].lane;
-          if (lane == ro.lane) continue;   // stream order
-          auto it = waited.find(lane);
-          REQUIRE(it != waited.end());
-          CHECK(it->second >= dep);        // waiting for a later op of that lane covers it
+}  // namespace
+
+TEST_CASE("Replay: each Program kernel is replayed with its shape or its bytes, in the op's pass", "[exec][replay]") {
+  for_each_stage_plan([](const Setup& s, const Program&, const megascope::StageProgram& sp, const mx::ReplayPlan& plan) {
+    const mx::ReplayPlan* r = &plan;
+    REQUIRE(r->ops.size() == sp.ops.size());
+    for (std::size_t i = 0; i < sp.ops.size(); ++i) {
+      const Op& op = sp.ops[i];
+      const mx::ReplayOp& ro = r->ops[i];
+      if (op.kind != OpKind::compute) {
+        CHECK(ro.kernels.empty());
+        CHECK(ro.elements == std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 2))));
+        continue;
+      }
+      REQUIRE(ro.kernels.size() == op.kernel_count);
+      const bool bwd = op.phase == Phase::backward_input || op.phase == Phase::backward_weight;
+      for (std::uint32_t k = 0; k < op.kernel_count; ++k) {
+        const Kernel& pk = sp.kernels[op.kernel_begin + k];
+        const RK& rk = r->kernels.at(ro.kernels[k]);
+        switch (pk.kind) {
+          case KernelKind::gemm:
+            REQUIRE(rk.type == RK::Type::gemm);
+            CHECK(rk.gemm.shape == pk.gemm);
+            CHECK(gemm_flops(rk.gemm.shape) == gemm_flops(pk.gemm));
+            CHECK(rk.precision == pk.precision);
+            CHECK(rk.gemm.pass == (op.phase == Phase::backward_input    ? megascope::exec::GemmPass::backward_input
+                                   : op.phase == Phase::backward_weight ? megascope::exec::GemmPass::backward_weight
+                                                                        : megascope::exec::GemmPass::forward));
+            break;
+          case KernelKind::attention_fwd:
+          case KernelKind::attention_bwd:
+            REQUIRE(rk.type == RK::Type::attention);
+            CHECK(rk.attention.backward == (pk.kind == KernelKind::attention_bwd));
+            CHECK(rk.attention.shape.seq_q == pk.attention.seq_q);
+            CHECK(rk.attention.shape.seq_kv == pk.attention.seq_kv);
+            CHECK(rk.attention.shape.heads == pk.attention.heads);
+            CHECK(rk.attention.shape.kv_heads == pk.attention.kv_heads);
+            CHECK(rk.attention.shape.head_dim == pk.attention.head_dim);
+            CHECK(rk.attention.shape.batch == pk.attention.batch);
+            CHECK(rk.attention.rope == (s.model.position_embedding == megascope::PositionEmbedding::rope));
+            break;
+          case KernelKind::memory:
+            if (pk.memory == megascope::MemoryOp::other) {
+              REQUIRE(rk.type == RK::Type::copy);
+              CHECK(rk.bytes == pk.bytes);
+              break;
+            }
+            REQUIRE(rk.type == RK::Type::memory);
+            CHECK(megascope::exec::memory_op_of(rk.memory.kernel) == pk.memory);
+            if (pk.memory != megascope::MemoryOp::optimizer) {
+              const std::string name = megascope::exec::to_string(rk.memory.kernel);
+              CHECK(name.substr(name.size() - 3) == (bwd ? "bwd" : "fwd"));
+            }
+            // The kernel moves the Program's bytes, to within half a row.
+            const double row = megascope::exec::program_bytes(rk.memory.kernel, 1, rk.memory.width);
+            CHECK(std::abs(megascope::exec::program_bytes(rk.memory.kernel, rk.memory.rows, rk.memory.width) -
+                           pk.bytes) <= std::max(row / 2, pk.bytes < row ? row : 0.0) + 1e-6);
+            break;
         }
       }
     }
-  }
+    // Distinct kernels: no duplicates, and few (a layer's worth, not an op's).
+    for (std::size_t a = 0; a < r->kernels.size(); ++a)
+      for (std::size_t b = a + 1; b < r->kernels.size(); ++b) CHECK_FALSE(r->kernels[a] == r->kernels[b]);
+    CHECK(r->kernels.size() < 80);
+  });
+}
+
+TEST_CASE("Replay: every dependency on another lane is one event wait on that lane, none lost", "[exec][replay]") {
+  for_each_stage_plan([](const Setup&, const Program&, const megascope::StageProgram& sp, const mx::ReplayPlan& plan) {
+    const mx::ReplayPlan* r = &plan;
+    for (std::size_t i = 0; i < sp.ops.size(); ++i) {
+      const Op& op = sp.ops[i];
+      const mx::ReplayOp& ro = r->ops[i];
+      REQUIRE(ro.lane >= 0);
+      REQUIRE(ro.lane < r->lanes);
+      CHECK(ro.run);
+      if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+        const mx::ReplayChannel& ch = r->channels.at(static_cast<std::size_t>(ro.channel));
+        CHECK(ch.send == (op.kind == OpKind::send));
+        CHECK(ch.peer_stage == op.peer_stage);
+        CHECK(ch.label == op.label);
+        CHECK(ch.lane == ro.lane);
+      } else {
+        CHECK(ro.lane == static_cast<int>(op.stream));   // compute, tp, cp, ep, dp are lanes 0-4
+      }
+      // What the GPU runtime requires: kernels only on the compute stream, each
+      // collective on the stream its group's communicator enqueues on.
+      if (op.kind == OpKind::compute && op.kernel_count > 0) CHECK(ro.lane == 0);
+      if (op.kind != OpKind::compute && op.kind != OpKind::send && op.kind != OpKind::recv)
+        CHECK(op.stream == mx::stream_of(op.group));
+      std::map<int, std::uint32_t> waited;   // lane -> op waited for
+      for (std::uint32_t w : ro.waits) {
+        REQUIRE(w < i);
+        const int lane = r->ops[w].lane;
+        CHECK(lane != ro.lane);
+        CHECK(waited.emplace(lane, w).second);   // one wait per lane
+      }
+      for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
+        const std::uint32_t dep = sp.deps[d];
+        const int lane = r->ops[dep].lane;
+        if (lane == ro.lane) continue;   // stream order
+        auto it = waited.find(lane);
+        REQUIRE(it != waited.end());
+        CHECK(it->second >= dep);        // waiting for a later op of that lane covers it
+      }
+    }
+  });
 }
 
 TEST_CASE("Replay: channels pair their transfers in order, with equal sizes, on every schedule", "[exec][replay]") {
