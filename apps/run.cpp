@@ -70,7 +70,8 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
     return 2;
   }
   if (o.shard) {
-    err << "megascope run: error: --shard measures one rank on one GPU: it needs --backend cuda\n";
+    err << (cuda_train ? "megascope run: error: --shard measures the replay of one rank; --train runs every rank\n"
+                       : "megascope run: error: --shard measures one rank on one GPU: it needs --backend cuda\n");
     return 2;
   }
   ScenarioOptions sc = o.scenario;
@@ -121,6 +122,7 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   }
   if (o.json) {
     nlohmann::json j;
+    j["backend"] = o.backend;
     j["model"] = s.model.name;
     j["plan"] = o.run.plan_text;
     j["world"] = s.world;

@@ -151,7 +151,7 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   if (!o.shard && step > 0) log << fmt::format(", {:.4g} tokens/s", static_cast<double>(s.tokens_per_iteration()) / step);
   log << fmt::format("; rank {}: {:.1f} TFLOP/s of GEMM work (the Program's GEMM FLOPs / step time)\n", measured_rank,
                      tflops);
-  log << "synthetic data: the replay measures time, not losses (training runs on --backend cpu)\n";
+  log << "synthetic data: the replay measures time, not losses (--train runs the training on the GPU kernels)\n";
   if (o.run.trace) log << "trace: " << *o.run.trace << " (measured; compare with `megascope compare`)\n";
   return 0;
 }
@@ -162,9 +162,7 @@ Result<std::vector<exec::StepLog>> train_cuda(const Setup& s, const Program& p, 
                                               std::ostream& out) {
   try {
     return exec::cuda::run_cuda_training(s, p, o, out);
-  } catch (const exec::cuda::NoCudaDevice& e) {
-    return fail("--backend", fmt::format("cuda: {}", e.what()));
-  } catch (const std::runtime_error& e) {
+  } catch (const std::exception& e) {   // NoCudaDevice, a CUDA error, a kernel's argument check
     return fail("--backend", fmt::format("cuda: {}", e.what()));
   }
 }

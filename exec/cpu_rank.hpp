@@ -264,8 +264,10 @@ class CpuRank {
   std::set<std::pair<int, bool>> reduced_chunks_, gathered_chunks_;   // (chunk, expert part)
   std::map<std::pair<int, std::uint64_t>, int> send_tag_, recv_tag_;
   PointToPoint p2p_;
+  // Host copies of the messages (MPI never touches a Vec), declared before
+  // the requests so that they outlive them.
+  std::vector<std::unique_ptr<std::vector<float>>> send_buffers_;
   std::vector<PointToPoint::Request> sends_;
-  std::vector<std::unique_ptr<std::vector<float>>> send_buffers_;   // host copies (MPI never touches a Vec)
 };
 
 template <class F>

@@ -107,8 +107,8 @@ struct Builder {
   Chunk& c;
 
   void add(Param p) {
-    p.offset = c.size;
-    c.size += p.size();
+    p.offset = (c.size + kParamAlign - 1) / kParamAlign * kParamAlign;
+    c.size = p.offset + p.size();
     c.params.push_back(std::move(p));
   }
   // A vector of `n` elements, the whole logical tensor on every TP rank.

@@ -42,6 +42,11 @@ struct ParamPart {
 
 enum class Init : std::uint8_t { normal, zeros, ones };
 
+// Parameters start at multiples of 4 floats in their chunk's buffers (16
+// bytes, what cuBLASLt's bias epilogue and vector loads need on a GPU); the
+// gaps stay zero and belong to no parameter.
+inline constexpr std::int64_t kParamAlign = 4;
+
 struct Param {
   std::string name;                   // e.g. "layer.3.qkv.weight"
   std::int64_t rows = 0, cols = 0;    // local shape (vectors: cols = 1)
@@ -75,7 +80,7 @@ struct Chunk {
   bool embedding = false, output = false;
   bool expert = false;                // the routed experts' parameters of a chunk (see make_chunks)
   std::vector<Param> params;
-  std::int64_t size = 0;              // elements (before padding)
+  std::int64_t size = 0;              // elements, alignment gaps included (before padding)
   std::pmr::vector<float> w, g;       // padded to a multiple of dp x cp (exec/cpu_rank.hpp: Vec)
   [[nodiscard]] const Param* find(const std::string& name) const;
   [[nodiscard]] float* weight(const std::string& name);

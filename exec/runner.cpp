@@ -33,7 +33,7 @@ namespace {
 // ---- checkpoints: one file per rank per step, written then renamed ----
 
 std::string checkpoint_header(const RunOptions& o, int world, int rank) {
-  return fmt::format("megascope-checkpoint 1\nplan {}\nmodel {}\nworld {}\nrank {}\n", o.plan_text, o.model_name, world,
+  return fmt::format("megascope-checkpoint 2\nplan {}\nmodel {}\nworld {}\nrank {}\n", o.plan_text, o.model_name, world,
                      rank);
 }
 

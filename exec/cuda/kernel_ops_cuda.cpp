@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <new>
 #include <optional>
 
@@ -269,10 +270,18 @@ Result<std::vector<StepLog>> run_cuda_training(const Setup& s, const Program& p,
   require_device();
   MpiEnv::get();
   select_device(mpi_local_rank());
-  ManagedMemory managed;
-  ManagedDefault scope(&managed);
-  CudaKernelOps ops;
-  return run_training(s, p, o, out, ops, true);
+  MpiEnv& env = MpiEnv::get();
+  try {
+    ManagedMemory managed;
+    ManagedDefault scope(&managed);
+    CudaKernelOps ops;
+    return run_training(s, p, o, out, ops, true);
+  } catch (const std::exception& e) {
+    if (env.size() == 1) throw;
+    // The other ranks may be waiting for this one in a collective: stop the job, naming it.
+    std::fprintf(stderr, "megascope run: rank %d: error: --backend cuda: %s; aborting the job\n", env.rank(), e.what());
+    env.abort(1);
+  }
 }
 
 }  // namespace megascope::exec::cuda

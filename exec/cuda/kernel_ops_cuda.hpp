@@ -135,7 +135,9 @@ class ManagedDefault {
 
 // run_cpu's training (exec/runner.hpp) on this process's GPU (selected by its
 // rank on the node): managed memory as the default resource, CudaKernelOps,
-// communicators on host copies. Throws NoCudaDevice without a device.
+// communicators on host copies. Throws NoCudaDevice without a device; an
+// error on one rank of a multi-rank job aborts the job with a line naming
+// the rank (the others may be waiting for it in a collective).
 Result<std::vector<StepLog>> run_cuda_training(const Setup& s, const Program& p, const RunOptions& o,
                                                std::ostream& out);
 
