@@ -560,15 +560,29 @@ class Engine {
     }
     // Cut the run at the first op that lets an op outside the rest of it
     // start; a cut drops ops that earlier ones may name, so check again from
-    // the start until no op is cut.
+    // the start until no op is cut. An op that waits for the run's last op
+    // (a dependency, or the op before it on its stream) cannot start before
+    // the run ends whatever the intermediate ops do: the last op ends as a
+    // normal event, and its end checks that op. Without this, a run of
+    // compute and TP ops (each compute op naming the next compute op, which
+    // waits for the collective between them) would unravel one op per pass.
     std::size_t last = chain_.size() - 1;
+    const auto waits_for = [&](std::uint32_t y, std::uint32_t x) {
+      const OpInfo& o = info.ops[y];
+      for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
+        if (info.prog->deps[d] == x) return true;
+      return !is_async(o.stream) && o.position > 0 &&
+             info.stream_ops[static_cast<std::size_t>(o.stream)][o.position - 1] == x;
+    };
     for (bool cut = true; cut;) {
       cut = false;
       for (std::size_t k = 0; k < last && !cut; ++k) {
         const auto rest = chain_.begin() + static_cast<std::ptrdiff_t>(k) + 1;
         const auto end = chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1;
         bool inside = true;
-        each_enabled(info, chain_[k], [&](std::uint32_t y) { inside = inside && std::find(rest, end, y) != end; });
+        each_enabled(info, chain_[k], [&](std::uint32_t y) {
+          inside = inside && (std::find(rest, end, y) != end || waits_for(y, chain_[last]));
+        });
         if (!inside) {
           last = k;
           cut = true;
