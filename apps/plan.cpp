@@ -130,6 +130,11 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--overlap-grad-reduce", o.overlap_grad_reduce, "fix: on|off (default: both)");
   cmd.add_option("--overlap-param-gather", o.overlap_param_gather, "fix: on|off (default: both)");
   cmd.add_option("--tp-comm-overlap", o.tp_comm_overlap, "fix: on|off (default: both)");
+  cmd.add_option("--uneven-stages", o.uneven_stages,
+                 "uneven first/last pipeline stages: off, auto (only where pp does not divide the layers; default) "
+                 "or on (every pp)");
+  cmd.add_option("--uneven-depth", o.uneven_depth,
+                 "how many layers fewer than the middle stages the first/last stage may hold (default 4)");
   cmd.add_option("--headroom", o.headroom_gib, "GiB kept free on every GPU (default 2)");
   cmd.add_option("--min-dp", o.min_dp, "smallest data-parallel size (default 1)");
   cmd.add_flag("--tp-across-domains", o.tp_across_domains,
@@ -229,6 +234,13 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
   auto block = on_off(o.block_recompute, "--block-recompute");
   if (!block) return Err(block.error());
   k.block_recompute = block->value_or(true);
+  if (o.uneven_stages) {
+    auto u = planner::parse_uneven_stages(*o.uneven_stages);
+    if (!u) return Err(usage("--uneven-stages", fmt::format("'{}' is not off, auto or on", *o.uneven_stages)));
+    k.uneven = *u;
+  }
+  if (o.uneven_depth < 0) return Err(usage("--uneven-depth", "must be >= 0"));
+  k.uneven_depth = o.uneven_depth;
   if (o.headroom_gib < 0) return Err(usage("--headroom", "must be >= 0"));
   k.headroom_bytes = o.headroom_gib * kGiB;
   if (o.min_dp < 1) return Err(usage("--min-dp", "must be >= 1"));

@@ -27,6 +27,14 @@ std::uint64_t pack(std::initializer_list<std::uint64_t> fields) {
   return k;
 }
 
+// A layout's key: (tp, etp x ep, pp, vpp x schedule) packed, and the uneven split (first, last layers).
+using LayoutKey = std::pair<std::uint64_t, std::uint64_t>;
+struct LayoutKeyHash {
+  std::size_t operator()(const LayoutKey& k) const {
+    return std::hash<std::uint64_t>{}(k.first ^ (k.second * 0x9e3779b97f4a7c15ULL));
+  }
+};
+
 struct LayerAct {
   double stored = 0, checkpoint = 0, wgs = 0;
 };
@@ -73,7 +81,7 @@ struct Estimator::Impl {
   sim::CostModel cost;
   BytesPerParam bpp;
   bool have_bpp = false;
-  std::unordered_map<std::uint64_t, Layout> layouts;
+  std::unordered_map<LayoutKey, Layout, LayoutKeyHash> layouts;
   std::unordered_map<std::uint64_t, ActEntry> acts;
   std::unordered_map<std::uint64_t, TimeEntry> times;
   std::map<int, sim::Topology> topologies;
@@ -172,14 +180,14 @@ struct Estimator::Impl {
     return p.ops.ops.empty() ? 0.0 : end[p.last];
   }
 
-  static std::uint64_t layout_key(const Candidate& c) {
-    return pack({static_cast<std::uint64_t>(c.tp), static_cast<std::uint64_t>(c.etp) * 256 + c.ep,
-                 static_cast<std::uint64_t>(c.pp),
-                 static_cast<std::uint64_t>(c.vpp) * 16 + static_cast<std::uint64_t>(c.schedule)});
+  static LayoutKey layout_key(const Candidate& c) {
+    return {pack({static_cast<std::uint64_t>(c.tp), static_cast<std::uint64_t>(c.etp) * 256 + c.ep,
+                  static_cast<std::uint64_t>(c.pp), static_cast<std::uint64_t>(c.vpp) * 16 + static_cast<std::uint64_t>(c.schedule)}),
+            static_cast<std::uint64_t>(c.first_layers) << 16 | static_cast<std::uint64_t>(c.last_layers)};
   }
 
   Result<const Layout*> layout(const Candidate& c) {
-    const std::uint64_t key = layout_key(c);
+    const LayoutKey key = layout_key(c);
     if (auto it = layouts.find(key); it != layouts.end()) return &it->second;
     auto valid = setup_of(c);
     if (!valid) return tl::unexpected(valid.error());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <numeric>
 
 namespace megascope::planner {
 
@@ -34,6 +35,21 @@ int scale_up_size(const ClusterSpec& c) {
 bool allowed(const std::optional<bool>& fixed, bool v) { return !fixed || *fixed == v; }
 
 }  // namespace
+
+const char* to_string(UnevenStages u) {
+  switch (u) {
+    case UnevenStages::off: return "off";
+    case UnevenStages::automatic: return "auto";
+    case UnevenStages::on: return "on";
+  }
+  return "?";
+}
+
+std::optional<UnevenStages> parse_uneven_stages(std::string_view s) {
+  for (UnevenStages u : {UnevenStages::off, UnevenStages::automatic, UnevenStages::on})
+    if (s == to_string(u)) return u;
+  return std::nullopt;
+}
 
 bool IntSet::contains(int v) const {
   if (!values.empty() && std::find(values.begin(), values.end(), v) == values.end()) return false;
@@ -84,6 +100,8 @@ PlanSpec to_plan(const Candidate& c) {
   p.ep = c.ep;
   if (c.etp != c.tp) p.etp = c.etp;
   p.micro_batch_size = c.mbs;
+  if (c.first_layers > 0) p.first_stage_layers = c.first_layers;
+  if (c.last_layers > 0) p.last_stage_layers = c.last_layers;
   p.sequence_parallel = c.sp;
   p.recompute.granularity = c.recompute;
   if (c.recompute == RecomputeGranularity::full) {
@@ -99,7 +117,7 @@ PlanSpec to_plan(const Candidate& c) {
 }
 
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
-  if (p.first_stage_layers || p.last_stage_layers || p.attention != AttentionKernel::flash ||
+  if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.attention != AttentionKernel::flash ||
       (p.cp > 1 && p.cp_comm != CpCommType::p2p))
     return std::nullopt;
   Candidate c;
@@ -112,6 +130,8 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.etp = static_cast<std::int16_t>(p.etp.value_or(p.tp));
   c.dp = dp;
   c.mbs = p.micro_batch_size;
+  c.first_layers = static_cast<std::int16_t>(p.first_stage_layers.value_or(0));
+  c.last_layers = static_cast<std::int16_t>(p.last_stage_layers.value_or(0));
   c.schedule = p.schedule;
   c.recompute = p.recompute.granularity;
   c.recompute_method = p.recompute.method.value_or(RecomputeMethod::uniform);
@@ -149,6 +169,7 @@ Result<SearchInputs> check_inputs(SearchInputs in) {
     return fail("training.precision", fmt::format("fp8 needs FP8 tensor cores; {} has none", in.cluster.device.name));
   if (in.constraints.headroom_bytes < 0) return fail("headroom", "must be >= 0");
   if (in.constraints.max_mbs < 1) return fail("mbs", "the largest micro-batch must be >= 1");
+  if (in.constraints.uneven_depth < 0) return fail("uneven-depth", "must be >= 0");
   if (in.constraints.schedules.empty()) return fail("schedules", "no schedule allowed");
   if (in.constraints.recompute.empty()) return fail("recompute", "no recomputation mode allowed");
   return in;
@@ -171,25 +192,55 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   const int domain = scale_up_size(in.cluster);
   const bool moe = m.moe.has_value();
 
-  // Schedules with their vpp values for a pipeline of pp ranks.
+  // Layer splits for a pipeline of pp ranks: the even one (rejected below
+  // when pp does not divide the layers), then the uneven ones the
+  // constraints ask for: the first and last rank i and j layers below the
+  // middle ones (0 <= i, j <= depth), the middle ranks equal. `unit` is what
+  // every rank's layer count is a multiple of (vpp must divide it).
+  struct Split {
+    int first = 0, last = 0;   // 0: the even split
+    int unit = 0;
+  };
+  std::vector<Split> splits;
+  const auto splits_for = [&](int pp) {
+    splits.assign(1, Split{0, 0, L % pp == 0 ? L / pp : 0});
+    const bool uneven = pp >= 2 && (k.uneven == UnevenStages::on || (k.uneven == UnevenStages::automatic && L % pp != 0));
+    if (!uneven) return;
+    for (int i = 0; i <= k.uneven_depth; ++i)
+      for (int j = 0; j <= k.uneven_depth; ++j) {
+        if ((L + i + j) % pp != 0) continue;
+        const int mid = (L + i + j) / pp;
+        const int first = mid - i, last = mid - j;
+        if (first < 1 || last < 1) continue;
+        if (L % pp == 0 && first == L / pp && last == L / pp) continue;   // the even split
+        if (std::any_of(splits.begin(), splits.end(), [&](const Split& x) { return x.first == first && x.last == last; }))
+          continue;   // pp = 2: (i, j) and (i + 1, j + 1) give the same split
+        splits.push_back({first, last, pp > 2 ? std::gcd(std::gcd(first, last), mid) : std::gcd(first, last)});
+      }
+  };
+
+  // Schedules with their vpp values for a pipeline of pp ranks and a split.
   struct Sched {
     Schedule s;
     int vpp;
   };
   std::vector<Sched> scheds;
-  const auto schedules_for = [&](int pp) {
+  const auto schedules_for = [&](int pp, const Split& split) {
     scheds.clear();
+    const bool uneven = split.first > 0;
     for (Schedule s : k.schedules) {
       if (s == Schedule::gpipe && pp == 1 &&
           std::find(k.schedules.begin(), k.schedules.end(), Schedule::one_f_one_b) != k.schedules.end())
         continue;   // the same plan as 1f1b at pp = 1
+      if (uneven && (s == Schedule::zb_v || s == Schedule::dualpipe || s == Schedule::dualpipev))
+        continue;   // their V placements need equal chunks
       if (s == Schedule::interleaved) {
-        if (pp < 2 || L % pp != 0) {
+        if (pp < 2 || split.unit == 0) {
           scheds.push_back({s, 2});   // rejected below
           continue;
         }
-        for (int v = 2; v <= L / pp; ++v)
-          if ((L / pp) % v == 0) scheds.push_back({s, v});
+        for (int v = 2; v <= split.unit; ++v)
+          if (split.unit % v == 0) scheds.push_back({s, v});
       } else {
         scheds.push_back({s, default_vpp(s)});
       }
@@ -201,98 +252,108 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
       for (int cp : divisors(N / tp)) {
         for (int pp : divisors(N / (tp * cp))) {
           const int dp = N / (tp * cp * pp);
-          schedules_for(pp);
-          const std::vector<int> eps = moe ? divisors(tp * cp * dp) : std::vector<int>{1};
-          for (int ep : eps) {
-            const std::vector<int> etps = moe ? divisors(tp * cp * dp / ep) : std::vector<int>{tp};
-            for (int etp : etps) {
-              const int mbs_lo = k.mbs.lo.value_or(1);
-              const int mbs_hi = k.mbs.hi ? *k.mbs.hi
-                                 : !k.mbs.values.empty() ? *std::max_element(k.mbs.values.begin(), k.mbs.values.end())
-                                                         : k.max_mbs;
-              for (int mbs = mbs_lo; mbs <= mbs_hi; ++mbs) {
-                for (const Sched& sc : scheds) {
-                  ++rej.structural;
-                  const int vpp = sc.vpp;
-                  // The user's constraints.
-                  if (!k.tp.contains(tp) || !k.cp.contains(cp) || !k.pp.contains(pp) || !k.dp.contains(dp) ||
-                      !k.mbs.contains(mbs) || !k.vpp.contains(vpp) || (moe && (!k.ep.contains(ep) || !k.etp.contains(etp))) ||
-                      (k.tp_in_scale_up && domain % tp != 0) || dp < k.min_dp) {
-                    ++rej.constraint;
-                    continue;
-                  }
-                  // validate_setup's rules (same order of concerns; see core/setup.cpp).
-                  bool ok = m.num_attention_heads % tp == 0 &&
-                            (m.num_query_groups % tp == 0 || tp % m.num_query_groups == 0) &&
-                            m.ffn_hidden_size % tp == 0 && (cp == 1 || seq % (2 * cp) == 0) &&
-                            gbs % (static_cast<std::int64_t>(mbs) * dp) == 0;
-                  if (ok && moe) {
-                    const MoeSpec& e = *m.moe;
-                    ok = e.num_experts % ep == 0 && e.expert_ffn_hidden % etp == 0 &&
-                         e.shared_expert_ffn_hidden % tp == 0 && (tp * cp * dp) % (etp * ep) == 0 &&
-                         !(m.add_bias_linear && etp > 1) && !(ep > 1 && in.training.params_dtype == Dtype::fp16);
-                  }
-                  const int mb = ok ? static_cast<int>(gbs / (static_cast<std::int64_t>(mbs) * dp)) : 0;
-                  const Schedule s = sc.s;
-                  if (ok) {
-                    const bool pipelined = s != Schedule::gpipe && s != Schedule::one_f_one_b;
-                    ok = L % pp == 0 && !(pipelined && pp < 2);
-                    if (s == Schedule::interleaved) ok = ok && mb % pp == 0;
-                    if (s == Schedule::dualpipe) ok = ok && pp % 2 == 0 && mb % 2 == 0 && mb >= 2 * pp;
-                    if (s == Schedule::dualpipev) ok = ok && mb >= 2 * pp;
-                    const int split_vpp = s == Schedule::dualpipe ? 1 : vpp;
-                    ok = ok && (L / pp) % split_vpp == 0;
-                  }
-                  if (!ok) {
-                    ++rej.divisibility;
-                    continue;
-                  }
-                  const int chunk_layers = L / pp / (s == Schedule::dualpipe ? 1 : vpp);
+          splits_for(pp);
+          for (const Split& split : splits) {
+            schedules_for(pp, split);
+            const std::vector<int> eps = moe ? divisors(tp * cp * dp) : std::vector<int>{1};
+            for (int ep : eps) {
+              const std::vector<int> etps = moe ? divisors(tp * cp * dp / ep) : std::vector<int>{tp};
+              for (int etp : etps) {
+                const int mbs_lo = k.mbs.lo.value_or(1);
+                const int mbs_hi = k.mbs.hi ? *k.mbs.hi
+                                   : !k.mbs.values.empty() ? *std::max_element(k.mbs.values.begin(), k.mbs.values.end())
+                                                           : k.max_mbs;
+                for (int mbs = mbs_lo; mbs <= mbs_hi; ++mbs) {
+                  for (const Sched& sc : scheds) {
+                    ++rej.structural;
+                    const int vpp = sc.vpp;
+                    // The user's constraints.
+                    if (!k.tp.contains(tp) || !k.cp.contains(cp) || !k.pp.contains(pp) || !k.dp.contains(dp) ||
+                        !k.mbs.contains(mbs) || !k.vpp.contains(vpp) || (moe && (!k.ep.contains(ep) || !k.etp.contains(etp))) ||
+                        (k.tp_in_scale_up && domain % tp != 0) || dp < k.min_dp) {
+                      ++rej.constraint;
+                      continue;
+                    }
+                    // validate_setup's rules (same order of concerns; see core/setup.cpp).
+                    bool ok = m.num_attention_heads % tp == 0 &&
+                              (m.num_query_groups % tp == 0 || tp % m.num_query_groups == 0) &&
+                              m.ffn_hidden_size % tp == 0 && (cp == 1 || seq % (2 * cp) == 0) &&
+                              gbs % (static_cast<std::int64_t>(mbs) * dp) == 0;
+                    if (ok && moe) {
+                      const MoeSpec& e = *m.moe;
+                      ok = e.num_experts % ep == 0 && e.expert_ffn_hidden % etp == 0 &&
+                           e.shared_expert_ffn_hidden % tp == 0 && (tp * cp * dp) % (etp * ep) == 0 &&
+                           !(m.add_bias_linear && etp > 1) && !(ep > 1 && in.training.params_dtype == Dtype::fp16);
+                    }
+                    const int mb = ok ? static_cast<int>(gbs / (static_cast<std::int64_t>(mbs) * dp)) : 0;
+                    const Schedule s = sc.s;
+                    if (ok) {
+                      const bool pipelined = s != Schedule::gpipe && s != Schedule::one_f_one_b;
+                      ok = split.unit > 0 && !(pipelined && pp < 2);
+                      if (s == Schedule::interleaved) ok = ok && mb % pp == 0;
+                      if (s == Schedule::dualpipe) ok = ok && pp % 2 == 0 && mb % 2 == 0 && mb >= 2 * pp;
+                      if (s == Schedule::dualpipev) ok = ok && mb >= 2 * pp;
+                      const int split_vpp = s == Schedule::dualpipe ? 1 : vpp;
+                      ok = ok && split.unit % split_vpp == 0;
+                    }
+                    if (!ok) {
+                      ++rej.divisibility;
+                      continue;
+                    }
+                    // Block recomputation: every k below the largest chunk (min(k, chunk) per chunk).
+                    const int rank_layers = split.first == 0 ? L / pp
+                                            : pp > 2        ? (L - split.first - split.last) / (pp - 2)
+                                                            : std::max(split.first, split.last);
+                    const int chunk_layers = std::max(rank_layers, std::max(split.first, split.last)) /
+                                             (s == Schedule::dualpipe ? 1 : vpp);
 
-                  Candidate c;
-                  c.gpus = N;
-                  c.tp = static_cast<std::int16_t>(tp);
-                  c.pp = static_cast<std::int16_t>(pp);
-                  c.vpp = static_cast<std::int16_t>(vpp);
-                  c.cp = static_cast<std::int16_t>(cp);
-                  c.ep = static_cast<std::int16_t>(ep);
-                  c.etp = static_cast<std::int16_t>(etp);
-                  c.dp = dp;
-                  c.mbs = mbs;
-                  c.schedule = s;
-                  const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
-                  for (int sp = 0; sp < 2; ++sp) {
-                    if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;
-                    if (!sp && ep > 1 && tp > 1) continue;   // EP with TP needs SP
-                    if (!allowed(k.sp, sp != 0) && tp > 1) continue;
-                    c.sp = sp != 0;
-                    for (RecomputeGranularity g : k.recompute) {
-                      c.recompute = g;
-                      // Full: uniform over every layer (one per group), or block over the first j layers.
-                      const int variants = g == RecomputeGranularity::full && k.block_recompute ? chunk_layers : 1;
-                      for (int j = 0; j < variants; ++j) {
-                        if (g == RecomputeGranularity::full) {
-                          c.recompute_method = j == 0 ? RecomputeMethod::uniform : RecomputeMethod::block;
-                          c.recompute_layers = static_cast<std::int16_t>(j == 0 ? 1 : j);
-                        } else {
-                          c.recompute_method = RecomputeMethod::uniform;
-                          c.recompute_layers = 0;
-                        }
-                        for (int d = 0; d < 2; ++d) {
-                          if ((d && !has_dp) || !allowed(k.distopt, d != 0)) continue;
-                          c.distopt = d != 0;
-                          for (int o = 0; o < 2; ++o) {
-                            if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;
-                            c.overlap_grad_reduce = o != 0;
-                            for (int g2 = 0; g2 < 2; ++g2) {
-                              if ((g2 && !(c.distopt && c.overlap_grad_reduce)) ||
-                                  !allowed(k.overlap_param_gather, g2 != 0))
-                                continue;
-                              c.overlap_param_gather = g2 != 0;
-                              for (int t = 0; t < 2; ++t) {
-                                if ((t && !c.sp) || !allowed(k.tp_comm_overlap, t != 0)) continue;
-                                c.tp_comm_overlap = t != 0;
-                                visit(c);
+                    Candidate c;
+                    c.gpus = N;
+                    c.tp = static_cast<std::int16_t>(tp);
+                    c.pp = static_cast<std::int16_t>(pp);
+                    c.vpp = static_cast<std::int16_t>(vpp);
+                    c.cp = static_cast<std::int16_t>(cp);
+                    c.ep = static_cast<std::int16_t>(ep);
+                    c.etp = static_cast<std::int16_t>(etp);
+                    c.dp = dp;
+                    c.mbs = mbs;
+                    c.first_layers = static_cast<std::int16_t>(split.first);
+                    c.last_layers = static_cast<std::int16_t>(split.last);
+                    c.schedule = s;
+                    const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
+                    for (int sp = 0; sp < 2; ++sp) {
+                      if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;
+                      if (!sp && ep > 1 && tp > 1) continue;   // EP with TP needs SP
+                      if (!allowed(k.sp, sp != 0) && tp > 1) continue;
+                      c.sp = sp != 0;
+                      for (RecomputeGranularity g : k.recompute) {
+                        c.recompute = g;
+                        // Full: uniform over every layer (one per group), or block over the first j layers.
+                        const int variants = g == RecomputeGranularity::full && k.block_recompute ? chunk_layers : 1;
+                        for (int j = 0; j < variants; ++j) {
+                          if (g == RecomputeGranularity::full) {
+                            c.recompute_method = j == 0 ? RecomputeMethod::uniform : RecomputeMethod::block;
+                            c.recompute_layers = static_cast<std::int16_t>(j == 0 ? 1 : j);
+                          } else {
+                            c.recompute_method = RecomputeMethod::uniform;
+                            c.recompute_layers = 0;
+                          }
+                          for (int d = 0; d < 2; ++d) {
+                            if ((d && !has_dp) || !allowed(k.distopt, d != 0)) continue;
+                            c.distopt = d != 0;
+                            for (int o = 0; o < 2; ++o) {
+                              if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;
+                              c.overlap_grad_reduce = o != 0;
+                              for (int g2 = 0; g2 < 2; ++g2) {
+                                if ((g2 && !(c.distopt && c.overlap_grad_reduce)) ||
+                                    !allowed(k.overlap_param_gather, g2 != 0))
+                                  continue;
+                                c.overlap_param_gather = g2 != 0;
+                                for (int t = 0; t < 2; ++t) {
+                                  if ((t && !c.sp) || !allowed(k.tp_comm_overlap, t != 0)) continue;
+                                  c.tp_comm_overlap = t != 0;
+                                  visit(c);
+                                }
                               }
                             }
                           }

@@ -16,7 +16,11 @@
 // gradient reduce, of the parameter gather, and of TP communication. Options
 // that change nothing are not enumerated twice: sp at tp = 1, distopt and
 // the DP overlaps when there is no DP, tp_comm_overlap without SP.
-// Not enumerated: uneven first/last stages, unfused attention, the CP
+// Uneven pipeline stages (Megatron-LM's --decoder-first/last-pipeline-num-
+// layers): the first and last stage hold up to `uneven_depth` layers fewer
+// than the middle ones, in every split whose middle stages are equal; by
+// default (auto) only for pipeline sizes that do not divide the layer count,
+// where no even split exists. Not enumerated: unfused attention, the CP
 // all-gather variant (flash attention and ring CP are never slower here).
 #pragma once
 
@@ -24,6 +28,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cluster.hpp"
@@ -45,6 +50,12 @@ struct IntSet {
 // "8", "2-16", "1,2,4", "<=8", ">=2"; the error names `option`.
 Result<IntSet> parse_int_set(const std::string& text, const std::string& option);
 
+// Which pipeline sizes get uneven first/last stages: none, those that do not
+// divide the layer count (auto), or all.
+enum class UnevenStages : std::uint8_t { off, automatic, on };
+const char* to_string(UnevenStages u);
+std::optional<UnevenStages> parse_uneven_stages(std::string_view s);
+
 struct Constraints {
   IntSet tp, pp, vpp, dp, cp, ep, etp, mbs;
   int max_mbs = 16;                                // when mbs is unbounded
@@ -56,12 +67,15 @@ struct Constraints {
   double headroom_bytes = 2.0 * 1024 * 1024 * 1024;  // memory kept free on every GPU
   int min_dp = 1;
   bool tp_in_scale_up = true;                       // TP groups inside one NVLink domain
+  UnevenStages uneven = UnevenStages::automatic;    // uneven first/last pipeline stages
+  int uneven_depth = 4;                             // layers the first/last stage may hold fewer than the middle
 };
 
 struct Candidate {
   int gpus = 0;
   std::int16_t tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, etp = 1;
   int dp = 1, mbs = 1;
+  std::int16_t first_layers = 0, last_layers = 0;   // uneven stages: layers of the first and last; 0: even split
   Schedule schedule = Schedule::one_f_one_b;
   RecomputeGranularity recompute = RecomputeGranularity::none;
   RecomputeMethod recompute_method = RecomputeMethod::uniform;   // full only
@@ -71,8 +85,9 @@ struct Candidate {
 };
 
 PlanSpec to_plan(const Candidate& c);
-// The candidate of a user's plan (uneven stages, unfused attention and the
-// CP all-gather are not representable: nullopt).
+// The candidate of a user's plan (unfused attention, the CP all-gather and
+// an uneven split that sets only one of first/last are not representable:
+// nullopt).
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp);
 
 // Why candidates left the search, by count.

@@ -100,6 +100,8 @@ TEST_CASE("plan constraints are honoured and bad ones are one clear error", "[ap
            {{"--schedules", "2f2b"}, "--schedules"},
            {{"--sp", "maybe"}, "--sp"},
            {{"--headroom", "-1"}, "--headroom"},
+           {{"--uneven-stages", "some"}, "--uneven-stages"},
+           {{"--uneven-depth", "-1"}, "--uneven-depth"},
            {{"--gpus", "0"}, "--gpus"}}) {
     std::vector<std::string> a = kSmall;
     // --gpus is in kSmall already: replace it rather than repeat it.
@@ -111,4 +113,31 @@ TEST_CASE("plan constraints are honoured and bad ones are one clear error", "[ap
     CHECK(e.out.empty());
     CHECK_THAT(e.err, Catch::Contains("megascope plan: error:") && Catch::Contains(words));
   }
+}
+
+TEST_CASE("plan --uneven-stages: a pipeline that does not divide the layers gets lighter first/last stages", "[apps]") {
+  // gpt-7.5b has 36 layers: pp = 8 splits only unevenly (36 = f + 6 x mid + l).
+  const std::vector<std::string> a = {"plan", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--gpus", "64",
+                                      "--global-batch", "128", "--top", "4", "--no-progress", "--json",
+                                      "--pp", "8", "--tp", "8", "--schedules", "1f1b"};
+  const Run r = run(a);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE_FALSE(j.at("ranked").empty());
+  for (const auto& p : j.at("ranked")) {
+    auto plan = megascope::parse_inline_plan(p.at("plan").get<std::string>());
+    REQUIRE(plan);
+    REQUIRE(plan->first_stage_layers);
+    REQUIRE(plan->last_stage_layers);
+    const int middle = (36 - *plan->first_stage_layers - *plan->last_stage_layers) / 6;
+    CHECK(*plan->first_stage_layers + *plan->last_stage_layers + 6 * middle == 36);
+    CHECK(*plan->first_stage_layers <= middle);
+    CHECK(*plan->last_stage_layers <= middle);
+  }
+  std::vector<std::string> off = a;
+  off.insert(off.end(), {"--uneven-stages", "off"});
+  const Run none = run(off);
+  REQUIRE(none.code == 0);
+  CHECK(nlohmann::json::parse(none.out).at("ranked").empty());   // no even split of 36 layers over 8 ranks
 }

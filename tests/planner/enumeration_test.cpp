@@ -4,6 +4,7 @@
 // emitted exactly once.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <set>
 
 #include "config/plan_settings.hpp"
@@ -110,6 +111,83 @@ TEST_CASE("Every structural plan of a small dense model: enumerated exactly when
   CHECK(rej.structural == rej.divisibility + rej.constraint +
                               (rej.structural - rej.divisibility - rej.constraint));   // counted, not guessed
   CHECK(rej.divisibility > 0);
+}
+
+TEST_CASE("Uneven first/last stages: every split within the depth, and only legal ones") {
+  // small_gpt has 8 layers. Brute force: every (first, last) that validate_setup accepts, kept
+  // when it is the planner's form (both set, the middle stages equal and holding at least as
+  // many layers as the first and last, at most `depth` more) and not the even split.
+  for (UnevenStages mode : {UnevenStages::automatic, UnevenStages::on}) {
+    for (int depth : {1, 2, 4}) {
+      SearchInputs in = inputs(small_gpt(), 16, 16);
+      in.constraints.uneven = mode;
+      in.constraints.uneven_depth = depth;
+      in.constraints.tp = {{1}, {}, {}};
+      in.constraints.cp = {{1}, {}, {}};
+      in.constraints.mbs = {{1}, {}, {}};
+      in.constraints.recompute = {RecomputeGranularity::none};
+      in.constraints.distopt = false;
+      in.constraints.overlap_grad_reduce = false;
+      in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zb_v};
+      Rejections rej;
+      std::set<std::string> got;
+      enumerate(in, rej, [&](const Candidate& c) {
+        if (c.first_layers > 0) REQUIRE(got.insert(format_inline_plan(to_plan(c))).second);
+      });
+      std::set<std::string> legal;
+      const int L = 8;
+      for (int pp : {2, 4, 8, 16})
+        for (int first = 1; first <= L; ++first)
+          for (int last = 1; last <= L; ++last)
+            for (Schedule s : in.constraints.schedules)
+              for (int vpp = 1; vpp <= 8; ++vpp) {
+                PlanSpec p;
+                p.pp = pp;
+                p.first_stage_layers = first;
+                p.last_stage_layers = last;
+                p.schedule = s;
+                p.vpp = vpp;
+                auto setup = validate_setup(in.model, in.cluster, in.training, p, 16);
+                if (!setup) continue;
+                if (mode == UnevenStages::automatic && L % pp == 0) continue;
+                if (L % pp == 0 && first == L / pp && last == L / pp) continue;
+                const int mid = pp > 2 ? (L - first - last) / (pp - 2) : std::max(first, last);
+                if (pp > 2 && (first > mid || last > mid || mid - first > depth || mid - last > depth)) continue;
+                if (pp == 2 && std::abs(first - last) > depth) continue;
+                PlanSpec canon = p;
+                canon.dp = setup->dp;
+                if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
+                legal.insert(format_inline_plan(canon));
+              }
+      INFO("mode " << to_string(mode) << ", depth " << depth);
+      for (const std::string& k : legal) {
+        INFO("legal but not enumerated: " << k);
+        CHECK(got.count(k) == 1);
+      }
+      for (const std::string& k : got) {
+        INFO("enumerated but not of the planner's form: " << k);
+        CHECK(legal.count(k) == 1);
+      }
+      // 8 layers divide every pp here: auto adds none; on adds some from depth 2 (pp = 2: 3 + 5).
+      CHECK(got.empty() == (mode == UnevenStages::automatic || depth < 2));
+    }
+  }
+  // 6 layers on pp = 4 split only unevenly: auto enumerates it.
+  ModelSpec six = small_gpt();
+  six.num_layers = 6;
+  six = *validate_model(six);
+  SearchInputs in = inputs(six, 4, 16);
+  in.constraints.pp = {{4}, {}, {}};
+  in.constraints.schedules = {Schedule::one_f_one_b};
+  std::set<std::pair<int, int>> splits;
+  Rejections rej;
+  enumerate(in, rej, [&](const Candidate& c) { splits.insert({c.first_layers, c.last_layers}); });
+  // 6 = f + l + 2 mid with f, l <= mid <= f + 4: mid 2 (1, 1); mid 3 none (f + l = 0).
+  CHECK(splits == std::set<std::pair<int, int>>{{1, 1}});
+  in.constraints.uneven = UnevenStages::off;
+  splits.clear();
+  enumerate(in, rej, [&](const Candidate& c) { splits.insert({c.first_layers, c.last_layers}); });
+  CHECK(splits.empty());
 }
 
 TEST_CASE("The optimizer and overlap options: every legal combination once, none that changes nothing") {

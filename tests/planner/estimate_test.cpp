@@ -70,10 +70,24 @@ TEST_CASE("Stage-1 memory equals memory_report on every plan of a small MoE spac
 TEST_CASE("Stage-1 memory equals memory_report on samples of shipped models (GPT-3, Llama 3 GQA, DeepSeek-V3 MLA+MTP)") {
   CHECK(check_memory(inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512), 97) > 100);
   CHECK(check_memory(inputs(test::shipped_model("llama3-70b"), "dgx-h100", 128, 256), 89) > 100);
-  // 61 layers: only pp = 1 and 61 split evenly (uneven stages are not enumerated).
+  // 61 layers: pp = 1 splits evenly; pp = 4 only unevenly (first/last stages lighter).
   SearchInputs ds = inputs(test::shipped_model("deepseek-v3"), "dgx-h100", 256, 512);
   ds.constraints.pp = {{1}, {}, {}};
   CHECK(check_memory(ds, 7) > 50);
+  ds.constraints.pp = {{4}, {}, {}};
+  ds.constraints.schedules = {Schedule::one_f_one_b};
+  CHECK(check_memory(ds, 13) > 50);
+}
+
+TEST_CASE("Stage-1 memory equals memory_report on every plan with uneven first/last stages") {
+  SearchInputs in = inputs(test::small_gpt(), "dgx-h100", 16, 16);
+  in.constraints.uneven = UnevenStages::on;
+  in.constraints.pp = {{2, 4}, {}, {}};
+  int uneven = 0;
+  Rejections rej;
+  enumerate(in, rej, [&](const Candidate& c) { uneven += c.first_layers > 0; });
+  CHECK(uneven > 500);
+  CHECK(check_memory(in, 1) > uneven);
 }
 
 TEST_CASE("A collective curve gives exactly the simulator's isolated time at every size") {
