@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -125,37 +126,85 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     enumerate(in, scratch, [&](const Candidate&) { ++total; });
   }
 
-  Estimator est(in, *cost);
+  // Stage 1 on every thread: each walks the whole space (enumerating is
+  // cheap) and evaluates its share, whole structural tuples (gpus, tp, cp,
+  // pp, split, ep, etp) dealt round-robin so that each estimator's caches
+  // serve runs of similar plans. Candidates keep their global enumeration
+  // index, so the merged K best (by time, then index) are the one-thread ones.
   const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
-  std::priority_queue<Ranked> best;   // max-heap of the K fastest
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int stage1_threads = std::max(1, o.threads > 0 ? o.threads : hw);
+  struct Share {
+    std::priority_queue<Ranked> best;   // max-heap of the K fastest
+    std::optional<Ranked> rejected;
+    std::optional<std::pair<std::uint64_t, Error>> failure;   // the first, by index
+    std::uint64_t evaluated = 0, fitting = 0, memory = 0;
+    Rejections rejections;
+  };
+  std::vector<Share> shares(static_cast<std::size_t>(stage1_threads));
+  const auto stage1 = [&](int t) {
+    Share& sh = shares[static_cast<std::size_t>(t)];
+    Estimator est(in, *cost);
+    std::uint64_t index = 0, tuple = 0;
+    std::array<int, 9> last_key{};
+    last_key[0] = -1;
+    enumerate(in, sh.rejections, [&](const Candidate& c) {
+      const std::uint64_t i = index++;
+      const std::array<int, 9> key = {c.gpus, c.tp, c.cp, c.pp, c.first_layers, c.last_layers, c.ep, c.etp, 0};
+      if (key != last_key) {
+        ++tuple;
+        last_key = key;
+      }
+      if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t)) return;
+      auto e = est.evaluate(c);
+      if (!e) {
+        sh.failure = {i, e.error()};
+        return;
+      }
+      ++sh.evaluated;
+      if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
+      Ranked r{e->step_s, i, c, *e};
+      if (!e->fits) {
+        ++sh.memory;
+        if (!sh.rejected || r < *sh.rejected) sh.rejected = r;
+        return;
+      }
+      ++sh.fitting;
+      if (sh.best.size() < k) sh.best.push(r);
+      else if (r < sh.best.top()) {
+        sh.best.pop();
+        sh.best.push(r);
+      }
+    });
+  };
+  {
+    std::vector<std::thread> workers;
+    for (int t = 1; t < stage1_threads; ++t) workers.emplace_back(stage1, t);
+    stage1(0);   // the calling thread reports progress
+    for (std::thread& w : workers) w.join();
+  }
+  std::optional<std::pair<std::uint64_t, Error>> failure;
   std::optional<Ranked> rejected;
-  std::optional<Error> failure;
-  std::uint64_t index = 0;
-  enumerate(in, res.rejections, [&](const Candidate& c) {
-    if (failure) return;
-    auto e = est.evaluate(c);
-    if (!e) {
-      failure = e.error();
-      return;
+  std::priority_queue<Ranked> best;
+  res.rejections = shares.front().rejections;   // every thread counted the same structural tuples
+  for (Share& sh : shares) {
+    if (sh.failure && (!failure || sh.failure->first < failure->first)) failure = sh.failure;
+    if (sh.rejected && (!rejected || *sh.rejected < *rejected)) rejected = sh.rejected;
+    res.evaluated += sh.evaluated;
+    res.fitting += sh.fitting;
+    res.rejections.memory += sh.memory;
+    for (; !sh.best.empty(); sh.best.pop()) {
+      const Ranked& r = sh.best.top();
+      if (best.size() < k) best.push(r);
+      else if (r < best.top()) {
+        best.pop();
+        best.push(r);
+      }
     }
-    const std::uint64_t i = index++;
-    ++res.evaluated;
-    if (o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
-    Ranked r{e->step_s, i, c, *e};
-    if (!e->fits) {
-      ++res.rejections.memory;
-      if (!rejected || r < *rejected) rejected = r;
-      return;
-    }
-    ++res.fitting;
-    if (best.size() < k) best.push(r);
-    else if (r < best.top()) {
-      best.pop();
-      best.push(r);
-    }
-  });
+  }
   if (failure)
-    return fail(failure->field, "a plan of the search space failed validation (a planner defect): " + failure->message);
+    return fail(failure->second.field,
+                "a plan of the search space failed validation (a planner defect): " + failure->second.message);
   if (rejected) {
     res.best_rejected = rejected->c;
     res.best_rejected_estimate = rejected->e;
@@ -191,7 +240,6 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
       ++finished;
     }
   };
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = std::clamp(o.threads > 0 ? o.threads : hw, 1, std::max<int>(1, static_cast<int>(top.size())));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);

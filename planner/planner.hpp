@@ -37,7 +37,7 @@ struct Progress {
 
 struct SearchOptions {
   int top_k = 32;
-  int threads = 0;                   // stage 2 workers; 0: the machine's cores
+  int threads = 0;                   // stage 1 and stage 2 workers; 0: the machine's cores
   std::optional<std::string> calibration;   // cost-model profile applied over the default
   std::function<void(const Progress&)> progress;   // called from the calling thread only
 };
