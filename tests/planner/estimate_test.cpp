@@ -144,3 +144,42 @@ TEST_CASE("Stage-1 time follows the simulator on a sample of GPT-3 175B plans on
   CHECK(median < 0.10);
   CHECK(worst < 0.35);
 }
+
+TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last stages (Llama 3 70B, 128 H100s)") {
+  SearchInputs in = inputs(test::shipped_model("llama3-70b"), "dgx-h100", 128, 256);
+  in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.pp = {{2, 4, 8}, {}, {}};
+  in.constraints.uneven = UnevenStages::on;
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  REQUIRE(cost);
+  Estimator est(in, *cost);
+  Rejections rej;
+  std::vector<double> abs_err;
+  int i = 0;
+  const sim::Topology topo = sim::Topology::build(in.cluster, 128);
+  enumerate(in, rej, [&](const Candidate& c) {
+    if (c.first_layers == 0 || i++ % 1499 != 0) return;
+    auto e = est.evaluate(c);
+    REQUIRE(e);
+    if (!e->fits) return;
+    const PlanSpec p = to_plan(c);
+    INFO(format_inline_plan(p));
+    auto s = validate_setup(in.model, in.cluster, in.training, p, c.gpus);
+    REQUIRE(s);
+    auto prog = build_program(*s);
+    REQUIRE(prog);
+    sim::SimOptions so;
+    so.record_trace = false;
+    auto r = sim::simulate(*prog, topo, *cost, so);
+    REQUIRE(r);
+    abs_err.push_back(std::abs(e->step_s / r->step_time_s - 1));
+  });
+  REQUIRE(abs_err.size() >= 10);
+  std::sort(abs_err.begin(), abs_err.end());
+  const double median = abs_err[abs_err.size() / 2];
+  WARN("stage 1 vs simulator on " << abs_err.size() << " uneven plans: median |error| " << 100 * median << "%, worst "
+                                  << 100 * abs_err.back() << "%");
+  CHECK(median < 0.10);
+  CHECK(abs_err.back() < 0.35);
+}
