@@ -393,7 +393,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     if (!megatron.empty()) out << "  Megatron-LM arguments:\n    " << megatron << "\n";
     else out << "  Megatron-LM arguments: not available: " << megatron_error << "\n";
   }
-  out << fmt::format("\nconsidered: {} combinations of (gpus, tp, cp, pp, ep, etp, mbs, schedule, vpp): {} break a "
+  out << fmt::format("\nconsidered: {} combinations of (gpus, tp, cp, pp, layer split, ep, etp, mbs, schedule, vpp): {} break a "
                      "divisibility or schedule rule, {} are excluded by constraints\n",
                      rej.structural, rej.divisibility, rej.constraint);
   out << fmt::format("            {} plans with every sp/recompute/optimizer/overlap option: {} do not fit in {:.1f} GiB "

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else ref = argv[i];
   }
-  fmt::print("planner speed ({} hardware threads; stage 1 runs on one)\n", std::thread::hardware_concurrency());
+  fmt::print("planner speed ({} hardware threads; the M/s columns: stage 1 on one core, cold and warm caches; the search runs both stages on every thread)\n", std::thread::hardware_concurrency());
   fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}   {}\n", "case", "plans", "fit", "stage1", "stage1",
              "stage1", "stage2", "search", "best plan");
   fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}\n", "", "", "", "M/s cold", "M/s warm", "s", "s (32)",

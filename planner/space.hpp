@@ -92,7 +92,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp);
 
 // Why candidates left the search, by count.
 struct Rejections {
-  std::uint64_t structural = 0;    // (gpus, tp, cp, pp, ep, etp, mbs, schedule, vpp) tuples looked at
+  std::uint64_t structural = 0;    // (gpus, tp, cp, pp, split, ep, etp, mbs, schedule, vpp) tuples looked at
   std::uint64_t divisibility = 0;  // ... of which break a rule of the model, batch or schedule
   std::uint64_t constraint = 0;    // ... of which the user's constraints exclude
   std::uint64_t memory = 0;        // plans (all options) that do not fit with the headroom
