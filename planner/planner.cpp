@@ -73,7 +73,7 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
 Result<SimulatedPlan> simulate_guarded(const SearchInputs& in, const Candidate& c, const sim::CostModel& cost,
                                        Topologies& shared) {
   try {
-    return simulate_with(in, to_plan(c), c.gpus, cost, &shared);
+      return simulate_with(in, to_plan(c), c.gpus, cost, &shared);
   } catch (const std::exception& e) {
     return fail("plan", fmt::format("simulating tp={} cp={} pp={} vpp={} ep={} dp={} mbs={} on {} GPUs failed (a planner "
                                     "defect): {}", c.tp, c.cp, c.pp, c.vpp, c.ep, c.dp, c.mbs, c.gpus, e.what()));
@@ -146,36 +146,43 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     Share& sh = shares[static_cast<std::size_t>(t)];
     Estimator est(in, *cost);
     std::uint64_t index = 0, tuple = 0;
-    std::array<int, 9> last_key{};
+    std::array<int, 8> last_key{};
     last_key[0] = -1;
-    enumerate(in, sh.rejections, [&](const Candidate& c) {
-      const std::uint64_t i = index++;
-      const std::array<int, 9> key = {c.gpus, c.tp, c.cp, c.pp, c.first_layers, c.last_layers, c.ep, c.etp, 0};
-      if (key != last_key) {
-        ++tuple;
-        last_key = key;
-      }
-      if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t)) return;
-      auto e = est.evaluate(c);
-      if (!e) {
-        sh.failure = {i, e.error()};
-        return;
-      }
-      ++sh.evaluated;
-      if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
-      Ranked r{e->step_s, i, c, *e};
-      if (!e->fits) {
-        ++sh.memory;
-        if (!sh.rejected || r < *sh.rejected) sh.rejected = r;
-        return;
-      }
-      ++sh.fitting;
-      if (sh.best.size() < k) sh.best.push(r);
-      else if (r < sh.best.top()) {
-        sh.best.pop();
-        sh.best.push(r);
-      }
-    });
+    // An exception (a defect, not a user error) becomes the search's error
+    // instead of ending the process from a worker thread.
+    try {
+      enumerate(in, sh.rejections, [&](const Candidate& c) {
+        const std::uint64_t i = index++;
+        const std::array<int, 8> key = {c.gpus, c.tp, c.cp, c.pp, c.first_layers, c.last_layers, c.ep, c.etp};
+        if (key != last_key) {
+          ++tuple;
+          last_key = key;
+        }
+        if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t)) return;
+        auto e = est.evaluate(c);
+        if (!e) {
+          sh.failure = {i, e.error()};
+          return;
+        }
+        ++sh.evaluated;
+        if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
+        Ranked r{e->step_s, i, c, *e};
+        if (!e->fits) {
+          ++sh.memory;
+          if (!sh.rejected || r < *sh.rejected) sh.rejected = r;
+          return;
+        }
+        ++sh.fitting;
+        if (sh.best.size() < k) sh.best.push(r);
+        else if (r < sh.best.top()) {
+          sh.best.pop();
+          sh.best.push(r);
+        }
+      });
+    } catch (const std::exception& e) {
+      if (!sh.failure)
+        sh.failure = {index, Error{fmt::format("stage 1 failed near plan {}: {}", index, e.what()), "plan", std::nullopt}};
+    }
   };
   {
     std::vector<std::thread> workers;
