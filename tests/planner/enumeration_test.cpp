@@ -52,6 +52,19 @@ std::vector<Recompute> recompute_forms(int chunk_layers) {
   return r;
 }
 
+// The brute force's legal plans (in the planner's forms) against the enumerated ones, naming each difference.
+void check_same(const std::set<std::string>& legal, const std::set<std::string>& got) {
+  for (const std::string& k : legal) {
+    INFO("legal but not enumerated: " << k);
+    CHECK(got.count(k) == 1);
+  }
+  for (const std::string& k : got) {
+    INFO("enumerated but not legal in the planner's forms: " << k);
+    CHECK(legal.count(k) == 1);
+  }
+  CHECK(got.size() == legal.size());
+}
+
 }  // namespace
 
 TEST_CASE("Every structural plan of a small dense model: enumerated exactly when validate_setup accepts it") {
@@ -99,15 +112,7 @@ TEST_CASE("Every structural plan of a small dense model: enumerated exactly when
                   if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
                   legal.insert(format_inline_plan(canon));
                 }
-  for (const std::string& k : legal) {
-    INFO("legal but not enumerated: " << k);
-    CHECK(got.count(k) == 1);
-  }
-  for (const std::string& k : got) {
-    INFO("enumerated but not legal: " << k);
-    CHECK(legal.count(k) == 1);
-  }
-  CHECK(got.size() == legal.size());
+  check_same(legal, got);
   CHECK(rej.structural == rej.divisibility + rej.constraint +
                               (rej.structural - rej.divisibility - rej.constraint));   // counted, not guessed
   CHECK(rej.divisibility > 0);
@@ -160,14 +165,7 @@ TEST_CASE("Uneven first/last stages: every split within the depth, and only lega
                 legal.insert(format_inline_plan(canon));
               }
       INFO("mode " << to_string(mode) << ", depth " << depth);
-      for (const std::string& k : legal) {
-        INFO("legal but not enumerated: " << k);
-        CHECK(got.count(k) == 1);
-      }
-      for (const std::string& k : got) {
-        INFO("enumerated but not of the planner's form: " << k);
-        CHECK(legal.count(k) == 1);
-      }
+      check_same(legal, got);
       // 8 layers divide every pp here: auto adds none; on adds some from depth 2 (pp = 2: 3 + 5).
       CHECK(got.empty() == (mode == UnevenStages::automatic || depth < 2));
     }
