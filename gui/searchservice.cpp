@@ -44,7 +44,7 @@ quint64 SearchService::start(const planner::SearchInputs& inputs, int topK, int 
     o.progress = [this, gen, &lastFraction](const planner::Progress& p) {
       const bool stage1 = std::strcmp(p.stage, "stage 1") == 0;
       if (gen != m_latest.load()) {
-        if (stage1) throw Cancelled{};   // safe: stage 1 runs on this thread only
+        if (stage1) throw Cancelled{};   // stage 1 calls back on this thread only, and passes the exception on
         return;
       }
       // Stage 1 is the first half of the bar, stage 2 the second.

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <queue>
@@ -142,6 +143,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     Rejections rejections;
   };
   std::vector<Share> shares(static_cast<std::size_t>(stage1_threads));
+  std::atomic<bool> stop{false};
   const auto stage1 = [&](int t) {
     Share& sh = shares[static_cast<std::size_t>(t)];
     Estimator est(in, *cost);
@@ -158,14 +160,17 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
           ++tuple;
           last_key = key;
         }
-        if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t)) return;
+        // Thread 0 walks every plan too: it reports progress by the global index.
+        if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
+        if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t) ||
+            stop.load(std::memory_order_relaxed))
+          return;
         auto e = est.evaluate(c);
         if (!e) {
           sh.failure = {i, e.error()};
           return;
         }
         ++sh.evaluated;
-        if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
         Ranked r{e->step_s, i, c, *e};
         if (!e->fits) {
           ++sh.memory;
@@ -185,10 +190,20 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     }
   };
   {
+    // The calling thread reports progress; a progress callback may throw to
+    // cancel the search (the GUI does): the other threads then stop at their
+    // next plan, are joined, and the exception goes on to the caller.
     std::vector<std::thread> workers;
     for (int t = 1; t < stage1_threads; ++t) workers.emplace_back(stage1, t);
-    stage1(0);   // the calling thread reports progress
+    std::exception_ptr thrown;
+    try {
+      stage1(0);
+    } catch (...) {
+      thrown = std::current_exception();
+      stop = true;
+    }
     for (std::thread& w : workers) w.join();
+    if (thrown) std::rethrow_exception(thrown);
   }
   std::optional<std::pair<std::uint64_t, Error>> failure;
   std::optional<Ranked> rejected;

@@ -1,0 +1,68 @@
+// The search's threads: stage 1 deals its plans to several threads and must
+// give the one-thread result; a progress callback that throws (how the GUI
+// cancels a search) ends the search with that exception on the calling
+// thread, after the other threads have stopped, never std::terminate.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <thread>
+
+#include "config/plan_settings.hpp"
+#include "planner/planner.hpp"
+#include "small_models.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::planner;
+
+namespace {
+
+SearchInputs small_inputs() {
+  SearchInputs in;
+  in.model = test::small_gpt();
+  in.cluster = *with_device_count(test::shipped_cluster("dgx-h100"), 16);
+  in.training.global_batch_size = 16;
+  in.gpu_counts = {16};
+  in.constraints.max_mbs = 4;
+  return in;
+}
+
+struct Stop {};   // not a std::exception, as the GUI's
+
+}  // namespace
+
+TEST_CASE("Stage 1 on 1, 2 and 5 threads: the same K best, counts and best rejected plan") {
+  const SearchInputs in = small_inputs();
+  std::string reference;
+  for (int threads : {1, 2, 5}) {
+    SearchOptions o;
+    o.top_k = 6;
+    o.threads = threads;
+    auto r = search(in, o);
+    REQUIRE(r);
+    std::string got = fmt::format("{} {} {} {} {} |", r->evaluated, r->fitting, r->rejections.memory,
+                                  r->rejections.divisibility, r->rejections.constraint);
+    for (const SimulatedPlan& p : r->ranked) got += " " + format_inline_plan(to_plan(p.candidate)) + fmt::format(" {}", p.stage1_rank);
+    if (r->best_rejected) got += " / " + format_inline_plan(to_plan(*r->best_rejected));
+    INFO(threads << " threads");
+    if (reference.empty()) reference = got;
+    CHECK(got == reference);
+  }
+}
+
+TEST_CASE("A progress callback that throws in stage 1 ends the search with its exception, whatever the threads") {
+  const SearchInputs in = small_inputs();
+  for (int threads : {1, 2, 4}) {
+    SearchOptions o;
+    o.threads = threads;
+    const std::thread::id caller = std::this_thread::get_id();
+    int calls = 0;
+    o.progress = [&](const Progress& p) {
+      CHECK(std::this_thread::get_id() == caller);   // progress comes on the calling thread only
+      if (std::string(p.stage) == "stage 1" && ++calls == 1) throw Stop{};
+    };
+    INFO(threads << " threads");
+    CHECK_THROWS_AS(search(in, o), Stop);
+    CHECK(calls == 1);
+  }
+}
