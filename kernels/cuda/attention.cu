@@ -352,6 +352,7 @@ void attention_merge(T* out, float* lse, const T* out2, const float* lse2, std::
                                    std::int64_t, cudaStream_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(bf16)
+MEGASCOPE_INSTANTIATE(fp16)
 #undef MEGASCOPE_INSTANTIATE
 
 }  // namespace megascope::kernels::cuda

@@ -250,6 +250,7 @@ void rope_backward(T* dinp, const T* dout, const std::int32_t* pos, std::int64_t
                                  std::int64_t, float, cudaStream_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(bf16)
+MEGASCOPE_INSTANTIATE(fp16)
 #undef MEGASCOPE_INSTANTIATE
 
 }  // namespace megascope::kernels::cuda

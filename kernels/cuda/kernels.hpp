@@ -2,8 +2,8 @@
 // launchers. Each takes the CPU twin's arguments in the same order, then the
 // cudaStream_t it is queued on; pointers are device pointers.
 //
-// Element types: T is float or __nv_bfloat16 (activations, weights, logits),
-// with fp32 arithmetic inside. What is float whatever T is:
+// Element types: T is float, __nv_bfloat16 or __half (activations, weights,
+// logits), with fp32 arithmetic inside. What is float whatever T is:
 //   - per-row statistics: mean, rstd, lse, row_max, sumexp, target_logit, loss, dloss;
 //   - accumulated parameter gradients: dweight, dbias, dwte, dwpe (Megatron's
 //     fp32 main_grad; accumulated with fp32 atomics, so not bit-reproducible);
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 namespace megascope::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
+using fp16 = __half;
 
 // ---- activation.hpp -------------------------------------------------------
 template <typename T>

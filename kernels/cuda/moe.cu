@@ -249,6 +249,7 @@ void moe_unpermute_backward(T* dexpert_out, float* dprobs, const T* dout, const 
                                           std::int64_t, std::int64_t, std::int64_t, cudaStream_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(bf16)
+MEGASCOPE_INSTANTIATE(fp16)
 #undef MEGASCOPE_INSTANTIATE
 
 }  // namespace megascope::kernels::cuda

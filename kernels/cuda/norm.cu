@@ -154,6 +154,7 @@ void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, cons
                                     std::int64_t, cudaStream_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(bf16)
+MEGASCOPE_INSTANTIATE(fp16)
 #undef MEGASCOPE_INSTANTIATE
 
 }  // namespace megascope::kernels::cuda

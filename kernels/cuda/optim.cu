@@ -1,4 +1,4 @@
-// CUDA AdamW (fp32 master params and moments, fp32 or bf16 gradients) and the
+// CUDA AdamW (fp32 master params and moments; fp32, bf16 or fp16 gradients, unscaled by grad_scale) and the
 // gradient-clipping helpers. The bias corrections are computed once on the
 // host in double, as the CPU twin does.
 // Does not: multi-tensor launches (one launch per tensor), fp16 loss scaling.
@@ -90,6 +90,7 @@ void scale_inplace(T* x, std::int64_t n, float s, cudaStream_t stream) {
   template void scale_inplace<T>(T*, std::int64_t, float, cudaStream_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(bf16)
+MEGASCOPE_INSTANTIATE(fp16)
 #undef MEGASCOPE_INSTANTIATE
 
 }  // namespace megascope::kernels::cuda

@@ -187,6 +187,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const float* row_max, c
                                           std::int64_t, std::int64_t, std::int64_t, cudaStream_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(bf16)
+MEGASCOPE_INSTANTIATE(fp16)
 #undef MEGASCOPE_INSTANTIATE
 
 }  // namespace megascope::kernels::cuda

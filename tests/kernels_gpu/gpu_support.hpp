@@ -1,9 +1,10 @@
-// Helpers for the GPU tests: device buffers, float <-> bf16 on the host, and
+// Helpers for the GPU tests: device buffers, float <-> bf16 / fp16 on the host, and
 // the per-dtype tolerances of a CUDA kernel against its CPU twin (normwise
 // relative error, see tests/kernels/kernel_test_support.hpp).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 namespace megascope::kernels::gpu_test {
 
 using bf16 = __nv_bfloat16;
+using fp16 = __half;
 using test::rel_error;
 using test::uniform;
 
@@ -29,8 +31,13 @@ template <>
 inline bf16 from_float<bf16>(float x) {
   return __float2bfloat16(x);
 }
+template <>
+inline fp16 from_float<fp16>(float x) {
+  return __float2half_rn(x);
+}
 inline float to_float(float x) { return x; }
 inline float to_float(bf16 x) { return __bfloat162float(x); }
+inline float to_float(fp16 x) { return __half2float(x); }
 
 // The values a T tensor actually holds: rounded to T, back in float. The CPU
 // twin runs on these so that only the kernel's own error is measured.
@@ -41,7 +48,8 @@ std::vector<float> rounded(std::vector<float> v) {
 }
 
 // Normwise tolerance against the CPU float twin: fp32 accumulation-order
-// differences, or one bf16 rounding (2^-8 relative) of every output.
+// differences, or one bf16 (2^-8 relative) or fp16 (2^-11) rounding of every
+// output, with the same margin over the rounding for both.
 template <typename T>
 double tolerance();
 template <>
@@ -51,6 +59,10 @@ inline double tolerance<float>() {
 template <>
 inline double tolerance<bf16>() {
   return 2e-2;
+}
+template <>
+inline double tolerance<fp16>() {
+  return 3e-3;
 }
 
 // An owning device array of n elements of E.

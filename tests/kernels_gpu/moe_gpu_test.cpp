@@ -11,7 +11,7 @@ using namespace megascope::kernels;
 using namespace megascope::kernels::gpu_test;
 namespace cu = megascope::kernels::cuda;
 
-TEMPLATE_TEST_CASE("CUDA MoE router and permutation match the CPU twin", "[gpu]", float, bf16) {
+TEMPLATE_TEST_CASE("CUDA MoE router and permutation match the CPU twin", "[gpu]", float, bf16, fp16) {
   using T = TestType;
   constexpr std::int64_t N = 500, E = 16, k = 2, C = 80;
   for (bool renormalize : {false, true}) {

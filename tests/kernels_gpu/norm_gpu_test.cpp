@@ -15,7 +15,7 @@ namespace {
 constexpr std::int64_t N = 77, C = 1000;  // C not a multiple of 32
 }
 
-TEMPLATE_TEST_CASE("CUDA layernorm forward and backward match the CPU twin", "[gpu]", float, bf16) {
+TEMPLATE_TEST_CASE("CUDA layernorm forward and backward match the CPU twin", "[gpu]", float, bf16, fp16) {
   using T = TestType;
   const auto x = random<T>(N * C, 1, -2.0, 3.0), w = random<T>(C, 2), b = random<T>(C, 3), dout = random<T>(N * C, 4);
   std::vector<float> want(N * C), mean(N), rstd(N), dx_want(N * C), dw_want(C, 1.0f), db_want(C, -1.0f);
@@ -37,7 +37,7 @@ TEMPLATE_TEST_CASE("CUDA layernorm forward and backward match the CPU twin", "[g
   CHECK(rel_error(db.download(), db_want) < 1e-4);
 }
 
-TEMPLATE_TEST_CASE("CUDA rmsnorm forward and backward match the CPU twin", "[gpu]", float, bf16) {
+TEMPLATE_TEST_CASE("CUDA rmsnorm forward and backward match the CPU twin", "[gpu]", float, bf16, fp16) {
   using T = TestType;
   const auto x = random<T>(N * C, 5), w = random<T>(C, 6), dout = random<T>(N * C, 7);
   std::vector<float> want(N * C), rstd(N), dx_want(N * C), dw_want(C, 0.0f);

@@ -11,7 +11,7 @@ using namespace megascope::kernels;
 using namespace megascope::kernels::gpu_test;
 namespace cu = megascope::kernels::cuda;
 
-TEMPLATE_TEST_CASE("CUDA adamw_update, sum_squares and scale_inplace match the CPU twin", "[gpu]", float, bf16) {
+TEMPLATE_TEST_CASE("CUDA adamw_update, sum_squares and scale_inplace match the CPU twin", "[gpu]", float, bf16, fp16) {
   using T = TestType;
   constexpr std::int64_t n = 70001;
   auto p = uniform<float>(n, 1), m = uniform<float>(n, 2, -0.01, 0.01), v = uniform<float>(n, 3, 0.0, 1e-4);

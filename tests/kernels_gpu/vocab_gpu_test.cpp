@@ -12,7 +12,7 @@ using namespace megascope::kernels;
 using namespace megascope::kernels::gpu_test;
 namespace cu = megascope::kernels::cuda;
 
-TEMPLATE_TEST_CASE("CUDA embedding forward and backward match the CPU twin on a vocab shard", "[gpu]", float, bf16) {
+TEMPLATE_TEST_CASE("CUDA embedding forward and backward match the CPU twin on a vocab shard", "[gpu]", float, bf16, fp16) {
   using T = TestType;
   constexpr std::int64_t N = 300, C = 96, V0 = 100, V1 = 200, P = 64;
   std::vector<std::int32_t> tokens(N), pos(N);
@@ -36,7 +36,7 @@ TEMPLATE_TEST_CASE("CUDA embedding forward and backward match the CPU twin on a 
   CHECK(rel_error(dwped.download(), dwpe) < 1e-5);
 }
 
-TEMPLATE_TEST_CASE("CUDA cross-entropy pieces match the CPU twin on a vocab shard", "[gpu]", float, bf16) {
+TEMPLATE_TEST_CASE("CUDA cross-entropy pieces match the CPU twin on a vocab shard", "[gpu]", float, bf16, fp16) {
   using T = TestType;
   constexpr std::int64_t N = 64, V = 5000, V0 = 5000;  // this shard holds ids [5000, 10000)
   std::vector<std::int32_t> targets(N);
