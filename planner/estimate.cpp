@@ -1,9 +1,12 @@
 #include "planner/estimate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "core/accounting/activations.hpp"
@@ -20,18 +23,43 @@ namespace megascope::planner {
 
 namespace {
 
-// Keys of the caches: a few small integers packed into 64 bits.
-std::uint64_t pack(std::initializer_list<std::uint64_t> fields) {
-  std::uint64_t k = 0;
-  for (std::uint64_t f : fields) k = k * 0x10001ull + f;   // collision-free for fields < 65537 and <= 4 fields
-  return k;
+// Cache keys: the fields a cached value depends on, packed into two words
+// with a width per field; a value too wide for its field throws instead of
+// colliding (20 bits hold any tp, pp, vpp, cp, ep, etp or micro-batch size,
+// 12 bits any layer count of a stage, 24 bits any GPU count).
+using Key = std::array<std::uint64_t, 2>;
+struct KeyHash {
+  std::size_t operator()(const Key& k) const {
+    const std::uint64_t h = (k[0] ^ (k[1] * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+    return static_cast<std::size_t>(h ^ (h >> 31));
+  }
+};
+[[noreturn, gnu::noinline, gnu::cold]] void key_overflow(std::int64_t v, int bits) {
+  throw std::length_error(fmt::format("stage-1 cache key: {} does not fit in {} bits", v, bits));
 }
+// v, checked to fit in `bits`, shifted to bit `at`.
+inline std::uint64_t field(std::int64_t v, int bits, int at) {
+  if (static_cast<std::uint64_t>(v) >> bits != 0) [[unlikely]]
+    key_overflow(v, bits);
+  return static_cast<std::uint64_t>(v) << at;
+}
+using LayoutKey = Key;   // tp, pp, vpp, schedule | ep, etp, first and last stage layers
+using ActKey = Key;      // tp, cp, mbs, sp, recompute | ep, etp
+using TimeKey = Key;     // ActKey's fields | ... and GPUs, TP overlap
+using CommKey = Key;     // GPUs, collective, group size | stride
 
-// A layout's key: (tp, etp x ep, pp, vpp x schedule) packed, and the uneven split (first, last layers).
-using LayoutKey = std::pair<std::uint64_t, std::uint64_t>;
-struct LayoutKeyHash {
-  std::size_t operator()(const LayoutKey& k) const {
-    return std::hash<std::uint64_t>{}(k.first ^ (k.second * 0x9e3779b97f4a7c15ULL));
+// The entry of the latest key: consecutive candidates mostly share their
+// layout, activations and layer times (the enumeration varies the flags
+// innermost), so most lookups skip the hash. Map entries never move.
+template <class K, class V>
+struct LastEntry {
+  K key{};
+  const V* value = nullptr;
+  const V* find(const K& k) const { return value && key == k ? value : nullptr; }
+  const V* keep(const K& k, const V* v) {
+    key = k;
+    value = v;
+    return v;
   }
 };
 
@@ -81,12 +109,16 @@ struct Estimator::Impl {
   sim::CostModel cost;
   BytesPerParam bpp;
   bool have_bpp = false;
-  std::unordered_map<LayoutKey, Layout, LayoutKeyHash> layouts;
-  std::unordered_map<std::uint64_t, ActEntry> acts;
-  std::unordered_map<std::uint64_t, TimeEntry> times;
+  std::unordered_map<LayoutKey, Layout, KeyHash> layouts;
+  std::unordered_map<ActKey, ActEntry, KeyHash> acts;
+  std::unordered_map<TimeKey, TimeEntry, KeyHash> times;
   std::map<int, sim::Topology> topologies;
-  std::unordered_map<std::uint64_t, CommTable> comm;
+  std::unordered_map<CommKey, CommTable, KeyHash> comm;
+  LastEntry<Key, Layout> last_layout;
+  LastEntry<Key, ActEntry> last_act;
+  LastEntry<Key, TimeEntry> last_time;
   std::vector<double> back;   // scratch: per rank, B + W of one micro-batch
+  std::vector<ChunkInflight> inflight;   // scratch: per chunk of a rank, its in-flight micro-batches
 
   Impl(const SearchInputs& i, const sim::CostModel& c) : in(i), cost(c) {}
 
@@ -131,8 +163,8 @@ struct Estimator::Impl {
   CommTable* table(int n, const RankGrid& grid, sim::Collective kind, CommGroup group) {
     const auto [size, stride] = group_shape(grid, group, kind);
     if (size < 2) return nullptr;
-    const std::uint64_t key = pack({static_cast<std::uint64_t>(n), static_cast<std::uint64_t>(kind),
-                                    static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stride)});
+    const CommKey key = {field(n, 24, 0) | field(static_cast<std::int64_t>(kind), 8, 24) | field(size, 24, 32),
+                         static_cast<std::uint64_t>(stride)};
     auto it = comm.find(key);
     if (it == comm.end()) {
       CommTable t;
@@ -181,14 +213,14 @@ struct Estimator::Impl {
   }
 
   static LayoutKey layout_key(const Candidate& c) {
-    return {pack({static_cast<std::uint64_t>(c.tp), static_cast<std::uint64_t>(c.etp) * 256 + c.ep,
-                  static_cast<std::uint64_t>(c.pp), static_cast<std::uint64_t>(c.vpp) * 16 + static_cast<std::uint64_t>(c.schedule)}),
-            static_cast<std::uint64_t>(c.first_layers) << 16 | static_cast<std::uint64_t>(c.last_layers)};
+    return {field(c.tp, 20, 0) | field(c.pp, 20, 20) | field(c.vpp, 20, 40) | field(static_cast<std::int64_t>(c.schedule), 4, 60),
+            field(c.ep, 20, 0) | field(c.etp, 20, 20) | field(c.first_layers, 12, 40) | field(c.last_layers, 12, 52)};
   }
 
   Result<const Layout*> layout(const Candidate& c) {
     const LayoutKey key = layout_key(c);
-    if (auto it = layouts.find(key); it != layouts.end()) return &it->second;
+    if (const Layout* l = last_layout.find(key)) return l;
+    if (auto it = layouts.find(key); it != layouts.end()) return last_layout.keep(key, &it->second);
     auto valid = setup_of(c);
     if (!valid) return tl::unexpected(valid.error());
     const Setup& s = *valid;
@@ -214,13 +246,13 @@ struct Estimator::Impl {
       }
       l.ranks.push_back(std::move(rl));
     }
-    return &layouts.emplace(key, std::move(l)).first->second;
+    return last_layout.keep(key, &layouts.emplace(key, std::move(l)).first->second);
   }
 
-  std::uint64_t act_key(const Candidate& c) const {
-    return pack({static_cast<std::uint64_t>(c.tp) * 2 + c.sp, static_cast<std::uint64_t>(c.cp),
-                 static_cast<std::uint64_t>(c.mbs) * 4 + static_cast<std::uint64_t>(c.recompute),
-                 static_cast<std::uint64_t>(c.etp) * 256 + c.ep});
+  static ActKey act_key(const Candidate& c) {
+    return {field(c.tp, 20, 0) | field(c.cp, 20, 20) | field(c.mbs, 20, 40) | field(c.sp, 1, 60) |
+                field(static_cast<std::int64_t>(c.recompute), 3, 61),
+            field(c.ep, 20, 0) | field(c.etp, 20, 20)};
   }
 
   // The first layer of each kind (dense, MoE); -1 when the model has none.
@@ -237,8 +269,9 @@ struct Estimator::Impl {
   }
 
   Result<const ActEntry*> activations(const Candidate& c) {
-    const std::uint64_t key = act_key(c);
-    if (auto it = acts.find(key); it != acts.end()) return &it->second;
+    const ActKey key = act_key(c);
+    if (const ActEntry* a = last_act.find(key)) return a;
+    if (auto it = acts.find(key); it != acts.end()) return last_act.keep(key, &it->second);
     auto have = setup_of(c);
     if (!have) return tl::unexpected(have.error());
     ActEntry e;
@@ -253,13 +286,14 @@ struct Estimator::Impl {
     const EdgeActivations edges = edge_activations(*have);
     e.embedding = edges.embedding_bytes();
     e.output = edges.output_bytes();
-    return &acts.emplace(key, e).first->second;
+    return last_act.keep(key, &acts.emplace(key, e).first->second);
   }
 
   Result<const TimeEntry*> layer_times(const Candidate& c) {
-    const std::uint64_t key = act_key(c) * 0x9E3779B97F4A7C15ull ^
-                              pack({static_cast<std::uint64_t>(c.gpus), c.tp_comm_overlap});
-    if (auto it = times.find(key); it != times.end()) return &it->second;
+    const ActKey a = act_key(c);
+    const TimeKey key = {a[0], a[1] | field(c.gpus, 23, 40) | field(c.tp_comm_overlap, 1, 63)};
+    if (const TimeEntry* t = last_time.find(key)) return t;
+    if (auto it = times.find(key); it != times.end()) return last_time.keep(key, &it->second);
     auto s = setup_of(c);
     if (!s) return tl::unexpected(s.error());
     const RankGrid grid = grid_of(c);
@@ -278,7 +312,7 @@ struct Estimator::Impl {
     e.out_f = run_probe(probe_edge(*s, EdgePass::output_forward), c.gpus, grid);
     e.out_b = run_probe(probe_edge(*s, EdgePass::output_backward_input), c.gpus, grid);
     e.out_w = run_probe(probe_edge(*s, EdgePass::output_weight), c.gpus, grid);
-    return &times.emplace(key, e).first->second;
+    return last_time.keep(key, &times.emplace(key, e).first->second);
   }
 
   int communicators(const Candidate& c) const {
@@ -309,13 +343,13 @@ struct Estimator::Impl {
     const LayerAct& last = L.last_layer_moe ? A.moe : A.dense;
 
     Estimate e;
-    std::array<ChunkInflight, 8> inflight{};
     for (int r = 0; r < c.pp; ++r) {
       const RankLayout& rl = L.ranks[static_cast<std::size_t>(r)];
       const double grads = rl.params.total() * bpp.grads;
       double total = rl.params.total() * bpp.weights + grads + rl.params.dense * bpp.optimizer / dense_shard +
                      rl.params.expert * bpp.optimizer / expert_shard;
       const int nch = static_cast<int>(rl.chunks.size());
+      if (inflight.size() < rl.chunks.size()) inflight.resize(rl.chunks.size());   // vpp is not bounded
       rank_inflight(c.schedule, c.pp, c.vpp, m, r, inflight.data(), nch);
       double act = 0, working = 0;
       for (int ci = 0; ci < nch; ++ci) {
@@ -356,7 +390,7 @@ struct Estimator::Impl {
     auto lt = layer_times(c);
     if (!lt) return tl::unexpected(lt.error());
     const TimeEntry& T = **lt;
-    const Layout& lay = layouts.at(layout_key(c));
+    const Layout& lay = **layout(c);   // memory() found it: the memo answers
     const int p = c.pp;
     const int m = static_cast<int>(in.training.global_batch_size / (static_cast<std::int64_t>(c.mbs) * c.dp));
     const bool full = c.recompute == RecomputeGranularity::full;

@@ -74,7 +74,7 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
 Result<SimulatedPlan> simulate_guarded(const SearchInputs& in, const Candidate& c, const sim::CostModel& cost,
                                        Topologies& shared) {
   try {
-      return simulate_with(in, to_plan(c), c.gpus, cost, &shared);
+    return simulate_with(in, to_plan(c), c.gpus, cost, &shared);
   } catch (const std::exception& e) {
     return fail("plan", fmt::format("simulating tp={} cp={} pp={} vpp={} ep={} dp={} mbs={} on {} GPUs failed (a planner "
                                     "defect): {}", c.tp, c.cp, c.pp, c.vpp, c.ep, c.dp, c.mbs, c.gpus, e.what()));
@@ -141,19 +141,22 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     std::optional<std::pair<std::uint64_t, Error>> failure;   // the first, by index
     std::uint64_t evaluated = 0, fitting = 0, memory = 0;
     Rejections rejections;
+    std::exception_ptr thrown;   // an exception out of the thread's part: the caller gets it
   };
   std::vector<Share> shares(static_cast<std::size_t>(stage1_threads));
+  // Set when a thread throws (thread 0's progress callback may throw to cancel
+  // the search, as the GUI does): the others leave their walk at the next plan.
   std::atomic<bool> stop{false};
+  struct Stopped {};
   const auto stage1 = [&](int t) {
     Share& sh = shares[static_cast<std::size_t>(t)];
-    Estimator est(in, *cost);
-    std::uint64_t index = 0, tuple = 0;
-    std::array<int, 8> last_key{};
-    last_key[0] = -1;
-    // An exception (a defect, not a user error) becomes the search's error
-    // instead of ending the process from a worker thread.
     try {
+      Estimator est(in, *cost);
+      std::uint64_t index = 0, tuple = 0;
+      std::array<int, 8> last_key{};
+      last_key[0] = -1;
       enumerate(in, sh.rejections, [&](const Candidate& c) {
+        if (stop.load(std::memory_order_relaxed)) throw Stopped{};
         const std::uint64_t i = index++;
         const std::array<int, 8> key = {c.gpus, c.tp, c.cp, c.pp, c.first_layers, c.last_layers, c.ep, c.etp};
         if (key != last_key) {
@@ -162,9 +165,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
         }
         // Thread 0 walks every plan too: it reports progress by the global index.
         if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
-        if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t) ||
-            stop.load(std::memory_order_relaxed))
-          return;
+        if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t)) return;
         auto e = est.evaluate(c);
         if (!e) {
           sh.failure = {i, e.error()};
@@ -184,27 +185,30 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
           sh.best.push(r);
         }
       });
-    } catch (const std::exception& e) {
-      if (!sh.failure)
-        sh.failure = {index, Error{fmt::format("stage 1 failed near plan {}: {}", index, e.what()), "plan", std::nullopt}};
+    } catch (const Stopped&) {
+    } catch (...) {
+      sh.thrown = std::current_exception();
+      stop = true;
     }
   };
   {
-    // The calling thread reports progress; a progress callback may throw to
-    // cancel the search (the GUI does): the other threads then stop at their
-    // next plan, are joined, and the exception goes on to the caller.
     std::vector<std::thread> workers;
-    for (int t = 1; t < stage1_threads; ++t) workers.emplace_back(stage1, t);
-    std::exception_ptr thrown;
+    struct Join {   // joins the workers however this block is left
+      std::vector<std::thread>& w;
+      ~Join() {
+        for (std::thread& t : w) t.join();
+      }
+    } join{workers};
     try {
-      stage1(0);
+      for (int t = 1; t < stage1_threads; ++t) workers.emplace_back(stage1, t);
     } catch (...) {
-      thrown = std::current_exception();
-      stop = true;
+      stop = true;   // a thread that could not start: those started stop, are joined, and the error goes on
+      throw;
     }
-    for (std::thread& w : workers) w.join();
-    if (thrown) std::rethrow_exception(thrown);
+    stage1(0);   // the calling thread reports progress
   }
+  for (Share& sh : shares)   // the calling thread's exception first (a cancel), else the lowest thread's
+    if (sh.thrown) std::rethrow_exception(sh.thrown);
   std::optional<std::pair<std::uint64_t, Error>> failure;
   std::optional<Ranked> rejected;
   std::priority_queue<Ranked> best;

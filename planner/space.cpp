@@ -300,12 +300,12 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                       ++rej.divisibility;
                       continue;
                     }
-                    // Block recomputation: every k below the largest chunk (min(k, chunk) per chunk).
+                    // Block recomputation: every k below the largest chunk (min(k, chunk) per chunk);
+                    // the middle ranks hold the most layers (pp = 2: the larger of first and last).
                     const int rank_layers = split.first == 0 ? L / pp
                                             : pp > 2        ? (L - split.first - split.last) / (pp - 2)
                                                             : std::max(split.first, split.last);
-                    const int chunk_layers = std::max(rank_layers, std::max(split.first, split.last)) /
-                                             (s == Schedule::dualpipe ? 1 : vpp);
+                    const int chunk_layers = rank_layers / (s == Schedule::dualpipe ? 1 : vpp);
 
                     Candidate c;
                     c.gpus = N;

@@ -79,6 +79,16 @@ TEST_CASE("Stage-1 memory equals memory_report on samples of shipped models (GPT
   CHECK(check_memory(ds, 13) > 50);
 }
 
+TEST_CASE("Stage-1 memory equals memory_report with more than 8 virtual stages per rank") {
+  // 80 layers on pp = 2: vpp up to 40 chunks per rank (the in-flight table grows with them).
+  SearchInputs in = inputs(test::shipped_model("llama3-70b"), "dgx-h100", 16, 32);
+  in.constraints.pp = {{2}, {}, {}};
+  in.constraints.vpp = {{10, 20, 40}, {}, {}};
+  in.constraints.schedules = {Schedule::interleaved};
+  in.constraints.recompute = {RecomputeGranularity::none, RecomputeGranularity::selective};
+  CHECK(check_memory(in, 1) > 20);
+}
+
 TEST_CASE("Stage-1 memory equals memory_report on every plan with uneven first/last stages") {
   SearchInputs in = inputs(test::small_gpt(), "dgx-h100", 16, 16);
   in.constraints.uneven = UnevenStages::on;

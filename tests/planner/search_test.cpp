@@ -4,6 +4,7 @@
 // thread, after the other threads have stopped, never std::terminate.
 #include <catch2/catch.hpp>
 
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -64,5 +65,11 @@ TEST_CASE("A progress callback that throws in stage 1 ends the search with its e
     INFO(threads << " threads");
     CHECK_THROWS_AS(search(in, o), Stop);
     CHECK(calls == 1);
+    // A standard exception goes to the caller as well, not into an error result.
+    calls = 0;
+    o.progress = [&](const Progress& p) {
+      if (std::string(p.stage) == "stage 1" && ++calls == 1) throw std::runtime_error("cancelled by the caller");
+    };
+    CHECK_THROWS_WITH(search(in, o), "cancelled by the caller");
   }
 }
