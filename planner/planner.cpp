@@ -92,6 +92,19 @@ struct Ranked {
 
 std::string pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
+// Joins threads however the scope that owns them is left (an exception
+// included), so that none is destroyed while it runs (std::terminate).
+struct JoinAll {
+  explicit JoinAll(std::vector<std::thread>& t) : threads(t) {}
+  std::vector<std::thread>& threads;
+  JoinAll(const JoinAll&) = delete;
+  JoinAll& operator=(const JoinAll&) = delete;
+  ~JoinAll() {
+    for (std::thread& t : threads)
+      if (t.joinable()) t.join();
+  }
+};
+
 }  // namespace
 
 double SimulatedPlan::exposed_comm_s() const {
@@ -193,12 +206,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
   };
   {
     std::vector<std::thread> workers;
-    struct Join {   // joins the workers however this block is left
-      std::vector<std::thread>& w;
-      ~Join() {
-        for (std::thread& t : w) t.join();
-      }
-    } join{workers};
+    const JoinAll join{workers};
     try {
       for (int t = 1; t < stage1_threads; ++t) workers.emplace_back(stage1, t);
     } catch (...) {
@@ -267,20 +275,27 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     }
   };
   const int threads = std::clamp(o.threads > 0 ? o.threads : hw, 1, std::max<int>(1, static_cast<int>(top.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  if (o.progress) {
-    // The calling thread reports progress and works.
-    for (std::size_t n = next++; n < top.size(); n = next++) {
-      const std::size_t i = order[n];
-      out[i] = simulate_guarded(in, top[i].c, *cost, topologies);
-      ++finished;
-      o.progress({"stage 2", finished.load(), top.size()});
+  {
+    std::vector<std::thread> pool;
+    const JoinAll join{pool};
+    try {
+      for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+      if (o.progress) {
+        // The calling thread reports progress and works.
+        for (std::size_t n = next++; n < top.size(); n = next++) {
+          const std::size_t i = order[n];
+          out[i] = simulate_guarded(in, top[i].c, *cost, topologies);
+          ++finished;
+          o.progress({"stage 2", finished.load(), top.size()});
+        }
+      } else {
+        work();
+      }
+    } catch (...) {
+      next = top.size();   // a thread that could not start, or a progress callback that threw: the workers take no more
+      throw;
     }
-  } else {
-    work();
   }
-  for (std::thread& t : pool) t.join();
   for (std::size_t i = 0; i < top.size(); ++i) {
     if (!*out[i]) return tl::unexpected((*out[i]).error());
     SimulatedPlan p = std::move(**out[i]);

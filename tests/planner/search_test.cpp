@@ -1,7 +1,8 @@
 // The search's threads: stage 1 deals its plans to several threads and must
-// give the one-thread result; a progress callback that throws (how the GUI
-// cancels a search) ends the search with that exception on the calling
-// thread, after the other threads have stopped, never std::terminate.
+// give the one-thread result; a progress callback that throws, in either
+// stage (the GUI cancels a search so in stage 1), ends the search with that
+// exception on the calling thread after the other threads have stopped,
+// never with std::terminate.
 #include <catch2/catch.hpp>
 
 #include <stdexcept>
@@ -71,5 +72,21 @@ TEST_CASE("A progress callback that throws in stage 1 ends the search with its e
       if (std::string(p.stage) == "stage 1" && ++calls == 1) throw std::runtime_error("cancelled by the caller");
     };
     CHECK_THROWS_WITH(search(in, o), "cancelled by the caller");
+  }
+}
+
+TEST_CASE("A progress callback that throws in stage 2 ends the search with its exception, the workers joined") {
+  const SearchInputs in = small_inputs();
+  for (int threads : {1, 2, 3}) {
+    SearchOptions o;
+    o.threads = threads;
+    o.top_k = 8;
+    int calls = 0;
+    o.progress = [&](const Progress& p) {
+      if (std::string(p.stage) == "stage 2" && ++calls == 1) throw Stop{};
+    };
+    INFO(threads << " threads");
+    CHECK_THROWS_AS(search(in, o), Stop);
+    CHECK(calls == 1);
   }
 }
