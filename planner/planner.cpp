@@ -65,7 +65,7 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
   out.gpus = gpus;
   out.report = sim::make_report(*s, *program, *result);
   out.memory = memory_report(*s);
-  if (auto c = from_plan(plan, gpus, s->dp)) out.candidate = *c;
+  if (auto c = from_setup(*s)) out.candidate = *c;
   return out;
 }
 
@@ -353,7 +353,7 @@ Result<Explanation> explain(const SearchInputs& raw, const SearchResult& r, cons
   ex.fits = ex.plan.memory.peak_bytes + in.constraints.headroom_bytes <= ex.plan.memory.capacity_bytes;
 
   // Stage-1 rank: fitting plans of the search predicted faster.
-  if (auto c = from_plan(plan, gpus, s->dp); c && ex.fits) {
+  if (auto c = from_setup(*s); c && ex.fits) {
     Estimator est(in, *cost);
     auto mine = est.evaluate(*c);
     if (mine) {

@@ -144,6 +144,15 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   return c;
 }
 
+std::optional<Candidate> from_setup(const Setup& s) {
+  PlanSpec p = s.plan;
+  if (p.first_stage_layers || p.last_stage_layers) {
+    p.first_stage_layers = s.layers_on_rank(0);
+    p.last_stage_layers = s.layers_on_rank(p.pp - 1);
+  }
+  return from_plan(p, s.world, s.dp);
+}
+
 Result<SearchInputs> check_inputs(SearchInputs in) {
   auto m = validate_model(in.model);
   if (!m) return Err(m.error());

@@ -35,6 +35,7 @@
 #include "core/model.hpp"
 #include "core/plan.hpp"
 #include "core/result.hpp"
+#include "core/setup.hpp"
 #include "core/training.hpp"
 
 namespace megascope::planner {
@@ -89,6 +90,10 @@ PlanSpec to_plan(const Candidate& c);
 // an uneven split that sets only one of first/last are not representable:
 // nullopt).
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp);
+// The same for a validated setup: an uneven split that sets only one of
+// first/last gets the other from the setup's layout (the form enumerate()
+// emits, both set).
+std::optional<Candidate> from_setup(const Setup& s);
 
 // Why candidates left the search, by count.
 struct Rejections {

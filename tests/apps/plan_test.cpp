@@ -84,6 +84,13 @@ TEST_CASE("plan --explain places a given plan among the simulated ones and says 
                         Catch::Contains("slower than the best plan") && Catch::Contains("compute on the busiest stage"));
   CHECK_THAT(r.out, Catch::Contains("Megatron-LM arguments:") && Catch::Contains("--tensor-model-parallel-size"));
 
+  // An uneven plan that sets only the last stage (36 layers: 5 on each of the first 7, 1 on the last)
+  // is the enumerated split (5, 1): it gets a stage-1 rank too.
+  const Run one = run(with(kSmall, {"--explain", "tp=8,pp=8,last_stage_layers=1"}));
+  REQUIRE(one.code == 0);
+  CHECK_THAT(one.out, Catch::Contains("explain tp=8,pp=8,last_stage_layers=1") &&
+                          Catch::Contains("fitting plans by the stage-1 estimate"));
+
   const Run bad = run(with(kSmall, {"--explain", "tp=3"}));
   REQUIRE(bad.code == 0);
   CHECK_THAT(bad.out, Catch::Contains("not a legal plan") && Catch::Contains("divisible by tp"));
