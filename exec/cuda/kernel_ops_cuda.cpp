@@ -1,6 +1,8 @@
 // CudaKernelOps and ManagedMemory (exec/cuda/kernel_ops_cuda.hpp).
 #include "exec/cuda/kernel_ops_cuda.hpp"
 
+#include <memory_resource>
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -273,7 +275,13 @@ Result<std::vector<StepLog>> run_cuda_training(const Setup& s, const Program& p,
   MpiEnv& env = MpiEnv::get();
   try {
     ManagedMemory managed;
-    ManagedDefault scope(&managed);
+    // A pool over it: the ranks allocate temporaries per op, and each
+    // cudaFree synchronises the device. Buffers up to 64 MiB are pooled
+    // (larger ones go straight to managed memory) and freed at the end.
+    std::pmr::pool_options pooled;
+    pooled.largest_required_pool_block = std::size_t{64} << 20;
+    std::pmr::synchronized_pool_resource pool(pooled, &managed);
+    ManagedDefault scope(&pool);
     CudaKernelOps ops;
     return run_training(s, p, o, out, ops, true);
   } catch (const std::exception& e) {

@@ -201,15 +201,17 @@ void bias_dropout_add_forward(T* out, const T* inp, nullable<const T> bias, cons
 template <typename T>
 void bias_dropout_add_backward(T* dinp, nullable<float> dbias, const T* dout, std::int64_t N, std::int64_t C, float p,
                                std::uint64_t seed, std::uint64_t offset, cudaStream_t stream) {
-  MEGASCOPE_KERNEL_REQUIRE(N >= 0 && C >= 0);
+  MEGASCOPE_KERNEL_REQUIRE(N >= 0 && C >= 0 && p >= 0.0f && p <= 1.0f);
+  // dbias first: it reads dout, which dinp may alias (as the CPU twin allows).
+  if (dbias != nullptr && N * C != 0) {
+    const dim3 block(32, 8);
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32),
+                    static_cast<unsigned>(std::min<std::int64_t>((N + 7) / 8, 256)));
+    dropout_colsum_kernel<<<grid, block, 0, stream>>>(dbias, dout, N, C, keep_scale(p), dropout_threshold(p), seed,
+                                                      offset);
+    MEGASCOPE_CUDA_LAUNCHED();
+  }
   dropout_forward(dinp, dout, N * C, p, seed, offset, stream);
-  if (dbias == nullptr || N * C == 0) return;
-  const dim3 block(32, 8);
-  const dim3 grid(static_cast<unsigned>((C + 31) / 32),
-                  static_cast<unsigned>(std::min<std::int64_t>((N + 7) / 8, 256)));
-  dropout_colsum_kernel<<<grid, block, 0, stream>>>(dbias, dout, N, C, keep_scale(p), dropout_threshold(p), seed,
-                                                    offset);
-  MEGASCOPE_CUDA_LAUNCHED();
 }
 
 template <typename T>

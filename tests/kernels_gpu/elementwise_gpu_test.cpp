@@ -76,6 +76,12 @@ TEMPLATE_TEST_CASE("CUDA bias_dropout_add matches the CPU twin, dbias accumulate
   cu::bias_dropout_add_backward(dx.get(), dbias.get(), doutd.get(), N, C, 0.1f, 5, 0, nullptr);
   CHECK(rel_error(to_host(dx), dwant) < tolerance<T>());
   CHECK(rel_error(dbias.download(), dbias_want) < 1e-5);  // sums of the same fp32 values
+  // In place (dinp == dout, as the CPU twin allows): the same dinp and dbias.
+  const auto inplace = to_device<T>(dout);
+  DeviceBuffer<float> dbias2(std::vector<float>(C, 0.5f));
+  cu::bias_dropout_add_backward(inplace.get(), dbias2.get(), inplace.get(), N, C, 0.1f, 5, 0, nullptr);
+  CHECK(rel_error(to_host(inplace), dwant) < tolerance<T>());
+  CHECK(rel_error(dbias2.download(), dbias_want) < 1e-5);
 }
 
 TEMPLATE_TEST_CASE("CUDA rope forward and backward match the CPU twin with a positions array", "[gpu]", float, bf16, fp16) {
