@@ -1,6 +1,7 @@
 // Device helpers (exec/cuda/device.hpp) and the error messages of check.hpp.
 #include "exec/cuda/device.hpp"
 
+#include <exception>
 #include <utility>
 
 #include "exec/cuda/cublaslt.hpp"
@@ -99,7 +100,11 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
 }
 
 DeviceMemory::~DeviceMemory() {
-  if (ptr_) (void)cudaFree(ptr_);
+  // While an exception unwinds (a failing rank on its way to abort the job),
+  // the memory is left to the process's end: cudaFree synchronises the
+  // device, and a kernel waiting for another rank (an NCCL receive) would
+  // never let it return.
+  if (ptr_ && std::uncaught_exceptions() == 0) (void)cudaFree(ptr_);
 }
 
 Event::Event() {

@@ -1,6 +1,7 @@
 // NCCL communicators (exec/cuda/nccl_comm.hpp).
 #include "exec/cuda/nccl_comm.hpp"
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -66,7 +67,12 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::over_mpi(MPI_Comm mpi, cudaS
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_) (void)ncclCommDestroy(comm_);
+  if (!comm_) return;
+  // While an exception unwinds, abort: ncclCommDestroy waits for the
+  // communicator's operations, which may wait for a peer that is itself
+  // waiting for this rank; ncclCommAbort stops them.
+  if (std::uncaught_exceptions() > 0) (void)ncclCommAbort(comm_);
+  else (void)ncclCommDestroy(comm_);
 }
 
 void NcclCommunicator::done(cudaStream_t s) const {

@@ -242,6 +242,8 @@ Result<ReplayReport> run_replay(const Setup& s, const Program& p, const ReplayOp
   } catch (const std::exception& e) {
     if (world == 1) throw;
     // Other ranks may be waiting in a collective for this one: stop the job, naming it.
+    // (The unwinding that got here freed no device memory and aborted the
+    // NCCL communicators, so that no hung receive could block it.)
     std::fprintf(stderr, "megascope run: rank %d: error: --backend cuda: %s; aborting the job\n", me, e.what());
     env.abort(1);
   }
