@@ -146,6 +146,15 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
   // serve runs of similar plans. Candidates keep their global enumeration
   // index, so the merged K best (by time, then index) are the one-thread ones.
   const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
+  // Keeps the K fastest in a max-heap.
+  const auto keep = [k](std::priority_queue<Ranked>& heap, const Ranked& r) {
+    if (heap.size() < k) {
+      heap.push(r);
+    } else if (r < heap.top()) {
+      heap.pop();
+      heap.push(r);
+    }
+  };
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int stage1_threads = std::max(1, o.threads > 0 ? o.threads : hw);
   struct Share {
@@ -192,11 +201,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
           return;
         }
         ++sh.fitting;
-        if (sh.best.size() < k) sh.best.push(r);
-        else if (r < sh.best.top()) {
-          sh.best.pop();
-          sh.best.push(r);
-        }
+        keep(sh.best, r);
       });
     } catch (const Stopped&) {
     } catch (...) {
@@ -227,14 +232,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     res.evaluated += sh.evaluated;
     res.fitting += sh.fitting;
     res.rejections.memory += sh.memory;
-    for (; !sh.best.empty(); sh.best.pop()) {
-      const Ranked& r = sh.best.top();
-      if (best.size() < k) best.push(r);
-      else if (r < best.top()) {
-        best.pop();
-        best.push(r);
-      }
-    }
+    for (; !sh.best.empty(); sh.best.pop()) keep(best, sh.best.top());
   }
   if (failure)
     return fail(failure->second.field,
