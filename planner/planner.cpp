@@ -279,13 +279,18 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     try {
       for (int t = 1; t < threads; ++t) pool.emplace_back(work);
       if (o.progress) {
-        // The calling thread reports progress and works.
+        // The calling thread reports progress and works. The workers may take
+        // every simulation before it takes one, so it reports the end too,
+        // once they are joined.
+        std::size_t reported = 0;
         for (std::size_t n = next++; n < top.size(); n = next++) {
           const std::size_t i = order[n];
           out[i] = simulate_guarded(in, top[i].c, *cost, topologies);
-          ++finished;
-          o.progress({"stage 2", finished.load(), top.size()});
+          reported = ++finished;
+          o.progress({"stage 2", reported, top.size()});
         }
+        for (std::thread& t : pool) t.join();
+        if (reported < top.size()) o.progress({"stage 2", top.size(), top.size()});
       } else {
         work();
       }
