@@ -49,7 +49,10 @@ inline std::uint64_t dropout_threshold(float p) {
 }
 
 // Whether element `index` (already including the caller's offset) is kept.
+// p = 0 (threshold 0) keeps every element without drawing: Megatron-LM's
+// dropout at p = 0 draws no random numbers either, and the result is the same.
 MEGASCOPE_HD inline bool dropout_keep(std::uint64_t seed, std::uint64_t index, std::uint64_t threshold) {
+  if (threshold == 0) return true;
   const Philox4x32 ctr{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0u, 0u}};
   const Philox4x32 r = philox4x32_10(ctr, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
   return static_cast<std::uint64_t>(r.v[0]) >= threshold;

@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
+#include <vector>
 
 #include "core/accounting/params.hpp"
 #include "core/program/stage_writer.hpp"
@@ -81,10 +83,23 @@ double tokens_of(const Setup& s) {
   return static_cast<double>(s.seq_length) / s.plan.cp * s.plan.micro_batch_size;
 }
 
-// The embedding lookup of one micro-batch and its TP reduction.
+// The embedding dropout's bytes (read, write and a 1-byte mask per element,
+// on the sequence-parallel shard with SP); none without dropout, where
+// PyTorch's dropout returns its input.
+double embedding_dropout_bytes(const Setup& s, double per_element) {
+  if (!(s.model.hidden_dropout > 0)) return 0;
+  const double rows = s.sequence_parallel ? tokens_of(s) / s.plan.tp : tokens_of(s);
+  return per_element * rows * static_cast<double>(s.model.hidden_size);
+}
+
+// The embedding lookup of one micro-batch, its TP reduction and its dropout
+// (charged with the lookup, before the reduction: the same work on the
+// compute stream).
 std::uint32_t embedding_forward(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps) {
   const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
-  std::uint32_t dep = w.compute(OpLabel::embedding, ctx, {detail::memory(MemoryOp::embedding, 4.0 * tokens * h)}, deps);
+  std::vector<Kernel> k = {detail::memory(MemoryOp::embedding, 4.0 * tokens * h)};
+  if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
+  std::uint32_t dep = w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k), deps);
   if (s.plan.tp > 1)
     dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
                        OpLabel::tp_comm, ctx, 2.0 * tokens * h, {dep});
@@ -126,9 +141,12 @@ std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx
                                  static_cast<std::int64_t>(tokens_of(s)), s.training.precision)});
 }
 
+// The embedding dropout's backward, then the table's gradient.
 std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx) {
-  return w.compute(OpLabel::embedding, ctx,
-                   {detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * static_cast<double>(s.model.hidden_size))});
+  std::vector<Kernel> k;
+  if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
+  k.push_back(detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * static_cast<double>(s.model.hidden_size)));
+  return w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k));
 }
 
 // Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.

@@ -5,6 +5,8 @@
 // all-reduce. GEMM shapes are (m x k) @ (k x n): forward (T, out, in),
 // input gradient (T, in, out), weight gradient (in, out, T).
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "core/program/stage_writer.hpp"
 
@@ -81,6 +83,15 @@ std::vector<GemmShape> qkv_gemms(const Setup& s, const Dims& d) {
 }
 
 double activation_bytes(const Dims& d) { return 2.0 * d.T * static_cast<double>(d.h); }
+
+// The backward of a bias-dropout-add (Megatron-Core's fused
+// bias_dropout_add): the mask applied to the gradient, or the bias gradient's
+// sum. Without dropout and bias the residual's gradient passes through and
+// no kernel runs (PyTorch's dropout at p = 0 returns its input).
+std::optional<Kernel> bda_backward(const ModelSpec& m, const Dims& d) {
+  if (!(m.hidden_dropout > 0) && !m.add_bias_linear) return std::nullopt;
+  return memory(MemoryOp::dropout_residual, 4.0 * d.Tsp * static_cast<double>(d.h));
+}
 
 // Attention core kernels. Fused (flash): one kernel each way. Unfused (as
 // Megatron-LM ran before fused attention): batched QK^T and PV GEMMs over the
@@ -194,7 +205,6 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const OpKind tp_out = d.sp ? OpKind::reduce_scatter : OpKind::all_reduce;
   if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
   std::vector<Kernel> qkv;
-  qkv.push_back(memory(MemoryOp::dropout_residual, 6.0 * d.Tsp * hb));
   qkv.push_back(memory(MemoryOp::norm, 4.0 * d.Tsp * hb));
   for (const GemmShape& g : qkv_gemms(s, d)) qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
   const std::vector<Kernel> core = attention_kernels(s, d.prec, false);
@@ -220,7 +230,12 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   }
 
   // --- MLP or MoE ---
+  // Bias-dropout-add (Megatron-Core's fused bias_dropout_add) after the
+  // attention and after the MLP. Each is charged to the compute op before its
+  // TP reduction rather than after it: the same work on the compute stream,
+  // and each layer (and so each pipeline stage) carries its own two.
   const Kernel pre_drop = memory(MemoryOp::dropout_residual, 6.0 * d.Tsp * hb);
+  const Kernel post_drop = pre_drop;
   const Kernel pre_norm = memory(MemoryOp::norm, 4.0 * d.Tsp * hb);
   if (!m.is_moe_layer(layer)) {
     const std::int64_t f = m.ffn_hidden_size / d.t;
@@ -230,10 +245,10 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     if (d.sp) {
       dep = w.compute(OpLabel::mlp, ctx, {pre_drop, pre_norm}, {*dep});
       dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep});
-      const Kernel k[] = {fc1, act_k, fc2};
+      const Kernel k[] = {fc1, act_k, fc2, post_drop};
       dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, {*dep}, tp_out, act);
     } else {
-      const Kernel k[] = {pre_drop, pre_norm, fc1, act_k, fc2};
+      const Kernel k[] = {pre_drop, pre_norm, fc1, act_k, fc2, post_drop};
       dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, {*dep}, tp_out, act);
     }
     return *dep;
@@ -262,7 +277,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   dep = ex;
   if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
   if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
-  dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * dispatch)}, {*dep});
+  dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * dispatch), post_drop}, {*dep});
   return *dep;
 }
 
@@ -284,10 +299,12 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   if (!m.is_moe_layer(layer)) {
     const std::int64_t f = m.ffn_hidden_size / d.t;
     if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
-    const Kernel k[] = {gemm(d.Ti, f, d.h, d.prec),
-                        memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)),
-                        gemm(d.Ti, d.h, d.up * f, d.prec)};
-    dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, dep, out_tp, act);
+    std::vector<Kernel> k;
+    if (const auto b = bda_backward(m, d)) k.push_back(*b);   // the MLP's bias-dropout-add
+    k.push_back(gemm(d.Ti, f, d.h, d.prec));
+    k.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)));
+    k.push_back(gemm(d.Ti, d.h, d.up * f, d.prec));
+    dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), dep, out_tp, act);
   } else {
     const MoeSpec& e = *m.moe;
     const double routed = d.Tsp;
@@ -295,7 +312,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     const std::int64_t fe = e.expert_ffn_hidden / s.etp;
     const auto tok = static_cast<std::int64_t>(tokens);
     const double dispatch = 2.0 * routed * e.top_k * hb;
-    dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * dispatch)}, dep);
+    std::vector<Kernel> unpermute;
+    if (const auto b = bda_backward(m, d)) unpermute.push_back(*b);   // the MoE block's bias-dropout-add
+    unpermute.push_back(memory(MemoryOp::other, 2.0 * dispatch));
+    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
     if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
     if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
     std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
@@ -317,7 +337,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, {*dep});
   std::vector<Kernel> k;
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln2 backward
-  k.push_back(memory(MemoryOp::dropout_residual, 4.0 * d.Tsp * hb));
+  if (const auto b = bda_backward(m, d)) k.push_back(*b);            // the attention's bias-dropout-add
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
   if (recomputed_core)
     for (const Kernel& kk : attention_kernels(s, d.prec, false)) k.push_back(kk);

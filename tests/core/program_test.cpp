@@ -109,3 +109,52 @@ TEST_CASE("The rank grid follows Megatron's tp-cp-dp-pp order and folds experts 
   CHECK(g.group_id(12, CommGroup::tp) == g.group_id(13, CommGroup::tp));
   CHECK(g.group_id(12, CommGroup::tp) != g.group_id(14, CommGroup::tp));
 }
+
+namespace {
+
+// Bytes of dropout_residual kernels per stage and phase, over every micro-batch.
+double dropout_bytes(const Program& p, int stage, Phase phase) {
+  const StageProgram& st = p.stages.at(static_cast<std::size_t>(stage));
+  double b = 0;
+  for (const Op& op : st.ops)
+    if (op.kind == OpKind::compute && op.phase == phase)
+      for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
+        if (st.kernels[k].kind == KernelKind::memory && st.kernels[k].memory == MemoryOp::dropout_residual)
+          b += st.kernels[k].bytes;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("Each stage carries its own layers' bias-dropout-adds and the first stage the embedding dropout", "[core]") {
+  // 8 layers on pp = 2, 4 micro-batches (per DP rank) of 2048 tokens, h = 512 (tp = 2 with SP: 1024 per rank).
+  const double T = 2048, h = 512, mbs = 4, L = 4;   // L: layers per stage
+  SECTION("GPT: dropout 0.1 and biases") {
+    const Setup s = make_setup(gpt(8, 512, 8), "dgx-a100", "tp=2,pp=2,sp=on", 4, 4);
+    auto p = build_program(s);
+    REQUIRE(p);
+    const double Tsp = T / 2;
+    // Forward: two bias-dropout-adds per layer (6 bytes per element), and the embedding dropout (5) on stage 0.
+    CHECK(dropout_bytes(*p, 0, Phase::forward) == Approx(mbs * (L * 2 * 6 * Tsp * h + 5 * Tsp * h)));
+    CHECK(dropout_bytes(*p, 1, Phase::forward) == Approx(mbs * L * 2 * 6 * Tsp * h));
+    // Backward: the mask on the gradient after the attention and after the MLP (4), and the embedding's (5).
+    CHECK(dropout_bytes(*p, 0, Phase::backward_input) == Approx(mbs * L * 2 * 4 * Tsp * h));
+    CHECK(dropout_bytes(*p, 0, Phase::backward_weight) == Approx(mbs * 5 * Tsp * h));
+    CHECK(dropout_bytes(*p, 1, Phase::backward_input) == Approx(mbs * L * 2 * 4 * Tsp * h));
+    CHECK(dropout_bytes(*p, 1, Phase::backward_weight) == 0);
+  }
+  SECTION("Llama-like: no dropout, no biases: the residual add only, no backward kernel") {
+    ModelSpec m = gpt_no_bias(8, 512, 8);
+    m.hidden_dropout = 0;
+    m.attention_dropout = 0;
+    const Setup s = make_setup(m, "dgx-a100", "tp=1,pp=2", 8, 4);
+    auto p = build_program(s);
+    REQUIRE(p);
+    CHECK(dropout_bytes(*p, 0, Phase::forward) == Approx(mbs * L * 2 * 6 * T * h));
+    CHECK(dropout_bytes(*p, 1, Phase::forward) == Approx(mbs * L * 2 * 6 * T * h));
+    for (int stage : {0, 1}) {
+      CHECK(dropout_bytes(*p, stage, Phase::backward_input) == 0);
+      CHECK(dropout_bytes(*p, stage, Phase::backward_weight) == 0);
+    }
+  }
+}
