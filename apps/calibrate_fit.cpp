@@ -99,6 +99,18 @@ void fit_memory(const CalibrationData& d, CalibrationFit& f) {
         0.0, 0.5 * t_min);
   }
   f.profile.launch_overhead_s = L;
+  // The Programs' own kernels (every case but the optimizer's size sweep) as
+  // measured entries, keyed as the cost model looks them up: (kind, Program
+  // bytes). Two kernels with the same key share the mean of their times.
+  std::map<std::pair<MemoryOp, std::int64_t>, std::pair<double, int>> exact;
+  for (std::size_t i = 0; i < d.memory.size(); ++i) {
+    const exec::MemoryCase& c = d.memory[i];
+    if (c.kernel == exec::MemoryKernel::adamw || !(d.memory_t[i].seconds > 0)) continue;
+    auto& e = exact[{exec::memory_op_of(c.kernel), std::llround(exec::program_bytes(c.kernel, c.rows, c.width))}];
+    e.first += d.memory_t[i].seconds;
+    e.second += 1;
+  }
+  for (const auto& [key, e] : exact) f.profile.memory_seconds[key] = e.first / e.second;
   for (const auto& [op, pts] : by_kind) {
     f.profile.memory_Bps[op] = bw[op];
     double s = 0;
@@ -251,6 +263,7 @@ CalibrationFit fit_calibration(const CalibrationData& d, const ClusterSpec& clus
   f.profile = base;
   f.profile.gemm_seconds.clear();
   f.profile.memory_Bps.clear();
+  f.profile.memory_seconds.clear();
   f.cluster = cluster;
   fit_memory(d, f);
   fit_gemm(d, cluster.device, f);
@@ -289,6 +302,9 @@ std::string profile_toml(const CalibrationFit& f) {
   for (const auto& [key, seconds] : p.gemm_seconds)
     t += fmt::format("\n[[gemm.measured]]\nm = {}\nn = {}\nk = {}\ndtype = \"bf16\"\nseconds = {:.6g}\n", std::get<0>(key),
                      std::get<1>(key), std::get<2>(key), seconds);
+  for (const auto& [key, seconds] : p.memory_seconds)
+    t += fmt::format("\n[[memory.measured]]\nkind = \"{}\"\nbytes = {}\nseconds = {:.6g}\n", kind_name(key.first), key.second,
+                     seconds);
   return t;
 }
 

@@ -150,6 +150,10 @@ double CostModel::gemm_s(GemmShape s, Precision p) const {
 
 double CostModel::memory_s(MemoryOp op, double bytes) const {
   if (bytes <= 0) return 0;
+  // An exact measured kernel wins, as for GEMMs.
+  if (!profile_.memory_seconds.empty())
+    if (auto it = profile_.memory_seconds.find({op, std::llround(bytes)}); it != profile_.memory_seconds.end())
+      return it->second;
   auto it = profile_.memory_Bps.find(op);
   const double bw = it != profile_.memory_Bps.end() ? it->second : hbm_Bps(device_, profile_);
   return bytes / bw + profile_.launch_overhead_s;

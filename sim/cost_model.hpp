@@ -58,6 +58,8 @@ struct CostProfile {
   // Measured overrides (calibration): exact shapes, seconds per call.
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> gemm_seconds;  // (m,n,k,Precision)
   std::map<MemoryOp, double> memory_Bps;    // per-kind achieved bandwidth
+  // (kind, bytes as the Program counts them): seconds per call, measured.
+  std::map<std::pair<MemoryOp, std::int64_t>, double> memory_seconds;
 };
 
 class CostModel {

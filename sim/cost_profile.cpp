@@ -7,6 +7,7 @@
 
 #include <array>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string_view>
 
@@ -32,6 +33,15 @@ constexpr std::array<MemoryKey, 7> kMemoryKeys = {{{MemoryOp::norm, "norm_GBps"}
                                                    {MemoryOp::cross_entropy, "cross_entropy_GBps"},
                                                    {MemoryOp::optimizer, "optimizer_GBps"},
                                                    {MemoryOp::other, "other_GBps"}}};
+
+std::string memory_kind_name(MemoryOp op) {
+  for (const auto& mk : kMemoryKeys)
+    if (mk.op == op) {
+      const std::string_view k(mk.key);
+      return std::string(k.substr(0, k.size() - 5));
+    }
+  return "other";
+}
 
 std::optional<Precision> parse_dtype(std::string_view s) {
   if (s == "bf16") return Precision::bf16;
@@ -119,6 +129,42 @@ void read_measured(TomlReader& g, const toml::array& list, const std::string& fi
   for (const auto& [key, seconds] : seen) out.gemm_seconds[key] = seconds;
 }
 
+std::optional<MemoryOp> parse_memory_kind(std::string_view s) {
+  for (const auto& mk : kMemoryKeys)
+    if (std::string_view(mk.key) == std::string(s) + "_GBps") return mk.op;
+  return std::nullopt;
+}
+
+// [[memory.measured]]: {kind, bytes, seconds}, bytes as the Program counts them.
+void read_memory_measured(TomlReader& r, const toml::array& list, const std::string& file, const Shared& first,
+                          CostProfile& out) {
+  std::map<std::pair<MemoryOp, std::int64_t>, double> seen;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const toml::node& node = *list.get(i);
+    const toml::table* t = node.as_table();
+    if (!t) {
+      r.fail_at_node(node, "measured", "each entry must be a table {kind, bytes, seconds} ([[memory.measured]])");
+      return;
+    }
+    TomlReader e(*t, fmt::format("memory.measured[{}]", i), file, first);
+    const MemoryOp kind = e.choice<MemoryOp>(
+        "kind", parse_memory_kind,
+        "\"norm\", \"activation\", \"dropout_residual\", \"embedding\", \"cross_entropy\", \"optimizer\", \"other\"",
+        MemoryOp::other);
+    const std::int64_t bytes = e.integer("bytes");
+    if (e.ok() && bytes < 1) e.fail_at("bytes", fmt::format("must be 1 or more, found {}", bytes));
+    const double seconds = e.number("seconds");
+    if (e.ok() && !(seconds > 0)) e.fail_at("seconds", fmt::format("must be positive, found {}", seconds));
+    if (e.finish()) return;
+    if (seen.count({kind, bytes})) {
+      e.fail_at_node(node, "bytes", fmt::format("a {} kernel of {} bytes is measured twice", memory_kind_name(kind), bytes));
+      return;
+    }
+    seen[{kind, bytes}] = seconds;
+  }
+  for (const auto& [key, seconds] : seen) out.memory_seconds[key] = seconds;
+}
+
 // Lays the file's keys over `base`; on error `base` is untouched.
 Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   auto doc = parse_toml_file(path);
@@ -161,6 +207,7 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
     if (auto v = fraction(*r, "efficiency")) out.memory_efficiency = *v;
     for (const auto& mk : kMemoryKeys)
       if (auto v = positive(*r, mk.key)) out.memory_Bps[mk.op] = *v * 1e9;
+    if (const toml::array* list = r->opt_array("measured")) read_memory_measured(*r, *list, path, first, out);
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (auto r = section(*doc, "attention", path, first)) {

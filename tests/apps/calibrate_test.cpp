@@ -4,6 +4,8 @@
 // at the written bandwidths, the written overheads). The round trip runs the
 // binary once with --quick (one Program, tiny sweeps, one process).
 #include <catch2/catch.hpp>
+
+#include <cmath>
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -74,6 +76,7 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
   CHECK(file->gemm_seconds.size() >= 4);          // the tiny-gpt Program's exact shapes
   CHECK(file->memory_Bps.count(MemoryOp::norm));
   CHECK(file->memory_Bps.count(MemoryOp::optimizer));
+  CHECK(file->memory_seconds.count({MemoryOp::norm, 4 * 64 * 64}));   // layernorm forward on the Program's 64 x 64 rows
   auto cluster = resolve_cluster(cluster_file);
   REQUIRE(cluster);
   CHECK(cluster->name == "cpu-host-calibrated");
@@ -96,10 +99,12 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
 
   // Every compute op costs the written op overhead plus its kernels, each
   // at the file's numbers: an exact shape its measured seconds, a memory
-  // kernel bytes over its kind's bandwidth plus the launch overhead.
+  // kernel its measured seconds at the exact bytes, otherwise bytes over its
+  // kind's bandwidth plus the launch overhead.
   const StageProgram& st = program->stages[0];
   const std::vector<double> priced = sim::compute_durations(st, calibrated);
   double expected_total = 0;
+  int exact_memory = 0;
   for (std::size_t i = 0; i < st.ops.size(); ++i) {
     const Op& op = st.ops[i];
     if (op.kind != OpKind::compute || op.kernel_count == 0) continue;
@@ -111,7 +116,13 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
         REQUIRE(it != file->gemm_seconds.end());   // every GEMM of the calibrated Program was measured
         t_op += it->second;
       } else if (kr.kind == KernelKind::memory) {
-        t_op += kr.bytes / file->memory_Bps.at(kr.memory) + file->launch_overhead_s;
+        const auto it = file->memory_seconds.find({kr.memory, std::llround(kr.bytes)});
+        if (it != file->memory_seconds.end()) {
+          t_op += it->second;
+          ++exact_memory;
+        } else {
+          t_op += kr.bytes / file->memory_Bps.at(kr.memory) + file->launch_overhead_s;
+        }
       } else {
         t_op += calibrated.kernel_s(kr);
       }
@@ -119,6 +130,7 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
     CHECK(priced[i] == Approx(t_op).epsilon(1e-12));
     expected_total += t_op;
   }
+  CHECK(exact_memory > 0);
   // One serial rank: the step is the sum of its ops.
   const sim::Topology topo = sim::Topology::build(setup->cluster, 1);
   auto r = sim::simulate(*program, topo, calibrated);

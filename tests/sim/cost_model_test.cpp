@@ -454,6 +454,33 @@ TEST_CASE("An exact measured shape in a calibration file returns the measured se
   CHECK(h100.gemm_s(shape, Precision::fp8) == fp8);
 }
 
+TEST_CASE("A measured memory kernel is used at its kind and exact bytes, the bandwidth elsewhere", "[sim]") {
+  CostModel cm = model_for("dgx-a100");
+  const double bytes = 25165824;   // 6 bytes x 2048 tokens x 2048 hidden
+  const double curve = cm.memory_s(MemoryOp::dropout_residual, bytes);
+  CHECK(curve != Approx(0.002));
+  REQUIRE(cm.apply_calibration(fixture("calibration-exact.toml")).has_value());
+  CHECK(cm.memory_s(MemoryOp::dropout_residual, bytes) == 0.002);
+  CHECK(cm.memory_s(MemoryOp::dropout_residual, bytes + 6) == Approx(curve).epsilon(1e-6));   // not the measured size
+  CHECK(cm.memory_s(MemoryOp::norm, bytes) == Approx(cm.memory_s(MemoryOp::norm, bytes + 1)).epsilon(1e-6));  // another kind
+  Kernel k;
+  k.kind = KernelKind::memory;
+  k.memory = MemoryOp::dropout_residual;
+  k.bytes = bytes;
+  CHECK(cm.kernel_s(k) == 0.002);
+
+  const Error kind = profile_error("bad-memory-measured.toml");
+  CHECK(kind.field == "memory.measured[0].kind");
+  REQUIRE(kind.where.has_value());
+  CHECK(kind.where->line == 5);
+  REQUIRE_THAT(kind.message, Catch::Contains("\"dropout_residual\"") && Catch::Contains("softmax"));
+
+  const Error twice = profile_error("twice-memory-measured.toml");
+  REQUIRE(twice.where.has_value());
+  CHECK(twice.where->line == 9);
+  REQUIRE_THAT(twice.message, Catch::Contains("norm kernel of 4096 bytes is measured twice"));
+}
+
 TEST_CASE("A partial calibration file changes only the keys it sets", "[sim]") {
   CostModel cm = model_for("dgx-h200");
   const CostProfile before = cm.profile();
