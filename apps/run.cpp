@@ -39,7 +39,10 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--warmup", o.warmup, "cuda: untimed steps before the measured ones (default 1)")
       ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--train", o.train,
-               "cuda: train on the GPU kernels (fp32, the cpu backend's losses to compare) instead of replaying");
+               "cuda: train on the GPU kernels (the cpu backend's losses to compare; fp32, or --bf16) instead of replaying");
+  cmd.add_flag("--bf16", o.run.bf16,
+               "training (cpu, or cuda --train): the linear layers' GEMMs in bf16 (operands and outputs rounded to bf16, "
+               "fp32 accumulation, fp32 master weights and gradients); other kernels stay fp32");
   cmd.add_option("--gpus", o.scenario.gpus, "GPUs of the plan (cuda --shard: the plan's world; default: the MPI job's)");
 }
 
@@ -64,6 +67,11 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
     }
   }
   const bool cuda_train = o.backend == "cuda" && o.train;
+  if (o.backend == "cuda" && !o.train && o.run.bf16) {
+    err << "megascope run: error: --bf16: a training option (the cpu backend, or --backend cuda --train); the replay "
+           "runs the Program's own precision\n";
+    return 2;
+  }
   if (o.backend == "cuda" && !o.train) return run_cuda_command(o, out, err);
   if (o.train && o.backend != "cuda") {
     err << "megascope run: error: --train: the cpu backend always trains; --train selects training on --backend cuda\n";
@@ -111,7 +119,9 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   if (!o.json)
     log << fmt::format("run: {} on {} {} rank{} ({}), plan {}, global batch {}, {} micro-batches of {} x {} tokens\n",
                        s.model.name, s.world, cuda_train ? "GPU" : "CPU", s.world == 1 ? "" : "s",
-                       cuda_train ? "cuda backend: the GPU kernels in fp32" : "cpu backend", o.run.plan_text,
+                       fmt::format("{}, {}", cuda_train ? "cuda backend: the GPU kernels" : "cpu backend",
+                                   o.run.bf16 ? "bf16 GEMMs" : "fp32"),
+                       o.run.plan_text,
                        s.training.global_batch_size, s.num_microbatches, s.plan.micro_batch_size, s.seq_length);
   std::ostringstream steps_text;
   auto logs = cuda_train ? train_cuda(s, *program, o.run, o.json ? steps_text : log)
@@ -123,6 +133,7 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   if (o.json) {
     nlohmann::json j;
     j["backend"] = o.backend;
+    j["bf16"] = o.run.bf16;
     j["model"] = s.model.name;
     j["plan"] = o.run.plan_text;
     j["world"] = s.world;

@@ -4,6 +4,7 @@
 #include "kernels/activation.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/embedding.hpp"
@@ -16,17 +17,30 @@ namespace megascope::exec {
 
 namespace k = megascope::kernels;
 
+const float* CpuKernelOps::rounded(int slot, const float* x, std::int64_t n) {
+  if (x == nullptr) return nullptr;
+  std::vector<float>& v = scratch_[slot];
+  v.assign(x, x + n);
+  k::round_to_bf16(v.data(), n);
+  return v.data();
+}
+
 void CpuKernelOps::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t N,
                                   std::int64_t C, std::int64_t OC) {
-  k::matmul_forward<float>(out, inp, weight, bias, N, C, OC);
+  if (!bf16_) return k::matmul_forward<float>(out, inp, weight, bias, N, C, OC);
+  k::matmul_forward<float>(out, rounded(0, inp, N * C), rounded(1, weight, OC * C), rounded(2, bias, OC), N, C, OC);
+  k::round_to_bf16(out, N * OC);
 }
 void CpuKernelOps::matmul_backward_input(float* dinp, const float* dout, const float* weight, std::int64_t N,
                                          std::int64_t C, std::int64_t OC) {
-  k::matmul_backward_input<float>(dinp, dout, weight, N, C, OC);
+  if (!bf16_) return k::matmul_backward_input<float>(dinp, dout, weight, N, C, OC);
+  k::matmul_backward_input<float>(dinp, rounded(0, dout, N * OC), rounded(1, weight, OC * C), N, C, OC);
+  k::round_to_bf16(dinp, N * C);
 }
 void CpuKernelOps::matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                           std::int64_t N, std::int64_t C, std::int64_t OC) {
-  k::matmul_backward_weight<float>(dweight, dbias, dout, inp, N, C, OC);
+  if (!bf16_) return k::matmul_backward_weight<float>(dweight, dbias, dout, inp, N, C, OC);
+  k::matmul_backward_weight<float>(dweight, dbias, rounded(0, dout, N * OC), rounded(1, inp, N * C), N, C, OC);
 }
 void CpuKernelOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                      const float* bias, std::int64_t N, std::int64_t C, float eps) {

@@ -7,12 +7,23 @@
 // shapes) are theirs (kernels/README.md). A null `bias`, `dbias`, `mean`,
 // `wpe`, `dwpe` or position pointer means "absent", as there.
 //
+// bf16 GEMMs (a constructor flag of both implementations): the three
+// matmul_* calls take their operands rounded to bf16 (round to nearest
+// even), multiply and accumulate in fp32, and round the forward and
+// input-gradient outputs to bf16, as cuBLASLt's bf16 GEMMs with fp32
+// compute do; the weight gradient accumulates in fp32 (Megatron-LM's fp32
+// main_grad). Everything else stays fp32: norms, softmax and attention, the
+// loss, and the fp32 master weights of the optimizer. This is the numerics of
+// Megatron-LM's --bf16 for the linear layers; activations between kernels
+// are held in fp32.
+//
 // The attention is causal with the default scale 1/sqrt(D). sum_squares
 // returns the sum of x^2 in double. When a call returns, its outputs are
 // complete and readable by the host (a device backend synchronises).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace megascope::exec {
 
@@ -104,9 +115,16 @@ class KernelOps {
 // The CPU reference kernels (kernels/*.hpp).
 class CpuKernelOps final : public KernelOps {
  public:
+  explicit CpuKernelOps(bool bf16_gemms = false) : bf16_(bf16_gemms) {}
   MEGASCOPE_KERNEL_OPS(MEGASCOPE_KERNEL_OP_OVERRIDE)
   double sum_squares(const float* x, std::int64_t n) override;
-  [[nodiscard]] const char* name() const override { return "cpu"; }
+  [[nodiscard]] const char* name() const override { return bf16_ ? "cpu (bf16 GEMMs)" : "cpu"; }
+
+ private:
+  // A bf16-rounded copy of x[0, n) in scratch slot `slot` (null stays null).
+  const float* rounded(int slot, const float* x, std::int64_t n);
+  bool bf16_ = false;
+  std::vector<float> scratch_[3];
 };
 
 }  // namespace megascope::exec

@@ -122,7 +122,7 @@ Result<void> agree(Result<void> mine, const MpiEnv& env) {
 }  // namespace
 
 Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out) {
-  CpuKernelOps ops;
+  CpuKernelOps ops(o.bf16);
   return run_training(s, p, o, out, ops, false);
 }
 

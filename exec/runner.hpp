@@ -34,6 +34,7 @@ struct RunOptions {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
   double clip_grad = 1.0;                    // global-norm clipping (0: off)
   double recv_timeout_s = 120;               // a pipeline receive waiting longer names its peer and aborts
+  bool bf16 = false;                         // bf16 GEMMs (exec/kernel_ops.hpp), fp32 elsewhere
   std::string plan_text, model_name;         // for the trace header and the checkpoint check
 };
 

@@ -60,6 +60,23 @@ __global__ void fill_kernel(T* x, std::int64_t n, std::uint64_t seed, float lo, 
   }
 }
 
+template <typename To, typename From>
+__global__ void convert_kernel(To* out, const From* in, std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = of_float<To>(as_float(in[i]));
+}
+
+template <typename To, typename From>
+void convert(To* out, const From* in, std::int64_t n, cudaStream_t stream) {
+  MEGASCOPE_KERNEL_REQUIRE(n >= 0 && ((out != nullptr && in != nullptr) || n == 0));
+  if (n == 0) return;
+  constexpr int kBlock = 256;
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+  convert_kernel<To, From><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kBlock, 0, stream>>>(out, in, n);
+  MEGASCOPE_CUDA_CHECK(cudaGetLastError());
+}
+
 __global__ void empty_kernel() {}
 
 }  // namespace
@@ -94,6 +111,9 @@ void fill_uniform(T* x, std::int64_t n, std::uint64_t seed, float lo, float hi, 
   fill_kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kBlock, 0, stream>>>(x, n, seed, lo, hi);
   MEGASCOPE_CUDA_CHECK(cudaGetLastError());
 }
+
+void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t stream) { convert(out, in, n, stream); }
+void from_bf16(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t stream) { convert(out, in, n, stream); }
 
 void launch_empty(cudaStream_t stream) {
   empty_kernel<<<1, 1, 0, stream>>>();

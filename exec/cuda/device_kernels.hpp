@@ -25,6 +25,10 @@ void broadcast_rows(T* out, const T* bias /*nullable*/, std::int64_t N, std::int
 template <typename T>
 void fill_uniform(T* x, std::int64_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream);
 
+// out[i] = in[i] rounded to bf16 (round to nearest even), and back to fp32.
+void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t stream);
+void from_bf16(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t stream);
+
 // One empty kernel of one thread: the launch overhead.
 void launch_empty(cudaStream_t stream);
 

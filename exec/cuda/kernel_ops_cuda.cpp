@@ -11,6 +11,7 @@
 
 #include "exec/cuda/check.hpp"
 #include "exec/cuda/device.hpp"
+#include "exec/cuda/device_kernels.hpp"
 #include "exec/cuda/nccl_comm.hpp"
 #include "exec/mpi_env.hpp"
 #include "kernels/cuda/kernels.hpp"
@@ -19,12 +20,12 @@ namespace megascope::exec::cuda {
 
 namespace ku = megascope::kernels::cuda;
 
-CudaKernelOps::CudaKernelOps() {
+CudaKernelOps::CudaKernelOps(bool bf16_gemms) : bf16_(bf16_gemms) {
   require_device();
   MEGASCOPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   MEGASCOPE_CUDA_CHECK(cudaMallocManaged(reinterpret_cast<void**>(&acc_), sizeof(double)));
   const DeviceInfo d = device_info();
-  name_ = fmt::format("cuda: {} (cc {}.{})", d.name, d.cc_major, d.cc_minor);
+  name_ = fmt::format("cuda: {} (cc {}.{}){}", d.name, d.cc_major, d.cc_minor, bf16_ ? ", bf16 GEMMs" : "");
 }
 
 CudaKernelOps::~CudaKernelOps() {
@@ -37,21 +38,50 @@ void CudaKernelOps::done() {
   MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+bf16* CudaKernelOps::staged(int slot, const float* x, std::int64_t n) {
+  if (x == nullptr) return nullptr;
+  DeviceBuffer<bf16>& b = scratch_[static_cast<std::size_t>(slot)];
+  if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<bf16>(static_cast<std::size_t>(n));
+  to_bf16(b.get(), x, n, stream_);
+  return b.get();
+}
+
+bf16* CudaKernelOps::output(std::int64_t n) {
+  DeviceBuffer<bf16>& b = scratch_[3];
+  if (b.size() < static_cast<std::size_t>(n)) b = DeviceBuffer<bf16>(static_cast<std::size_t>(n));
+  return b.get();
+}
+
 void CudaKernelOps::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t N,
                                    std::int64_t C, std::int64_t OC) {
-  gemm_.forward<float>(out, inp, weight, bias, N, C, OC, stream_);
+  if (!bf16_) {
+    gemm_.forward<float>(out, inp, weight, bias, N, C, OC, stream_);
+  } else {
+    const bf16 *a = staged(0, inp, N * C), *w = staged(1, weight, OC * C), *b = staged(2, bias, OC);
+    gemm_.forward<bf16>(output(N * OC), a, w, b, N, C, OC, stream_);
+    from_bf16(out, scratch_[3].get(), N * OC, stream_);
+  }
   done();
 }
 
 void CudaKernelOps::matmul_backward_input(float* dinp, const float* dout, const float* weight, std::int64_t N,
                                           std::int64_t C, std::int64_t OC) {
-  gemm_.backward_input<float>(dinp, dout, weight, N, C, OC, stream_);
+  if (!bf16_) {
+    gemm_.backward_input<float>(dinp, dout, weight, N, C, OC, stream_);
+  } else {
+    const bf16 *g = staged(0, dout, N * OC), *w = staged(1, weight, OC * C);
+    gemm_.backward_input<bf16>(output(N * C), g, w, N, C, OC, stream_);
+    from_bf16(dinp, scratch_[3].get(), N * C, stream_);
+  }
   done();
 }
 
 void CudaKernelOps::matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
                                            std::int64_t N, std::int64_t C, std::int64_t OC) {
-  gemm_.backward_weight<float>(dweight, dbias, dout, inp, N, C, OC, stream_);
+  if (!bf16_)
+    gemm_.backward_weight<float>(dweight, dbias, dout, inp, N, C, OC, stream_);
+  else   // bf16 operands, the fp32 gradient accumulates (Megatron-LM's main_grad)
+    gemm_.backward_weight<bf16>(dweight, dbias, staged(0, dout, N * OC), staged(1, inp, N * C), N, C, OC, stream_);
   done();
 }
 
@@ -282,7 +312,7 @@ Result<std::vector<StepLog>> run_cuda_training(const Setup& s, const Program& p,
     pooled.largest_required_pool_block = std::size_t{64} << 20;
     std::pmr::synchronized_pool_resource pool(pooled, &managed);
     ManagedDefault scope(&pool);
-    CudaKernelOps ops;
+    CudaKernelOps ops(o.bf16);
     return run_training(s, p, o, out, ops, true);
   } catch (const std::exception& e) {
     if (env.size() == 1) throw;

@@ -16,8 +16,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <memory_resource>
 
+#include "exec/cuda/device.hpp"
 #include "exec/cuda/gemm.hpp"
 #include "exec/kernel_ops.hpp"
 #include "exec/runner.hpp"
@@ -26,7 +28,7 @@ namespace megascope::exec::cuda {
 
 class CudaKernelOps final : public KernelOps {
  public:
-  CudaKernelOps();
+  explicit CudaKernelOps(bool bf16_gemms = false);   // bf16 GEMMs: exec/kernel_ops.hpp
   ~CudaKernelOps() override;
   CudaKernelOps(const CudaKernelOps&) = delete;
   CudaKernelOps& operator=(const CudaKernelOps&) = delete;
@@ -36,6 +38,11 @@ class CudaKernelOps final : public KernelOps {
 
  private:
   void done();  // waits for the stream (and surfaces an asynchronous error)
+  // x[0, n) converted to bf16 in scratch slot `slot` (grown as needed); null stays null.
+  bf16* staged(int slot, const float* x, std::int64_t n);
+  bf16* output(std::int64_t n);   // scratch slot 3, at least n elements
+  bool bf16_ = false;
+  std::array<DeviceBuffer<bf16>, 4> scratch_;   // operands (0-2) and the bf16 output (3)
   cudaStream_t stream_ = nullptr;
   Gemm gemm_;
   double* acc_ = nullptr;  // sum_squares's accumulator (managed)

@@ -52,6 +52,7 @@ TEST_CASE("run --backend cuda refuses the cpu backend's training options and a b
       {{"--checkpoint-dir", "ckpt"}, "--checkpoint-dir: the cuda backend"},
       {{"--checkpoint-dir", "ckpt", "--resume"}, "--checkpoint-dir: the cuda backend"},
       {{"--inject-failure", "1:1"}, "--inject-failure: the cuda backend"},
+      {{"--bf16"}, "--bf16: a training option (the cpu backend, or --backend cuda --train)"},
   };
   for (const auto& [extra, message] : cases) {
     std::vector<std::string> args = base;
@@ -79,10 +80,14 @@ TEST_CASE("run --backend cuda --train without a device: status 1, the error name
     WARN("a CUDA device is present: not testing the no-device error");
     return;
   }
-  const auto r = megascope::test::run({"run", "--backend", "cuda", "--train", "--model", "tiny-gpt"});
-  CHECK(r.code == 1);
-  CHECK_THAT(r.err, StartsWith("megascope run: error: --backend: cuda: no CUDA device ("));
-  CHECK(lines(r.err) == 1);
+  for (const bool bf16 : {false, true}) {
+    std::vector<std::string> args = {"run", "--backend", "cuda", "--train", "--model", "tiny-gpt"};
+    if (bf16) args.push_back("--bf16");
+    const auto r = megascope::test::run(args);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, StartsWith("megascope run: error: --backend: cuda: no CUDA device ("));
+    CHECK(lines(r.err) == 1);
+  }
   const auto cpu = megascope::test::run({"run", "--train", "--model", "tiny-gpt"});
   CHECK(cpu.code == 2);
   CHECK_THAT(cpu.err, Contains("--train selects training on --backend cuda"));
