@@ -14,7 +14,9 @@
 // needs root): on a machine shared with other work, a negative N lets the
 // ranks run closer to an otherwise idle machine (the load column says how
 // busy the machine was).
-// Measured step time: the median of the steps after the first `warmup` (the
+// Measured step time (default 15 steps after 2 warm-up ones: this VM's speed
+// dips for seconds at a time, and 5 steps let one dip move the median): the
+// median of the steps after the first `warmup` (the
 // executor prints every step's time: the slowest rank's). Load: the
 // machine's 1-minute load average just before the run; above np - 1 (the
 // ranks' own load) other work competed with the ranks for the cores.
@@ -81,7 +83,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int np = 2, steps = 5, warmup = 2;
+  int np = 2, steps = 15, warmup = 2;
   std::string only, dir = (std::filesystem::temp_directory_path() / "megascope-executor-bench").string();
   bool keep = false;
   std::optional<int> nice;
