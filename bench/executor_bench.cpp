@@ -8,7 +8,14 @@
 // during the run, the op kinds with the largest errors), then the rows as
 // JSON. Not a test.
 //
-//   ./build/bench/executor_bench [--np N] [--steps N] [--warmup N] [--case TEXT] [--dir DIR] [--keep] [--nice N]
+//   ./build/bench/executor_bench [--np N] [--steps N] [--warmup N] [--rounds N] [--case TEXT] [--dir DIR] [--keep] [--nice N]
+//
+// --rounds N (default 3) repeats the whole loop (calibrate, then run and
+// simulate every plan) N times; a plan's predicted and measured times are the
+// medians over the rounds, and its row lists each round's error. On this VM
+// the speed of the same kernel drifts by 10-50% over seconds to minutes, so a
+// calibration and a run minutes apart can disagree by that much whatever the
+// model; the rounds show that spread and their medians damp it.
 //
 // --nice N runs calibrate and the measured runs under `nice -n N` (N < 0
 // needs root): on a machine shared with other work, a negative N lets the
@@ -74,8 +81,9 @@ struct Case {
 
 struct Row {
   std::string name;
-  double predicted_s = 0, measured_s = 0, error = 0, load = 0;
-  std::vector<double> steps;
+  double predicted_s = 0, measured_s = 0, error = 0, load = 0;   // medians over the rounds
+  std::vector<double> predicted_rounds, measured_rounds, loads;
+  std::vector<double> steps;                                       // the last round's
   nlohmann::json kinds = nlohmann::json::array();   // compare's per-kind rows
   std::string failure;
 };
@@ -83,7 +91,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int np = 2, steps = 15, warmup = 2;
+  int np = 2, steps = 15, warmup = 2, rounds = 3;
   std::string only, dir = (std::filesystem::temp_directory_path() / "megascope-executor-bench").string();
   bool keep = false;
   std::optional<int> nice;
@@ -92,13 +100,15 @@ int main(int argc, char** argv) {
     if (a == "--np" && i + 1 < argc) np = std::max(1, std::atoi(argv[++i]));
     else if (a == "--steps" && i + 1 < argc) steps = std::max(1, std::atoi(argv[++i]));
     else if (a == "--warmup" && i + 1 < argc) warmup = std::max(0, std::atoi(argv[++i]));
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--case" && i + 1 < argc) only = argv[++i];
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--keep") keep = true;
     else if (a == "--nice" && i + 1 < argc) nice = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: executor_bench [--np N] [--steps N] [--warmup N] [--case TEXT] [--dir DIR] [--keep] [--nice N]\n");
+                   "usage: executor_bench [--np N] [--steps N] [--warmup N] [--rounds N] [--case TEXT] [--dir DIR] [--keep] "
+                   "[--nice N]\n");
       return 2;
     }
   }
@@ -119,62 +129,74 @@ int main(int argc, char** argv) {
   for (const Case& c : cases)
     if (wanted(c) && std::find(models.begin(), models.end(), c.model) == models.end()) models.push_back(c.model);
   std::vector<double> calibrate_s;
-  for (const std::string& m : models) {
-    const std::string cmd = fmt::format("{} {} calibrate --backend cpu --models {} --tp 1,{} -o {}/{}.toml "
-                                        "--cluster-output {}/{}-cluster.toml",
-                                        mpirun, bin, m, np, dir, m, dir, m);
-    std::fprintf(stderr, "%s\n", cmd.c_str());
-    const Launch l = shell(cmd);
-    if (l.status != 0) {
-      std::fprintf(stderr, "calibrate failed:\n%s\n", l.output.c_str());
-      return 1;
-    }
-    std::fprintf(stderr, "%s", l.output.c_str());
-    calibrate_s.push_back(l.wall_s);
-  }
-
   std::vector<Row> rows;
-  for (const Case& c : cases) {
-    if (!wanted(c)) continue;
-    Row row;
-    row.name = fmt::format("{} {} gb{}", c.model, c.plan, c.global_batch);
-    const std::string tag = fmt::format("{}/{}-{}", dir, c.model, c.plan);
-    const std::string run = fmt::format("{} {} run --backend cpu --model {} --plan {} --global-batch {} --steps {} --json "
-                                        "--trace {}-measured.json",
-                                        mpirun, bin, c.model, c.plan, c.global_batch, steps + warmup, tag);
-    std::fprintf(stderr, "%s\n", run.c_str());
-    double load[1] = {0};
-    if (getloadavg(load, 1) == 1) row.load = load[0];
-    const Launch r = shell(run);
-    const nlohmann::json rj = json_of(r);
-    if (r.status != 0 || !rj.contains("steps")) {
-      row.failure = "run failed: " + r.output.substr(0, 400);
-      rows.push_back(row);
-      continue;
+  for (const Case& c : cases)
+    if (wanted(c)) rows.push_back({fmt::format("{} {} gb{}", c.model, c.plan, c.global_batch)});
+  for (int round = 0; round < rounds; ++round) {
+    for (const std::string& m : models) {
+      const std::string cmd = fmt::format("{} {} calibrate --backend cpu --models {} --tp 1,{} -o {}/{}.toml "
+                                          "--cluster-output {}/{}-cluster.toml",
+                                          mpirun, bin, m, np, dir, m, dir, m);
+      std::fprintf(stderr, "%s\n", cmd.c_str());
+      const Launch l = shell(cmd);
+      if (l.status != 0) {
+        std::fprintf(stderr, "calibrate failed:\n%s\n", l.output.c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "%s", l.output.c_str());
+      calibrate_s.push_back(l.wall_s);
     }
-    for (const auto& s : rj["steps"]) row.steps.push_back(s.at("step_time_s").get<double>());
-    row.measured_s = median(std::vector<double>(row.steps.begin() + std::min<std::ptrdiff_t>(warmup, static_cast<std::ptrdiff_t>(row.steps.size()) - 1),
-                                                row.steps.end()));
-    const std::string sim = fmt::format("{} simulate --model {} --cluster {}/{}-cluster.toml --gpus {} --plan {} "
-                                        "--global-batch {} --calibration {}/{}.toml --mode full --trace {}-simulated.json --json",
-                                        bin, c.model, dir, c.model, np, c.plan, c.global_batch, dir, c.model, tag);
-    const Launch s = shell(sim);
-    const nlohmann::json sj = json_of(s);
-    if (s.status != 0 || !sj.contains("step_time_s")) {
-      row.failure = "simulate failed: " + s.output.substr(0, 400);
-      rows.push_back(row);
-      continue;
+
+    std::size_t at = 0;
+    for (const Case& c : cases) {
+      if (!wanted(c)) continue;
+      Row& row = rows[at++];
+      if (!row.failure.empty()) continue;
+      const std::string tag = fmt::format("{}/{}-{}", dir, c.model, c.plan);
+      const std::string run = fmt::format("{} {} run --backend cpu --model {} --plan {} --global-batch {} --steps {} --json "
+                                          "--trace {}-measured.json",
+                                          mpirun, bin, c.model, c.plan, c.global_batch, steps + warmup, tag);
+      std::fprintf(stderr, "%s\n", run.c_str());
+      double load[1] = {0};
+      if (getloadavg(load, 1) == 1) row.loads.push_back(load[0]);
+      const Launch r = shell(run);
+      const nlohmann::json rj = json_of(r);
+      if (r.status != 0 || !rj.contains("steps")) {
+        row.failure = "run failed: " + r.output.substr(0, 400);
+        continue;
+      }
+      row.steps.clear();
+      for (const auto& s : rj["steps"]) row.steps.push_back(s.at("step_time_s").get<double>());
+      row.measured_rounds.push_back(median(std::vector<double>(
+          row.steps.begin() + std::min<std::ptrdiff_t>(warmup, static_cast<std::ptrdiff_t>(row.steps.size()) - 1),
+          row.steps.end())));
+      const std::string sim = fmt::format("{} simulate --model {} --cluster {}/{}-cluster.toml --gpus {} --plan {} "
+                                          "--global-batch {} --calibration {}/{}.toml --mode full --trace {}-simulated.json --json",
+                                          bin, c.model, dir, c.model, np, c.plan, c.global_batch, dir, c.model, tag);
+      const Launch s = shell(sim);
+      const nlohmann::json sj = json_of(s);
+      if (s.status != 0 || !sj.contains("step_time_s")) {
+        row.failure = "simulate failed: " + s.output.substr(0, 400);
+        continue;
+      }
+      row.predicted_rounds.push_back(sj["step_time_s"].get<double>());
+      const Launch cmp = shell(fmt::format("{} compare --json {}-simulated.json {}-measured.json", bin, tag, tag));
+      const nlohmann::json cj = json_of(cmp);
+      if (cmp.status == 0 && cj.contains("kinds")) row.kinds = cj["kinds"];
     }
-    row.predicted_s = sj["step_time_s"].get<double>();
+  }   // rounds
+  for (Row& row : rows) {
+    if (!row.failure.empty()) continue;
+    row.predicted_s = median(row.predicted_rounds);
+    row.measured_s = median(row.measured_rounds);
+    row.load = median(row.loads);
     row.error = (row.predicted_s - row.measured_s) / row.measured_s;
-    const Launch cmp = shell(fmt::format("{} compare --json {}-simulated.json {}-measured.json", bin, tag, tag));
-    const nlohmann::json cj = json_of(cmp);
-    if (cmp.status == 0 && cj.contains("kinds")) row.kinds = cj["kinds"];
-    rows.push_back(row);
   }
 
-  std::printf("%-28s %10s %10s %8s %6s  %s\n", "plan", "predicted", "measured", "error", "load", "op kinds (compare, last step)");
-  std::printf("%-28s %10s %10s %8s %6s  %s\n", "", "s", "s", "%", "1 min", "kind: simulated vs measured s, error");
+  std::printf("%-28s %10s %10s %8s %6s  %-22s %s\n", "plan", "predicted", "measured", "error", "load", "rounds",
+              "op kinds (compare, last round's last step)");
+  std::printf("%-28s %10s %10s %8s %6s  %-22s %s\n", "", "s", "s", "%", "1 min", "error per round, %",
+              "kind: simulated vs measured s, error");
   nlohmann::json out = nlohmann::json::array();
   double abs_sum = 0;
   int ok = 0;
@@ -192,15 +214,22 @@ int main(int argc, char** argv) {
       kinds += fmt::format("{}{} {:.3f}/{:.3f} {}", i ? "; " : "", k.value("kind", "?"), k.value("simulated_s", 0.0),
                            k.value("measured_s", 0.0), err);
     }
-    std::printf("%-28s %10.4f %10.4f %+7.1f%% %6.2f  %s\n", r.name.c_str(), r.predicted_s, r.measured_s, 100 * r.error,
-                r.load, kinds.c_str());
+    std::string per_round;
+    for (std::size_t i = 0; i < r.predicted_rounds.size(); ++i)
+      per_round += fmt::format("{}{:+.0f}", i ? " " : "",
+                               100 * (r.predicted_rounds[i] - r.measured_rounds[i]) / r.measured_rounds[i]);
+    std::printf("%-28s %10.4f %10.4f %+7.1f%% %6.2f  %-22s %s\n", r.name.c_str(), r.predicted_s, r.measured_s,
+                100 * r.error, r.load, per_round.c_str(), kinds.c_str());
     abs_sum += std::abs(r.error);
     ++ok;
     out.push_back({{"plan", r.name}, {"predicted_s", r.predicted_s}, {"measured_s", r.measured_s}, {"error", r.error},
+                   {"predicted_rounds_s", r.predicted_rounds}, {"measured_rounds_s", r.measured_rounds},
                    {"measured_steps_s", r.steps}, {"load", r.load}, {"kinds", r.kinds}});
   }
-  if (ok) std::printf("mean absolute error %.1f%% over %d plans (%d ranks, median of %d steps after %d warm-up)\n",
-                      100 * abs_sum / ok, ok, np, steps, warmup);
+  if (ok)
+    std::printf("mean absolute error %.1f%% over %d plans (%d ranks; per plan the median over %d rounds of calibrate, run "
+                "and simulate; a run's time: the median of %d steps after %d warm-up)\n",
+                100 * abs_sum / ok, ok, np, rounds, steps, warmup);
   std::printf("%s\n", nlohmann::json{{"rows", out}, {"np", np}, {"calibrate_s", calibrate_s}, {"nice", nice ? *nice : 0}}
                           .dump()
                           .c_str());
