@@ -118,7 +118,7 @@ Result<Cases> make_cases(const CalibrateOptions& o, const ClusterSpec& base, int
         d.gemm_uses.push_back(0);
       }
   for (const auto& [kernel, rows, width, drop] : memory)
-    d.memory.push_back({static_cast<exec::MemoryKernel>(kernel), rows, width, drop});
+    d.memory.push_back({static_cast<exec::MemoryKernel>(kernel), rows, width, drop, true});
   for (std::int64_t n : o.quick ? std::vector<std::int64_t>{1 << 14} : std::vector<std::int64_t>{1 << 14, 1 << 16, 1 << 18})
     d.memory.push_back({exec::MemoryKernel::adamw, n, 1});
   for (const auto& [b, heads, kv, seq, dim, bwd, rope] : attention)

@@ -54,6 +54,7 @@ Result<GpuCases> make_cases(const std::vector<std::string>& models, const std::v
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> uses;
   std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, bool>> attention;
   std::set<std::tuple<int, std::int64_t, std::int64_t>> memory;
+  std::set<std::tuple<int, std::int64_t, std::int64_t, float>> program_memory;   // sizes the Programs use, with the dropout
   using K = exec::MemoryKernel;
   for (const std::string& name : models) {
     auto model = resolve_model(name);
@@ -89,14 +90,15 @@ Result<GpuCases> make_cases(const std::vector<std::string>& models, const std::v
         const std::int64_t T = s->seq_length * mbs, h = m.hidden_size, f = m.ffn_hidden_size / tp,
                            V = s->padded_vocab / tp;
         const bool ln = m.norm == Norm::layernorm, swiglu = m.activation == Activation::swiglu;
+        const auto drop = static_cast<float>(m.hidden_dropout);
         for (std::int64_t rows : {T, T / tp})
           for (K kk : {ln ? K::layernorm_fwd : K::rmsnorm_fwd, ln ? K::layernorm_bwd : K::rmsnorm_bwd,
                        K::bias_dropout_add_fwd, K::bias_dropout_add_bwd, K::embedding_fwd, K::embedding_bwd})
-            memory.insert({static_cast<int>(kk), rows, h});
-        memory.insert({static_cast<int>(swiglu ? K::swiglu_fwd : K::gelu_fwd), T, f});
-        memory.insert({static_cast<int>(swiglu ? K::swiglu_bwd : K::gelu_bwd), T, f});
-        memory.insert({static_cast<int>(K::cross_entropy_fwd), T, V});
-        memory.insert({static_cast<int>(K::cross_entropy_bwd), T, V});
+            program_memory.insert({static_cast<int>(kk), rows, h, drop});
+        program_memory.insert({static_cast<int>(swiglu ? K::swiglu_fwd : K::gelu_fwd), T, f, drop});
+        program_memory.insert({static_cast<int>(swiglu ? K::swiglu_bwd : K::gelu_bwd), T, f, drop});
+        program_memory.insert({static_cast<int>(K::cross_entropy_fwd), T, V, drop});
+        program_memory.insert({static_cast<int>(K::cross_entropy_bwd), T, V, drop});
       }
   }
   for (const auto& [key, n] : uses) {
@@ -124,7 +126,16 @@ Result<GpuCases> make_cases(const std::vector<std::string>& models, const std::v
       memory.insert({kk, ce ? std::min<std::int64_t>(rows, 4096) : rows, ce ? 32768 : 4096});
     }
   }
-  for (const auto& [kernel, rows, width] : memory) d.memory.push_back({static_cast<K>(kernel), rows, width});
+  // The Programs' own sizes (exact entries, with the model's dropout), then
+  // the size sweep (the bandwidth fit only) where it adds a size.
+  for (const auto& [kernel, rows, width, drop] : program_memory)
+    d.memory.push_back({static_cast<K>(kernel), rows, width, drop, true});
+  for (const auto& [kernel, rows, width] : memory) {
+    bool listed = false;
+    for (const auto& pm : program_memory)
+      listed = listed || (std::get<0>(pm) == kernel && std::get<1>(pm) == rows && std::get<2>(pm) == width);
+    if (!listed) d.memory.push_back({static_cast<K>(kernel), rows, width});
+  }
   for (std::int64_t n : quick ? std::vector<std::int64_t>{1 << 22} : std::vector<std::int64_t>{1 << 20, 1 << 24, 1 << 27})
     d.memory.push_back({K::adamw, n, 1});
   for (const auto& [b, heads, kv, seq, dim, bwd, rope] : attention)

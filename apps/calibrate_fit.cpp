@@ -99,18 +99,31 @@ void fit_memory(const CalibrationData& d, CalibrationFit& f) {
         0.0, 0.5 * t_min);
   }
   f.profile.launch_overhead_s = L;
-  // The Programs' own kernels (every case but the optimizer's size sweep) as
-  // measured entries, keyed as the cost model looks them up: (kind, Program
-  // bytes). Two kernels with the same key share the mean of their times.
-  std::map<std::pair<MemoryOp, std::int64_t>, std::pair<double, int>> exact;
+  // The kernels measured at a Program's own size as measured entries, keyed
+  // as the cost model looks them up: (kind, Program bytes). A key that two
+  // different kernels share (a forward and a backward, LayerNorm and RMSNorm
+  // of two models, or one kernel at two dropout probabilities) is left out:
+  // the kind's bandwidth prices it.
+  struct Exact {
+    double seconds = 0;
+    exec::MemoryKernel kernel = exec::MemoryKernel::adamw;
+    float dropout = 0;
+    bool ambiguous = false;
+  };
+  std::map<std::pair<MemoryOp, std::int64_t>, Exact> exact;
   for (std::size_t i = 0; i < d.memory.size(); ++i) {
     const exec::MemoryCase& c = d.memory[i];
-    if (c.kernel == exec::MemoryKernel::adamw || !(d.memory_t[i].seconds > 0)) continue;
-    auto& e = exact[{exec::memory_op_of(c.kernel), std::llround(exec::program_bytes(c.kernel, c.rows, c.width))}];
-    e.first += d.memory_t[i].seconds;
-    e.second += 1;
+    if (!c.program || !(d.memory_t[i].seconds > 0)) continue;
+    const bool drops = c.kernel == exec::MemoryKernel::bias_dropout_add_fwd ||
+                       c.kernel == exec::MemoryKernel::bias_dropout_add_bwd;
+    const float dropout = drops ? c.dropout : 0.0f;   // the other kernels ignore it
+    const std::pair<MemoryOp, std::int64_t> key{exec::memory_op_of(c.kernel),
+                                                std::llround(exec::program_bytes(c.kernel, c.rows, c.width))};
+    auto [it, fresh] = exact.try_emplace(key, Exact{d.memory_t[i].seconds, c.kernel, dropout, false});
+    if (!fresh && (it->second.kernel != c.kernel || it->second.dropout != dropout)) it->second.ambiguous = true;
   }
-  for (const auto& [key, e] : exact) f.profile.memory_seconds[key] = e.first / e.second;
+  for (const auto& [key, e] : exact)
+    if (!e.ambiguous) f.profile.memory_seconds[key] = e.seconds;
   for (const auto& [op, pts] : by_kind) {
     f.profile.memory_Bps[op] = bw[op];
     double s = 0;

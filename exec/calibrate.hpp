@@ -63,6 +63,7 @@ struct MemoryCase {
   MemoryKernel kernel = MemoryKernel::layernorm_fwd;
   std::int64_t rows = 0, width = 0;
   float dropout = 0.1f;     // bias_dropout_add: the model's hidden dropout (0 takes the kernel's no-mask path)
+  bool program = false;     // at a size a Program uses: also written as an exact [[memory.measured]] entry
 };
 
 // Fused attention as the executor runs it: attention_forward / _backward on

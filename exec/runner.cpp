@@ -34,8 +34,8 @@ namespace {
 // ---- checkpoints: one file per rank per step, written then renamed ----
 
 std::string checkpoint_header(const RunOptions& o, int world, int rank) {
-  return fmt::format("megascope-checkpoint 2\nplan {}\nmodel {}\nworld {}\nrank {}\n", o.plan_text, o.model_name, world,
-                     rank);
+  return fmt::format("megascope-checkpoint 3\nplan {}\nmodel {}\nworld {}\nrank {}\ngemms {}\n", o.plan_text, o.model_name,
+                     world, rank, o.bf16 ? "bf16" : "fp32");
 }
 
 std::filesystem::path rank_file(const std::string& dir, int step, int rank) {
@@ -92,7 +92,8 @@ Result<void> load_rank(const std::string& dir, int step, int rank, int world, co
   std::string got(want.size(), '\0');
   f.read(got.data(), static_cast<std::streamsize>(got.size()));
   if (got != want)
-    return fail("--resume", fmt::format("{}: written by another plan, model or world size (expected:\n{}found:\n{})",
+    return fail("--resume", fmt::format("{}: written by another plan, model, world size or GEMM precision (--bf16) "
+                                        "(expected:\n{}found:\n{})",
                                         path.string(), want, got));
   std::int32_t saved = 0;
   f.read(reinterpret_cast<char*>(&saved), sizeof(saved));

@@ -73,6 +73,23 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
   auto file = sim::load_cost_profile(profile);
   REQUIRE(file);
   CHECK_THAT(file->source, Catch::Contains("megascope calibrate --backend cpu"));
+  {
+    // Two models of the same widths: LayerNorm (tiny-gpt) and RMSNorm (tiny-llama) share a key,
+    // as do a bias-dropout-add at p = 0.1 and at p = 0: no exact entry for those, the bandwidth
+    // prices them; a kernel both use alike (cross-entropy) keeps its entry.
+    const std::string both = (s.dir / "both.toml").string();
+    const Launch b = shell(fmt::format("{} calibrate --backend cpu --no-reference-run --models tiny-gpt,tiny-llama "
+                                       "--tp 1 --micro-batches 1 -o {}",
+                                       MEGASCOPE_BINARY, both));
+    INFO(b.output);
+    REQUIRE(b.status == 0);
+    auto two = sim::load_cost_profile(both);
+    REQUIRE(two);
+    CHECK_FALSE(two->memory_seconds.count({MemoryOp::norm, 4 * 64 * 64}));
+    CHECK_FALSE(two->memory_seconds.count({MemoryOp::dropout_residual, 6 * 64 * 64}));
+    CHECK(two->memory_seconds.count({MemoryOp::cross_entropy, 12 * 64 * 256}));
+    CHECK(file->memory_seconds.count({MemoryOp::dropout_residual, 6 * 64 * 64}));
+  }
   CHECK(file->gemm_seconds.size() >= 4);          // the tiny-gpt Program's exact shapes
   CHECK(file->memory_Bps.count(MemoryOp::norm));
   CHECK(file->memory_Bps.count(MemoryOp::optimizer));

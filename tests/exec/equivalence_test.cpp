@@ -148,6 +148,11 @@ TEST_CASE("A run stopped after a checkpoint and resumed continues with the same 
                                      MEGASCOPE_BINARY, dir.string()));
   CHECK(l.status != 0);
   CHECK_THAT(l.output, Catch::Contains("rank-0.bin: written by another plan"));
+  // So does the same plan with bf16 GEMMs: it would not continue with the same losses.
+  const Launch bf16 = shell(fmt::format("{} {} run --model tiny-llama --plan dp=2,distopt=on --checkpoint-dir {} --resume --bf16",
+                                        mpirun(2), MEGASCOPE_BINARY, dir.string()));
+  CHECK(bf16.status != 0);
+  CHECK_THAT(bf16.output, Catch::Contains("GEMM precision (--bf16)") && Catch::Contains("gemms fp32"));
   std::filesystem::remove_all(dir);
 }
 
