@@ -85,7 +85,9 @@ double tokens_of(const Setup& s) {
 
 // The embedding dropout's bytes (read, write and a 1-byte mask per element,
 // on the sequence-parallel shard with SP); none without dropout, where
-// PyTorch's dropout returns its input.
+// PyTorch's dropout returns its input. No executor kernel has exactly this
+// shape: calibration prices it at the dropout_residual bandwidth, and the
+// GPU replay stands in a bias-dropout-add of the nearest byte count.
 double embedding_dropout_bytes(const Setup& s, double per_element) {
   if (!(s.model.hidden_dropout > 0)) return 0;
   const double rows = s.sequence_parallel ? tokens_of(s) / s.plan.tp : tokens_of(s);
