@@ -95,37 +95,53 @@ std::optional<TomlReader> section(const toml::table& root, std::string_view name
   return std::nullopt;
 }
 
-void read_measured(TomlReader& g, const toml::array& list, const std::string& file, const Shared& first,
-                   CostProfile& out) {
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> seen;
+// Calls f(reader, node) on each entry of an array of tables ([[name]]) until
+// f returns false; an entry that is not a table is an error.
+template <class F>
+void each_entry(TomlReader& r, const toml::array& list, const char* name, const char* keys, const std::string& file,
+                const Shared& first, F f) {
   for (std::size_t i = 0; i < list.size(); ++i) {
     const toml::node& node = *list.get(i);
     const toml::table* t = node.as_table();
     if (!t) {
-      g.fail_at_node(node, "measured", "each entry must be a table {m, n, k, dtype, seconds} ([[gemm.measured]])");
+      r.fail_at_node(node, "measured", fmt::format("each entry must be a table {{{}}} ([[{}]])", keys, name));
       return;
     }
-    TomlReader e(*t, fmt::format("gemm.measured[{}]", i), file, first);
+    TomlReader e(*t, fmt::format("{}[{}]", name, i), file, first);
+    if (!f(e, node)) return;
+  }
+}
+
+// An entry's `seconds`: required, positive.
+double seconds_of(TomlReader& e) {
+  const double seconds = e.number("seconds");
+  if (e.ok() && !(seconds > 0)) e.fail_at("seconds", fmt::format("must be positive, found {}", seconds));
+  return seconds;
+}
+
+void read_measured(TomlReader& g, const toml::array& list, const std::string& file, const Shared& first,
+                   CostProfile& out) {
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> seen;
+  each_entry(g, list, "gemm.measured", "m, n, k, dtype, seconds", file, first, [&](TomlReader& e, const toml::node& node) {
     std::int64_t dims[3] = {0, 0, 0};
     const char* names[3] = {"m", "n", "k"};
     for (int d = 0; d < 3; ++d) {
       dims[d] = e.integer(names[d]);
-      if (e.ok() && dims[d] < 1)
-        e.fail_at(names[d], fmt::format("must be 1 or more, found {}", dims[d]));
+      if (e.ok() && dims[d] < 1) e.fail_at(names[d], fmt::format("must be 1 or more, found {}", dims[d]));
     }
     const Precision dtype = e.choice<Precision>("dtype", parse_dtype, "\"bf16\", \"fp8\"", Precision::bf16);
-    const double seconds = e.number("seconds");
-    if (e.ok() && !(seconds > 0)) e.fail_at("seconds", fmt::format("must be positive, found {}", seconds));
-    if (e.finish()) return;
+    const double seconds = seconds_of(e);
+    if (e.finish()) return false;
     const auto key = std::make_tuple(dims[0], dims[1], dims[2], static_cast<int>(dtype));
     if (seen.count(key)) {
       e.fail_at_node(node, "m",
                      fmt::format("shape {}x{}x{} {} is measured twice", dims[0], dims[1], dims[2],
                                  dtype == Precision::fp8 ? "fp8" : "bf16"));
-      return;
+      return false;
     }
     seen[key] = seconds;
-  }
+    return true;
+  });
   for (const auto& [key, seconds] : seen) out.gemm_seconds[key] = seconds;
 }
 
@@ -139,29 +155,22 @@ std::optional<MemoryOp> parse_memory_kind(std::string_view s) {
 void read_memory_measured(TomlReader& r, const toml::array& list, const std::string& file, const Shared& first,
                           CostProfile& out) {
   std::map<std::pair<MemoryOp, std::int64_t>, double> seen;
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const toml::node& node = *list.get(i);
-    const toml::table* t = node.as_table();
-    if (!t) {
-      r.fail_at_node(node, "measured", "each entry must be a table {kind, bytes, seconds} ([[memory.measured]])");
-      return;
-    }
-    TomlReader e(*t, fmt::format("memory.measured[{}]", i), file, first);
+  each_entry(r, list, "memory.measured", "kind, bytes, seconds", file, first, [&](TomlReader& e, const toml::node& node) {
     const MemoryOp kind = e.choice<MemoryOp>(
         "kind", parse_memory_kind,
         "\"norm\", \"activation\", \"dropout_residual\", \"embedding\", \"cross_entropy\", \"optimizer\", \"other\"",
         MemoryOp::other);
     const std::int64_t bytes = e.integer("bytes");
     if (e.ok() && bytes < 1) e.fail_at("bytes", fmt::format("must be 1 or more, found {}", bytes));
-    const double seconds = e.number("seconds");
-    if (e.ok() && !(seconds > 0)) e.fail_at("seconds", fmt::format("must be positive, found {}", seconds));
-    if (e.finish()) return;
+    const double seconds = seconds_of(e);
+    if (e.finish()) return false;
     if (seen.count({kind, bytes})) {
       e.fail_at_node(node, "bytes", fmt::format("a {} kernel of {} bytes is measured twice", memory_kind_name(kind), bytes));
-      return;
+      return false;
     }
     seen[{kind, bytes}] = seconds;
-  }
+    return true;
+  });
   for (const auto& [key, seconds] : seen) out.memory_seconds[key] = seconds;
 }
 
