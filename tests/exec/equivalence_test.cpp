@@ -156,6 +156,29 @@ TEST_CASE("A run stopped after a checkpoint and resumed continues with the same 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("A run killed mid-run resumes from its last whole checkpoint with the same losses", "[exec][mpi]") {
+  const auto dir = std::filesystem::temp_directory_path() / "megascope-test-ckpt-killed";
+  std::filesystem::remove_all(dir);
+  const std::vector<Step> straight = train("tiny-gpt", 2, "pp=2", 4);
+  // Checkpoints after steps 1 and 2; rank 1 dies abruptly as step 3 starts.
+  const Launch killed = shell(fmt::format("timeout 60 {} {} run --model tiny-gpt --plan pp=2 --steps 4 --global-batch 8 "
+                                          "--checkpoint-dir {} --save-every 1 --inject-failure 1:3",
+                                          mpirun(2), MEGASCOPE_BINARY, dir.string()));
+  INFO(killed.output);
+  CHECK(killed.status != 0);
+  CHECK(std::filesystem::exists(dir / "step-2" / "rank-0.bin"));
+  CHECK(std::filesystem::exists(dir / "step-2" / "rank-1.bin"));
+  CHECK_FALSE(std::filesystem::exists(dir / "step-3"));
+  std::ifstream latest(dir / "latest");
+  std::string last;
+  std::getline(latest, last);
+  CHECK_THAT(last, Catch::Contains("2"));
+  const std::vector<Step> rest = train("tiny-gpt", 2, "pp=2", 2, fmt::format("--checkpoint-dir {} --resume", dir.string()));
+  REQUIRE(straight.size() == 4);
+  check_same(rest, {straight[2], straight[3]});
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("A plan that does not match the world size or the executor fails before any work", "[exec][mpi]") {
   const Launch world = shell(fmt::format("{} {} run --model tiny-gpt --plan tp=2,pp=2", mpirun(2), MEGASCOPE_BINARY));
   CHECK(world.status != 0);
