@@ -88,6 +88,7 @@ void* Gemm::workspace(cudaStream_t stream) {
 
 Gemm::Plan& Gemm::plan(const Key& key) {
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  if (plans_.size() >= kGemmMaxPlans) plans_.clear();
   const auto [pass, dtype, N, C, OC, bias, align] = key;
   auto p = std::make_unique<Plan>();
   p->bias = bias;

@@ -60,6 +60,12 @@ enum class GemmDtype : std::uint8_t { fp32, bfloat16, fp8_e4m3 };
 const char* to_string(GemmDtype d);
 
 inline constexpr std::size_t kGemmWorkspaceBytes = 32u << 20;   // 32 MiB, as Megatron/TE give cuBLASLt on Hopper
+// Cached plans at most: MoE training meets a new expert row count N almost
+// every step, and an unbounded cache would grow for the whole run. When full,
+// the cache is emptied before the next plan is made (a plan is only used
+// within the call that looks it up; cuBLASLt reads its descriptors when the
+// matmul is enqueued).
+inline constexpr std::size_t kGemmMaxPlans = 1024;
 
 class Gemm {
  public:

@@ -69,6 +69,14 @@ TEST_CASE("cuBLASLt plans are cached per shape: a repeated call adds none", "[ex
   CHECK(gemm.cached_plans() == plans);
   check_linear<bf16>(gemm, {64, 48, 96}, true, 3);
   CHECK(gemm.cached_plans() == plans + 3);
+  // Bounded: MoE row counts change every step; past kGemmMaxPlans the cache starts again.
+  const std::size_t rows = xc::kGemmMaxPlans + 8;
+  DeviceBuffer<bf16> x(rows * 16), w(16 * 16), y(rows * 16);
+  for (std::int64_t n = 1; n <= static_cast<std::int64_t>(rows); ++n) {
+    gemm.forward<bf16>(y.get(), x.get(), w.get(), nullptr, n, 16, 16, nullptr);
+    CHECK(gemm.cached_plans() <= xc::kGemmMaxPlans);
+  }
+  MEGASCOPE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST_CASE("cuBLASLt empty dimensions behave as the CPU twin: bias rows, zeros, nothing", "[exec][gpu]") {
