@@ -131,7 +131,11 @@ int main(int argc, char** argv) {
   std::vector<double> calibrate_s;
   std::vector<Row> rows;
   for (const Case& c : cases)
-    if (wanted(c)) rows.push_back({fmt::format("{} {} gb{}", c.model, c.plan, c.global_batch)});
+    if (wanted(c)) {
+      Row row;
+      row.name = fmt::format("{} {} gb{}", c.model, c.plan, c.global_batch);
+      rows.push_back(row);
+    }
   for (int round = 0; round < rounds; ++round) {
     for (const std::string& m : models) {
       const std::string cmd = fmt::format("{} {} calibrate --backend cpu --models {} --tp 1,{} -o {}/{}.toml "
