@@ -369,8 +369,11 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),
                      res->ranked.size(), res->stage2_s);
-  if (res->ranked.empty()) {
-    out << "no plan fits";
+  if (res->ranked.empty() && res->evaluated == 0) {
+    out << "no legal plan: every combination below breaks a divisibility or schedule rule or a constraint "
+           "(the global batch must be a multiple of mbs x dp)\n";
+  } else if (res->ranked.empty()) {
+    out << "no plan fits in memory\n";
   } else {
     std::size_t width = 4;
     for (const planner::SimulatedPlan& p : res->ranked) width = std::max(width, plan_with_gpus(p).size());

@@ -74,6 +74,8 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));
   if (!cluster) return Err(usage("--cluster", "a cluster is required: --cluster NAME|FILE"));
   if (!have_plan) return Err(usage("--plan", "a plan is required: --plan \"tp=8,pp=2,...\"|FILE"));
+  if (o.global_batch && *o.global_batch < 1)
+    return Err(usage("--global-batch", fmt::format("must be >= 1, found {}", *o.global_batch)));
   if (o.global_batch) training.global_batch_size = *o.global_batch;
   if (o.seq_len) training.seq_length = *o.seq_len;
   if (!have_training && !o.global_batch)

@@ -115,6 +115,9 @@ TEST_CASE("Every kind of bad input exits 1 with one clear message and no output"
   expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--plan", "tp=1"}),
                    "--global-batch");
   expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--plan", "tp=1", "--global-batch", "8"}), "--cluster");
+  expect_one_error(run({"estimate", "--global-batch", "0"}), "--global-batch: must be >= 1, found 0");
+  expect_one_error(run({"simulate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--plan", "tp=1", "--global-batch", "-5"}),
+                   "--global-batch: must be >= 1, found -5");
 }
 
 TEST_CASE("Unknown options are usage errors (exit 2) and help exits 0", "[apps]") {

@@ -150,3 +150,19 @@ TEST_CASE("plan --uneven-stages: a pipeline that does not divide the layers gets
   REQUIRE(none.code == 0);
   CHECK(nlohmann::json::parse(none.out).at("ranked").empty());   // no even split of 36 layers over 8 ranks
 }
+
+TEST_CASE("plan says whether no plan is legal or no legal plan fits in memory", "[apps]") {
+  // 4096 GPUs for 8 sequences without CP: dp = 4096 / (tp x pp) >= 16 for every split of 36 layers.
+  std::vector<std::string> none = with(kSmall, {"--cp", "1"});
+  none[6] = "4096";
+  none[8] = "8";
+  const Run illegal = run(none);
+  REQUIRE(illegal.code == 0);
+  CHECK_THAT(illegal.out, Catch::Contains("no legal plan") && !Catch::Contains("fits in memory"));
+  CHECK_THAT(illegal.out, Catch::Contains(" 0 plans with every"));
+  // A 175B model on one node fits nowhere.
+  const Run big = run({"plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "8",
+                       "--no-progress"});
+  REQUIRE(big.code == 0);
+  CHECK_THAT(big.out, Catch::Contains("no plan fits in memory") && Catch::Contains("best plan rejected for memory"));
+}
