@@ -84,8 +84,8 @@ double program_bytes(MemoryKernel m, std::int64_t rows, std::int64_t width) {
     case MemoryKernel::bias_dropout_add_bwd: return 4 * e;
     case MemoryKernel::embedding_fwd: return 4 * e;
     case MemoryKernel::embedding_bwd: return 6 * e;
-    case MemoryKernel::cross_entropy_fwd: return 12 * e;
-    case MemoryKernel::cross_entropy_bwd: return 8 * e;
+    case MemoryKernel::cross_entropy_fwd: return kCrossEntropyFwdBytesPerLogit * e;
+    case MemoryKernel::cross_entropy_bwd: return kCrossEntropyBwdBytesPerLogit * e;
     case MemoryKernel::adamw: return 30 * e;
   }
   return e;

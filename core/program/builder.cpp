@@ -118,7 +118,7 @@ std::uint32_t output_forward(StageWriter& w, const Setup& s, const OpContext& ct
   return w.compute(OpLabel::output_loss, ctx,
                    {detail::memory(MemoryOp::norm, 4.0 * tokens * h), detail::gemm(T, V, s.model.hidden_size,
                                                                                    s.training.precision),
-                    detail::memory(MemoryOp::cross_entropy, 3.0 * 4.0 * tokens * static_cast<double>(V))},
+                    detail::memory(MemoryOp::cross_entropy, kCrossEntropyFwdBytesPerLogit * tokens * static_cast<double>(V))},
                    dep);
 }
 
@@ -128,7 +128,7 @@ std::uint32_t output_backward(StageWriter& w, const Setup& s, const OpContext& c
   const std::int64_t T = static_cast<std::int64_t>(tokens);
   const std::int64_t V = s.padded_vocab / s.plan.tp;
   std::uint32_t out = w.compute(OpLabel::output_loss, ctx,
-                                {detail::memory(MemoryOp::cross_entropy, 2.0 * 4.0 * tokens * static_cast<double>(V)),
+                                {detail::memory(MemoryOp::cross_entropy, kCrossEntropyBwdBytesPerLogit * tokens * static_cast<double>(V)),
                                  detail::gemm(T, s.model.hidden_size, V, s.training.precision)},
                                 dep);
   if (s.plan.tp > 1)

@@ -22,6 +22,17 @@ struct AttentionShape {
 
 enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embedding, cross_entropy, optimizer, other };
 
+// Bytes per logit (the local V / tp slice of each token) that Megatron-LM's
+// vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py,
+// unfused, the default) moves. Forward: the 16-bit logits cast to fp32 (read
+// 2, write 4), max (read 4), subtract the max in place (8), exp in place (8),
+// sum (4), divide by the sum in place (8): 38. Backward: scale the saved fp32
+// softmax by the loss gradient in place (8), then the cast's gradient back to
+// 16 bits (read 4, write 2): 14. The target gathers and the scatter into the
+// target column touch one value per token and are not counted.
+inline constexpr double kCrossEntropyFwdBytesPerLogit = 38.0;
+inline constexpr double kCrossEntropyBwdBytesPerLogit = 14.0;
+
 enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
 
 struct Kernel {
