@@ -51,7 +51,8 @@ struct PublishedRun {
   double tflops_per_gpu = 0;   // as published
 };
 
-// Narayanan Table 1: 2021, no fused attention, full recomputation; PyTorch DDP
+// Narayanan Table 1: 2021, no fused attention, full recomputation, and no
+// asynchronous TP all-reduce (added to Megatron-LM later); PyTorch DDP
 // ("torch") overlaps the gradient all-reduce, Megatron's "local" does not.
 inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
   std::vector<PublishedRun> out;
@@ -59,6 +60,7 @@ inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
     const int L = std::stoi(row.at("num_layers")), pp = std::stoi(row.at("pp"));
     std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused",
                                    row.at("tp"), row.at("pp"), row.at("micro_batch"));
+    if (row.at("tp") != "1") plan += ",tp_grad_overlap=off";
     if (row.at("ddp_impl") == "torch") plan += ",overlap_grad_reduce=on";
     if (!row.at("layers_per_virtual_stage").empty()) {
       const int vpp = L / pp / std::stoi(row.at("layers_per_virtual_stage"));

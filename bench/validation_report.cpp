@@ -128,6 +128,9 @@ int main(int argc, char** argv) {
   add("## Narayanan et al. 2021, Table 1 (A100, `dgx-a100`)");
   add("");
   add("TFLOP/s per GPU as the paper counts them (Eq. 3: hardware FLOPs with full recomputation, no causal halving).");
+  add("Plans: the sc21 scripts' tp/pp/mbs/virtual stages as Megatron-LM of 2021 ran them: unfused attention, full");
+  add("recomputation of every layer, no asynchronous TP all-reduce (`tp_grad_overlap=off`), and PyTorch DDP's");
+  add("overlapped gradient all-reduce on the rows that used it (`ddp_impl` torch).");
   add("");
   add("| model | GPUs | plan | batch | published | predicted | error | peak memory |");
   add("|---|---|---|---|---|---|---|---|");

@@ -338,6 +338,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.overlap_grad_reduce = args.has("--overlap-grad-reduce");
   p.overlap_param_gather = args.has("--overlap-param-gather");
   p.tp_comm_overlap = args.has("--tp-comm-overlap");
+  p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
 
   if (granularity == "full") p.recompute.granularity = RecomputeGranularity::full;
   if (granularity == "selective") p.recompute.granularity = RecomputeGranularity::selective;
@@ -513,6 +514,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.overlap_grad_reduce) sw("--overlap-grad-reduce");
   if (p.overlap_param_gather) sw("--overlap-param-gather");
   if (p.tp_comm_overlap) sw("--tp-comm-overlap");
+  if (!p.tp_grad_overlap && p.tp > 1) sw("--no-async-tensor-model-parallel-allreduce");
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");
 
   std::string line;

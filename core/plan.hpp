@@ -41,6 +41,11 @@ struct PlanSpec {
   bool overlap_grad_reduce = false;                 // DP gradient reduce overlapped with backward
   bool overlap_param_gather = false;                // distopt parameter all-gather overlapped with forward
   bool tp_comm_overlap = false;                     // TP communication overlapped with GEMMs
+  // A layer backward's last TP collective (the input gradient's all-reduce,
+  // or reduce-scatter with SP) overlapped with the layer's weight-gradient
+  // GEMMs: Megatron-LM's asynchronous tensor-parallel all-reduce, the default
+  // since 2022 (--no-async-tensor-model-parallel-allreduce turned it off).
+  bool tp_grad_overlap = true;
   Schedule schedule = Schedule::one_f_one_b;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;

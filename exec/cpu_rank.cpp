@@ -153,6 +153,10 @@ void CpuRank::run_op(std::uint32_t index, const Op& op) {
 
 void CpuRank::dispatch(const Op& op) {
   if (op.kind == OpKind::send || op.kind == OpKind::recv) return p2p(op);
+  // A gate (a compute op with no kernels and no layer: the first layer
+  // waiting for a receive or a parameter gather, or the next layer's
+  // backward joining a collective and weight gradients) only waits.
+  if (op.kind == OpKind::compute && op.kernel_count == 0 && !op.layer) return;
   const int c = op.chunk.value_or(0);
   const int mb = op.microbatch.value_or(0);
   switch (op.phase) {
@@ -163,7 +167,6 @@ void CpuRank::dispatch(const Op& op) {
       if (op.label == OpLabel::output_loss) return output_forward(op, c, mb);
       if (op.label == OpLabel::tp_comm)   // the embedding's reduction, or the output's gather
         return edge(c, mb).e.empty() ? output_forward(op, c, mb) : embedding_forward(op, c, mb);
-      if (op.kind == OpKind::compute && op.kernel_count == 0) return;   // a gate: waits only
       break;
     case Phase::backward_input:
       if (op.layer) return layer_backward(op, c, mb, *op.layer);

@@ -137,10 +137,11 @@ std::uint32_t output_backward(StageWriter& w, const Setup& s, const OpContext& c
   return out;
 }
 
-std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx) {
+std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
   return w.compute(OpLabel::output_loss, ctx,
                    {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
-                                 static_cast<std::int64_t>(tokens_of(s)), s.training.precision)});
+                                 static_cast<std::int64_t>(tokens_of(s)), s.training.precision)},
+                   deps);
 }
 
 // The embedding dropout's backward, then the table's gradient.
@@ -249,6 +250,16 @@ Result<Program> build_program(const Setup& s) {
 
     std::vector<std::uint32_t> grad_syncs;
     std::vector<std::size_t> pending_chunks;
+    // What an unsplit B step leaves to its paired W step (step index `step`):
+    // the weight gradients not yet reduced, the last weight-gradient op and
+    // the input gradient's last op.
+    struct CarriedW {
+      bool active = false;
+      std::size_t step = 0;
+      double dense = 0, expert = 0;
+      std::optional<std::uint32_t> input_grad, last_w;
+    };
+    CarriedW carried_w;
     auto reduce = [&](std::size_t c, double dense, double expert, Deps deps) {
       OpContext ctx{Phase::gradient_sync, std::nullopt, std::nullopt, static_cast<std::int32_t>(c)};
       const OpKind kind = distopt ? OpKind::reduce_scatter : OpKind::all_reduce;
@@ -300,11 +311,60 @@ Result<Program> build_program(const Setup& s) {
         }
       } else if (st.pass == Pass::B) {
         ctx.phase = Phase::backward_input;
+        // An unsplit backward (the next step is this B's paired W) runs as
+        // Megatron-LM's autograd does: each layer's weight gradients right
+        // after its input gradients (and the output layer's after its own),
+        // so a gradient bucket is complete, and its reduction can start, as
+        // soon as the backward has passed its layers. The W step then only
+        // sends the input gradient and reduces the rest.
+        const bool w_follows = i + 1 < steps.size() && steps[i + 1].pass == Pass::W && steps[i + 1].paired &&
+                               steps[i + 1].microbatch == st.microbatch && steps[i + 1].chunk == st.chunk;
+        OpContext wctx = ctx;
+        wctx.phase = Phase::backward_weight;
+        const bool w_overlap = w_follows && i + 1 == last_w[static_cast<std::size_t>(st.chunk)] && s.plan.overlap_grad_reduce;
+        std::vector<Piece> pieces;
+        if (w_follows) pieces = backward_pieces(s, ch);
+        std::size_t next_piece = 0;
+        double dense = 0, expert = 0;
+        std::optional<std::uint32_t> wdep;
+        // Without the asynchronous TP all-reduce (tp_grad_overlap off) a
+        // layer's weight gradients wait for its input gradient's collective,
+        // and the next layer's backward for them: one op at a time, as
+        // synchronous collectives ran. With it they follow on the compute
+        // stream while the collective runs.
+        const auto w_waits = [&](std::optional<std::uint32_t> input_grad) {
+          return s.plan.tp_grad_overlap ? std::nullopt : input_grad;
+        };
+        // What the next layer's backward waits for: the input gradient's
+        // collective and these weight gradients (its first collective is
+        // issued after them). Without tp_grad_overlap the weight gradients
+        // already waited for the collective; with it, a join.
+        const auto after_weights = [&](std::optional<std::uint32_t> input_grad) -> std::optional<std::uint32_t> {
+          if (!w_follows || !wdep || !input_grad || s.plan.tp == 1) return input_grad;
+          if (!s.plan.tp_grad_overlap) return wdep;
+          return w.compute(OpLabel::attention, ctx, {}, Deps{*input_grad, *wdep});
+        };
+        const auto weight_of = [&](Piece::Kind kind, auto&& emit) {
+          if (!w_follows) return;
+          MEGASCOPE_CHECK(next_piece < pieces.size() && pieces[next_piece].kind == kind, "backward pieces out of order");
+          const Piece& piece = pieces[next_piece++];
+          wdep = emit(piece);
+          dense += piece.dense;
+          expert += piece.expert;
+          if (w_overlap && dense + expert >= bucket_params(s)) {
+            reduce(static_cast<std::size_t>(st.chunk), dense, expert, wdep);
+            dense = expert = 0;
+          }
+        };
         std::optional<std::uint32_t> dep;
         if (vs < last_vs && peer(vs + 1) != r)
           dep = w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
                       p2p_bytes);
-        if (vs == last_vs) dep = output_backward(w, s, ctx, dep);
+        if (vs == last_vs) {
+          dep = output_backward(w, s, ctx, dep);
+          weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(dep)); });
+          dep = after_weights(dep);
+        }
         const Recompute& rc = s.plan.recompute;
         const bool selective = rc.granularity == RecomputeGranularity::selective;
         const bool full = rc.granularity == RecomputeGranularity::full;
@@ -320,11 +380,13 @@ Result<Program> build_program(const Setup& s) {
             for (int j = start; j <= i_l; ++j) dep = layers.forward(ch.first + j, rctx, dep);
           }
           dep = layers.backward_input(l, ctx, dep, selective);
+          weight_of(Piece::Kind::layer,
+                    [&](const Piece& piece) { return layers.backward_weight(piece.layer, wctx, w_waits(dep)); });
+          if (i_l > 0) dep = after_weights(dep);
         }
-        // An unsplit backward (the next step is this B's paired W) sends the
-        // input gradient when the weight gradients are done too.
-        const bool w_follows = i + 1 < steps.size() && steps[i + 1].pass == Pass::W && steps[i + 1].paired &&
-                               steps[i + 1].microbatch == st.microbatch && steps[i + 1].chunk == st.chunk;
+        if (w_follows && next_piece < pieces.size())
+          weight_of(Piece::Kind::embedding, [&](const Piece&) { return embedding_weight(w, s, wctx); });
+        if (w_follows) carried_w = CarriedW{true, i + 1, dense, expert, dep, wdep};
         if (vs > 0 && peer(vs - 1) != r && !w_follows)
           w.p2p(OpKind::send, OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
                 p2p_bytes, dep);
@@ -336,7 +398,18 @@ Result<Program> build_program(const Setup& s) {
         const bool overlap = last_of_chunk && s.plan.overlap_grad_reduce;
         double dense = 0, expert = 0;
         std::optional<std::uint32_t> dep;
-        for (const Piece& piece : backward_pieces(s, ch)) {
+        Deps send_deps;
+        std::vector<Piece> pieces;
+        if (carried_w.active && carried_w.step == i) {   // emitted layer by layer with its B
+          dense = carried_w.dense;
+          expert = carried_w.expert;
+          dep = carried_w.last_w;
+          if (carried_w.input_grad) send_deps.push(*carried_w.input_grad);
+          carried_w.active = false;
+        } else {
+          pieces = backward_pieces(s, ch);
+        }
+        for (const Piece& piece : pieces) {
           switch (piece.kind) {
             case Piece::Kind::output:
               dep = output_weight(w, s, ctx);
@@ -360,8 +433,9 @@ Result<Program> build_program(const Setup& s) {
         if (after_own_b && vs > 0 && peer(vs - 1) != r) {
           OpContext bctx = ctx;
           bctx.phase = Phase::backward_input;
+          if (dep) send_deps.push(*dep);
           w.p2p(OpKind::send, OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
-                p2p_bytes, dep);
+                p2p_bytes, send_deps);
         }
         if (overlap) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
         else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));

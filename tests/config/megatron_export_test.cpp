@@ -136,6 +136,13 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   REQUIRE_THAT(line, Catch::Contains("--fp16 --accumulate-allreduce-grads-in-fp32"));
   REQUIRE_THAT(line, Catch::Contains("--num-virtual-stages-per-pipeline-rank 3"));
   CHECK_THAT(line, !Catch::Contains("--hidden-dropout"));
+  CHECK_THAT(line, !Catch::Contains("--no-async-tensor-model-parallel-allreduce"));
+
+  // The same run as Megatron-LM of 2021 ran it: no asynchronous TP all-reduce.
+  p.tp_grad_overlap = false;
+  const Setup old = validated(m, t, p);
+  check_round_trip(old);
+  CHECK_THAT(*export_megatron_args(old), Catch::Contains("--no-async-tensor-model-parallel-allreduce"));
 }
 
 TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",

@@ -2,6 +2,7 @@
 // ranks' kernels add up to the accounting's hardware FLOPs, and sends,
 // receives and collectives appear where the plan says.
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "core/accounting/flops.hpp"
 #include "core/program/builder.hpp"
@@ -156,5 +157,71 @@ TEST_CASE("Each stage carries its own layers' bias-dropout-adds and the first st
       CHECK(dropout_bytes(*p, stage, Phase::backward_input) == 0);
       CHECK(dropout_bytes(*p, stage, Phase::backward_weight) == 0);
     }
+  }
+}
+
+TEST_CASE("An unsplit backward runs each layer's weight gradients right after its input gradients", "[core]") {
+  // Megatron-LM's autograd order: B(L-1) W(L-1) B(L-2) W(L-2) ..., so that the
+  // last micro-batch's gradient buckets complete (and their reduction starts)
+  // as the backward passes their layers, not after the whole chunk.
+  const ModelSpec m = gpt_no_bias(8, 512, 8);
+  for (const char* plan : {"tp=2,pp=2,sp=on,distopt=on,overlap_grad_reduce=on", "tp=2,pp=2,vpp=2,schedule=interleaved",
+                           "tp=2,pp=2,tp_grad_overlap=off", "tp=1,pp=1,recompute=full,recompute_method=uniform,recompute_layers=1"}) {
+    INFO(plan);
+    const Setup s = make_setup(m, "dgx-a100", plan, 8, 4);
+    auto p = build_program(s);
+    REQUIRE(p);
+    for (const StageProgram& sp : p->stages) {
+      // Per micro-batch, the layers of its backward ops in op order.
+      std::map<std::pair<int, int>, std::vector<std::pair<Phase, int>>> seen;   // (mb, chunk) -> (phase, layer)
+      for (const Op& op : sp.ops)
+        if ((op.phase == Phase::backward_input || op.phase == Phase::backward_weight) && op.layer && op.microbatch) {
+          auto& v = seen[{*op.microbatch, op.chunk.value_or(0)}];
+          if (v.empty() || v.back() != std::make_pair(op.phase, *op.layer)) v.emplace_back(op.phase, *op.layer);
+        }
+      REQUIRE_FALSE(seen.empty());
+      for (const auto& [key, v] : seen) {
+        // B l, W l, B l-1, W l-1, ...: every W follows the B of its own layer.
+        REQUIRE(v.size() % 2 == 0);
+        for (std::size_t k = 0; k < v.size(); k += 2) {
+          CHECK(v[k].first == Phase::backward_input);
+          CHECK(v[k + 1].first == Phase::backward_weight);
+          CHECK(v[k].second == v[k + 1].second);
+          if (k > 0) CHECK(v[k].second == v[k - 1].second - 1);
+        }
+      }
+    }
+  }
+  // Zero-bubble schedules keep their weight gradients apart: ZB-H1 defers
+  // some past the forward of a later micro-batch.
+  const Setup zb = make_setup(m, "dgx-a100", "tp=1,pp=4,schedule=zb-h1", 8, 8);
+  auto pz = build_program(zb);
+  REQUIRE(pz);
+  bool deferred = false;
+  int latest_forward = -1;
+  for (const Op& op : pz->stages.back().ops) {
+    if (!op.microbatch) continue;
+    if (op.phase == Phase::forward) latest_forward = std::max(latest_forward, *op.microbatch);
+    if (op.phase == Phase::backward_weight && op.layer) deferred = deferred || latest_forward > *op.microbatch + 1;
+  }
+  CHECK(deferred);
+}
+
+TEST_CASE("Without tp_grad_overlap a layer's weight gradients wait for its input gradient's collective", "[core]") {
+  const ModelSpec m = gpt_no_bias(4, 512, 8);
+  for (const bool overlap : {true, false}) {
+    const Setup s = make_setup(m, "dgx-a100", overlap ? "tp=2" : "tp=2,tp_grad_overlap=off", 2, 2);
+    auto p = build_program(s);
+    REQUIRE(p);
+    const StageProgram& sp = p->stages.front();
+    int waits = 0, ws = 0;
+    for (const Op& op : sp.ops) {
+      if (op.phase != Phase::backward_weight || !op.layer) continue;
+      ++ws;
+      for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+        if (sp.ops[sp.deps[d]].kind == OpKind::all_reduce) ++waits;
+    }
+    CHECK(ws == 4 * 2);   // 4 layers x 2 micro-batches
+    CHECK(waits == (overlap ? 0 : ws));
   }
 }
