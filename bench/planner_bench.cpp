@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
       if (plan->tp > 1) k.sp = plan->sequence_parallel;
       PlanSpec flash = *plan;
       flash.attention = AttentionKernel::flash;   // the search has fused attention only
+      flash.tp_grad_overlap = true;               // and the asynchronous TP all-reduce
       auto in_regime = planner::search(reg, so);
       std::string regime = "-", s1 = "-", share = "-";
       if (in_regime) {

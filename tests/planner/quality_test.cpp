@@ -51,7 +51,8 @@ void check_row(const Row& row, int max_rank) {
   auto r = search(reg, so);
   REQUIRE(r);
   PlanSpec flash = *plan;
-  flash.attention = AttentionKernel::flash;
+  flash.attention = AttentionKernel::flash;   // the search's kernels and TP overlap
+  flash.tp_grad_overlap = true;
   auto ex = explain(reg, *r, flash, row.gpus, so);
   REQUIRE(ex);
   REQUIRE(ex->legal);
