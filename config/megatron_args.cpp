@@ -514,7 +514,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.overlap_grad_reduce) sw("--overlap-grad-reduce");
   if (p.overlap_param_gather) sw("--overlap-param-gather");
   if (p.tp_comm_overlap) sw("--tp-comm-overlap");
-  if (!p.tp_grad_overlap && p.tp > 1) sw("--no-async-tensor-model-parallel-allreduce");
+  if (!p.tp_grad_overlap) sw("--no-async-tensor-model-parallel-allreduce");
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");
 
   std::string line;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <span>
 #include <vector>
 
@@ -145,11 +146,11 @@ std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx
 }
 
 // The embedding dropout's backward, then the table's gradient.
-std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx) {
+std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
   std::vector<Kernel> k;
   if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
   k.push_back(detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * static_cast<double>(s.model.hidden_size)));
-  return w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k));
+  return w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k), deps);
 }
 
 // Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.
@@ -260,6 +261,10 @@ Result<Program> build_program(const Setup& s) {
       std::optional<std::uint32_t> input_grad, last_w;
     };
     CarriedW carried_w;
+    // A micro-batch passing between two virtual stages held by this rank (the
+    // V schedules' turn): the forward's output and the backward's input
+    // gradient, by (direction, micro-batch, virtual stage).
+    std::map<std::tuple<int, int, int>, std::uint32_t> f_out, b_out;
     auto reduce = [&](std::size_t c, double dense, double expert, Deps deps) {
       OpContext ctx{Phase::gradient_sync, std::nullopt, std::nullopt, static_cast<std::int32_t>(c)};
       const OpKind kind = distopt ? OpKind::reduce_scatter : OpKind::all_reduce;
@@ -282,6 +287,8 @@ Result<Program> build_program(const Setup& s) {
         if (vs > 0 && peer(vs - 1) != r)
           first_deps.push(w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer(vs - 1),
                                 p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes));
+        else if (vs > 0)
+          if (auto it = f_out.find({dir, st.microbatch, vs - 1}); it != f_out.end()) first_deps.push(it->second);
         const bool first_pass = !chunk_started[static_cast<std::size_t>(st.chunk)];
         chunk_started[static_cast<std::size_t>(st.chunk)] = true;
         if (first_pass && embedding_gate[static_cast<std::size_t>(st.chunk)])
@@ -308,6 +315,8 @@ Result<Program> build_program(const Setup& s) {
         } else if (peer(vs + 1) != r) {
           w.p2p(OpKind::send, OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir),
                 p2p_bytes, dep);
+        } else if (dep) {
+          f_out[{dir, st.microbatch, vs}] = *dep;
         }
       } else if (st.pass == Pass::B) {
         ctx.phase = Phase::backward_input;
@@ -332,16 +341,20 @@ Result<Program> build_program(const Setup& s) {
         // and the next layer's backward for them: one op at a time, as
         // synchronous collectives ran. With it they follow on the compute
         // stream while the collective runs.
+        // With CP the QKV weight gradient needs the KV gradients reduced over
+        // the CP ring, which the layer's backward ends with: it waits too.
+        const bool w_after_collective = !s.plan.tp_grad_overlap || s.plan.cp > 1;
         const auto w_waits = [&](std::optional<std::uint32_t> input_grad) {
-          return s.plan.tp_grad_overlap ? std::nullopt : input_grad;
+          return w_after_collective ? input_grad : std::nullopt;
         };
         // What the next layer's backward waits for: the input gradient's
         // collective and these weight gradients (its first collective is
         // issued after them). Without tp_grad_overlap the weight gradients
         // already waited for the collective; with it, a join.
         const auto after_weights = [&](std::optional<std::uint32_t> input_grad) -> std::optional<std::uint32_t> {
-          if (!w_follows || !wdep || !input_grad || s.plan.tp == 1) return input_grad;
-          if (!s.plan.tp_grad_overlap) return wdep;
+          if (!w_follows || !wdep || !input_grad) return input_grad;
+          if (w_after_collective) return wdep;
+          if (s.plan.tp == 1) return input_grad;
           return w.compute(OpLabel::attention, ctx, {}, Deps{*input_grad, *wdep});
         };
         const auto weight_of = [&](Piece::Kind kind, auto&& emit) {
@@ -360,6 +373,8 @@ Result<Program> build_program(const Setup& s) {
         if (vs < last_vs && peer(vs + 1) != r)
           dep = w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
                       p2p_bytes);
+        else if (vs < last_vs)
+          if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
         if (vs == last_vs) {
           dep = output_backward(w, s, ctx, dep);
           weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(dep)); });
@@ -385,8 +400,9 @@ Result<Program> build_program(const Setup& s) {
           if (i_l > 0) dep = after_weights(dep);
         }
         if (w_follows && next_piece < pieces.size())
-          weight_of(Piece::Kind::embedding, [&](const Piece&) { return embedding_weight(w, s, wctx); });
+          weight_of(Piece::Kind::embedding, [&](const Piece&) { return embedding_weight(w, s, wctx, dep); });   // its gradient is the first layer's input gradient
         if (w_follows) carried_w = CarriedW{true, i + 1, dense, expert, dep, wdep};
+        if (vs > 0 && peer(vs - 1) == r && dep) b_out[{dir, st.microbatch, vs}] = *dep;
         if (vs > 0 && peer(vs - 1) != r && !w_follows)
           w.p2p(OpKind::send, OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
                 p2p_bytes, dep);

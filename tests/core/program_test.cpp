@@ -2,6 +2,7 @@
 // ranks' kernels add up to the accounting's hardware FLOPs, and sends,
 // receives and collectives appear where the plan says.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <map>
 
 #include "core/accounting/flops.hpp"
@@ -223,5 +224,81 @@ TEST_CASE("Without tp_grad_overlap a layer's weight gradients wait for its input
     }
     CHECK(ws == 4 * 2);   // 4 layers x 2 micro-batches
     CHECK(waits == (overlap ? 0 : ws));
+  }
+}
+
+TEST_CASE("Weight gradients wait for the gradients they need: the embedding's, and QKV's under CP", "[core]") {
+  const ModelSpec m = gpt_no_bias(4, 512, 8);
+  const auto dep_kinds = [](const StageProgram& sp, const Op& op) {
+    std::vector<std::pair<OpKind, CommGroup>> out;
+    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+      out.emplace_back(sp.ops[sp.deps[d]].kind, sp.ops[sp.deps[d]].group);
+    return out;
+  };
+  {
+    // The embedding's weight gradient is the first layer's input gradient,
+    // complete only after that layer's TP all-reduce.
+    const Setup s = make_setup(m, "dgx-a100", "tp=2", 2, 2);
+    auto p = build_program(s);
+    REQUIRE(p);
+    const StageProgram& sp = p->stages.front();
+    int embeddings = 0;
+    for (const Op& op : sp.ops)
+      if (op.phase == Phase::backward_weight && op.label == OpLabel::embedding) {
+        ++embeddings;
+        const auto kinds = dep_kinds(sp, op);
+        CHECK(std::find(kinds.begin(), kinds.end(), std::make_pair(OpKind::all_reduce, CommGroup::tp)) != kinds.end());
+      }
+    CHECK(embeddings == 2);
+  }
+  {
+    // With CP, QKV's weight gradient needs the KV gradients reduced over the ring.
+    const Setup s = make_setup(m, "dgx-a100", "tp=1,cp=2", 2, 2);
+    auto p = build_program(s);
+    REQUIRE(p);
+    const StageProgram& sp = p->stages.front();
+    int layers = 0;
+    for (const Op& op : sp.ops)
+      if (op.phase == Phase::backward_weight && op.layer) {
+        ++layers;
+        const auto kinds = dep_kinds(sp, op);
+        CHECK(std::find(kinds.begin(), kinds.end(), std::make_pair(OpKind::reduce_scatter, CommGroup::cp)) != kinds.end());
+      }
+    CHECK(layers == 4 * 2);
+  }
+}
+
+TEST_CASE("A micro-batch turning between two virtual stages of one rank waits for the stage before", "[core]") {
+  // DualPipeV: the middle rank holds virtual stages pp - 1 and pp; nothing is
+  // sent between them, but the later stage's first op must wait for the
+  // earlier one's last (its TP all-reduce), forward and backward.
+  const ModelSpec m = gpt_no_bias(8, 512, 8);
+  const Setup s = make_setup(m, "dgx-a100", "tp=2,pp=4,schedule=dualpipev", 16, 16);
+  auto p = build_program(s);
+  REQUIRE(p);
+  const int r = 3;   // holds virtual stages 3 and 4
+  const StageProgram& sp = p->stages.at(r);
+  const auto& chunks = s.chunks.at(r);
+  REQUIRE(chunks.size() == 2);
+  const auto chunk_of = [&](int vs) {
+    for (std::size_t c = 0; c < chunks.size(); ++c)
+      if (chunks[c].virtual_stage == vs) return static_cast<int>(c);
+    return -1;
+  };
+  const int upper = chunk_of(s.plan.pp), lower = chunk_of(s.plan.pp - 1);
+  REQUIRE(upper >= 0);
+  REQUIRE(lower >= 0);
+  // The first op of each forward of the upper stage and of each backward of the lower one.
+  std::map<std::pair<Phase, int>, const Op*> first;
+  for (const Op& op : sp.ops) {
+    if (!op.microbatch || !op.chunk) continue;
+    const bool f = op.phase == Phase::forward && *op.chunk == upper;
+    const bool b = op.phase == Phase::backward_input && *op.chunk == lower;
+    if ((f || b) && !first.count({op.phase, *op.microbatch})) first[{op.phase, *op.microbatch}] = &op;
+  }
+  REQUIRE(first.size() == 2 * static_cast<std::size_t>(s.num_microbatches));
+  for (const auto& [key, op] : first) {
+    INFO(to_string(key.first) << " micro-batch " << key.second);
+    CHECK(op->dep_count > 0);
   }
 }
