@@ -32,7 +32,7 @@ void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, d
   edges_.clear();
   hidden_.clear();
   grad_.clear();
-  reduced_chunks_.clear();
+  grad_buckets_seen_.clear();
   gathered_chunks_.clear();
   load_batch();
   const auto t0 = std::chrono::steady_clock::now();
@@ -220,7 +220,14 @@ void CpuRank::p2p(const Op& op) {
 void CpuRank::grad_sync(const Op& op) {
   const int c = op.chunk.value_or(0);
   const bool expert = op.group == CommGroup::edp;
-  if (!reduced_chunks_.insert({c, expert}).second) return;   // the chunk's buffer went in its first bucket
+  if (grad_buckets_.empty())
+    for (const Op& o : stage_.ops)
+      if (o.phase == Phase::gradient_sync && o.label == OpLabel::dp_grad)
+        ++grad_buckets_[{o.chunk.value_or(0), o.group == CommGroup::edp}];
+  // The buckets of a chunk are reduced as the backward completes them; the
+  // executor reduces the whole buffer once, at the last, when no gradient of
+  // the chunk is still to come.
+  if (++grad_buckets_seen_[{c, expert}] < grad_buckets_[{c, expert}]) return;
   Chunk& ch = expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)];
   Communicator& dp = group_of(ch);
   if (op.kind == OpKind::all_reduce) {

@@ -261,7 +261,11 @@ class CpuRank {
   std::map<std::int64_t, LayerActs> acts_;
   std::map<std::int64_t, EdgeActs> edges_;
   std::map<std::int64_t, Vec> hidden_, hidden_out_, grad_;
-  std::set<std::pair<int, bool>> reduced_chunks_, gathered_chunks_;   // (chunk, expert part)
+  std::set<std::pair<int, bool>> gathered_chunks_;   // (chunk, expert part)
+  // Gradient buckets of each (chunk, expert part) in the stage's Program, and
+  // how many of them this step has reached: the whole buffer is reduced at
+  // the last one, when every gradient of the chunk is complete.
+  std::map<std::pair<int, bool>, int> grad_buckets_, grad_buckets_seen_;
   std::map<std::pair<int, std::uint64_t>, int> send_tag_, recv_tag_;
   PointToPoint p2p_;
   // Host copies of the messages (MPI never touches a Vec), declared before

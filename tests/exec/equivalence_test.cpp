@@ -227,3 +227,16 @@ TEST_CASE("A rank that dies makes the job stop within a bounded time, naming it"
   CHECK_THAT(l.output, !Catch::Contains("step    2"));
   CHECK_THAT(l.output, Catch::Contains("],1]") || Catch::Contains("rank 1"));
 }
+
+TEST_CASE("A chunk of two gradient buckets trains like one rank (the reduction waits for the last bucket)",
+          "[exec][mpi]") {
+  // With overlap_grad_reduce the Program reduces each 40M-parameter bucket as
+  // soon as the backward completes it, the first one while earlier layers'
+  // gradients are still to come.
+  const std::string model = std::string(MEGASCOPE_TEST_FIXTURES) + "/toml/wide-gpt.toml";
+  const std::vector<Step> ref = train(model, 1, "tp=1");
+  for (const char* plan : {"dp=2,overlap_grad_reduce=on", "dp=2,distopt=on,overlap_grad_reduce=on"}) {
+    INFO(plan);
+    check_same(train(model, 2, plan), ref);
+  }
+}
