@@ -229,43 +229,31 @@ TEST_CASE("Without tp_grad_overlap a layer's weight gradients wait for its input
 
 TEST_CASE("Weight gradients wait for the gradients they need: the embedding's, and QKV's under CP", "[core]") {
   const ModelSpec m = gpt_no_bias(4, 512, 8);
-  const auto dep_kinds = [](const StageProgram& sp, const Op& op) {
-    std::vector<std::pair<OpKind, CommGroup>> out;
-    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
-      out.emplace_back(sp.ops[sp.deps[d]].kind, sp.ops[sp.deps[d]].group);
-    return out;
+  // On the first stage of `plan`: how many weight-gradient ops `pick` selects,
+  // and how many of them depend directly on a `kind` collective of `group`.
+  const auto waiting = [&](const char* plan, auto pick, OpKind kind, CommGroup group) {
+    const Setup s = make_setup(m, "dgx-a100", plan, 2, 2);
+    auto p = build_program(s);
+    REQUIRE(p);
+    const StageProgram& sp = p->stages.front();
+    std::pair<int, int> n{0, 0};
+    for (const Op& op : sp.ops) {
+      if (op.phase != Phase::backward_weight || !pick(op)) continue;
+      ++n.first;
+      bool waits = false;
+      for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+        waits = waits || (sp.ops[sp.deps[d]].kind == kind && sp.ops[sp.deps[d]].group == group);
+      n.second += waits ? 1 : 0;
+    }
+    return n;
   };
-  {
-    // The embedding's weight gradient is the first layer's input gradient,
-    // complete only after that layer's TP all-reduce.
-    const Setup s = make_setup(m, "dgx-a100", "tp=2", 2, 2);
-    auto p = build_program(s);
-    REQUIRE(p);
-    const StageProgram& sp = p->stages.front();
-    int embeddings = 0;
-    for (const Op& op : sp.ops)
-      if (op.phase == Phase::backward_weight && op.label == OpLabel::embedding) {
-        ++embeddings;
-        const auto kinds = dep_kinds(sp, op);
-        CHECK(std::find(kinds.begin(), kinds.end(), std::make_pair(OpKind::all_reduce, CommGroup::tp)) != kinds.end());
-      }
-    CHECK(embeddings == 2);
-  }
-  {
-    // With CP, QKV's weight gradient needs the KV gradients reduced over the ring.
-    const Setup s = make_setup(m, "dgx-a100", "tp=1,cp=2", 2, 2);
-    auto p = build_program(s);
-    REQUIRE(p);
-    const StageProgram& sp = p->stages.front();
-    int layers = 0;
-    for (const Op& op : sp.ops)
-      if (op.phase == Phase::backward_weight && op.layer) {
-        ++layers;
-        const auto kinds = dep_kinds(sp, op);
-        CHECK(std::find(kinds.begin(), kinds.end(), std::make_pair(OpKind::reduce_scatter, CommGroup::cp)) != kinds.end());
-      }
-    CHECK(layers == 4 * 2);
-  }
+  // The embedding's weight gradient is the first layer's input gradient,
+  // complete only after that layer's TP all-reduce.
+  CHECK(waiting("tp=2", [](const Op& op) { return op.label == OpLabel::embedding; }, OpKind::all_reduce, CommGroup::tp) ==
+        std::make_pair(2, 2));
+  // With CP, QKV's weight gradient needs the KV gradients reduced over the ring.
+  CHECK(waiting("tp=1,cp=2", [](const Op& op) { return op.layer.has_value(); }, OpKind::reduce_scatter, CommGroup::cp) ==
+        std::make_pair(4 * 2, 4 * 2));
 }
 
 TEST_CASE("A micro-batch turning between two virtual stages of one rank waits for the stage before", "[core]") {
