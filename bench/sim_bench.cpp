@@ -2,8 +2,9 @@
 // row per case (wall time of program building and simulation, events, events
 // per second, ops simulated per second, peak resident memory), then the rows
 // as JSON. Not a test. An event is what the engine's loop takes in one turn: an
-// op's end, a network event, or the end of a run of ops that start one after
-// another (SimOptions::chains), so ops/s is the rate to compare across engines.
+// op's end, a network event, or the end of a region of local ops that start
+// one another (SimOptions::regions), so ops/s is the rate to compare across
+// engines.
 //
 //   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT]
 // --case keeps the cases whose name contains TEXT ("gpt3", "1t").

@@ -28,9 +28,8 @@ using detail::OpInfo;
 using detail::StageInfo;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr std::uint32_t kAhead = 4;   // finish(i) prefetches op i + kAhead's records (see Engine::finish)
+constexpr std::uint32_t kAhead = 16;   // ops whose records a rank's events keep prefetched (Engine::prefetch)
 constexpr std::uint32_t kLone = kNone - 1;   // a heap entry that ends a lone transfer: op is its waiting list
-constexpr std::size_t kMaxChain = 64;        // ops one chain event may cover
 
 
 Collective collective_of(OpKind k) {
@@ -48,7 +47,8 @@ struct alignas(64) RankState {
   std::uint32_t stage = 0;
   std::int32_t rank = 0;
   std::size_t bits = 0;                 // its words in Engine::bits_: started, finished, per 64 ops
-  std::size_t remaining = 0;
+  std::uint32_t remaining = 0;
+  std::uint32_t ahead = 0;              // its ops' records before this index are prefetched
   double* start_time = nullptr;         // traced ranks only: start of each op
   std::uint32_t flows = 0;              // its flows in Engine::flow_of_class_, by the stage's CommClass
   std::array<std::uint32_t, kStreamCount> head{};   // serial execution: head[0] is the next op of the list
@@ -184,7 +184,7 @@ class Engine {
       const std::size_t n = info.ops.size();
       st.bits = words;
       words += 2 * ((n + 63) / 64);
-      st.remaining = n;
+      st.remaining = static_cast<std::uint32_t>(n);
       st.flows = static_cast<std::uint32_t>(flows);
       flows += info.class_op.size();
       std::array<std::int64_t, kCommGroupCount> ids{};
@@ -206,7 +206,14 @@ class Engine {
       out.traced_ranks.push_back(r);
     }
     record_ = opt_.record_trace;
-    chains_ = opt_.chains && !serial_;
+    regions_ = opt_.regions && !serial_;
+    if (regions_) {
+      std::size_t most = 0;
+      for (const StageInfo& info : stages_) most = std::max(most, info.ops.size());
+      mark_.assign(most, 0U);
+      start_of_.assign(most, 0.0);
+      end_of_.assign(most, 0.0);
+    }
     if (record_) {   // one span per op of each traced rank
       std::size_t spans = 0;
       for (const RankState& st : states_)
@@ -343,7 +350,7 @@ class Engine {
         const Op& op = info.prog->ops[i];
         Network::Prepared& flow = flow_of_class_[st.flows + c];
         if (is_p2p(op.kind)) {
-          if (info.ops[i].pair == kNone) continue;
+          if (info.ops[i].comm.pair == kNone) continue;
           const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
           if (peer < 0 || peer >= p_.grid.world() || state_of_rank_[static_cast<std::size_t>(peer)] < 0) continue;
           flow = op.kind == OpKind::send ? p2p_flow(st.rank, peer, op.bytes) : p2p_flow(peer, st.rank, op.bytes);
@@ -354,6 +361,7 @@ class Engine {
     }
     if (opt_.lone_flows) find_lone_flows();
     net_.seal();
+    prepare_local_comm();
   }
 
   // Prepared flows that always run alone on their links: every flow on any
@@ -434,10 +442,11 @@ class Engine {
     }
     set_started(st, i);
     if (st.start_time) st.start_time[i] = now;
-    if (chains_ && local_end(s, i, now)) {
-      run_chain(s, i, now);
-      return;
-    }
+    if (regions_)
+      if (const std::optional<double> end = local_end(s, i, now)) {
+        run_region(s, i, now, *end);
+        return;
+      }
     switch (op.kind) {
       case OpKind::compute:
         heap_.push(now + op.duration, {s, i});
@@ -459,7 +468,7 @@ class Engine {
         } else {
           const std::int64_t gid = group_id_[s][static_cast<std::size_t>(op.group)];
           Channel& ch = channel(gid, op.stream);
-          const std::uint32_t ordinal = op.pair;
+          const std::uint32_t ordinal = op.comm.pair;
           MEGASCOPE_CHECK(ordinal >= ch.base, "a member reached a collective its group has finished");
           const std::size_t k = ch.head + (ordinal - ch.base);
           if (k >= ch.slots.size()) ch.slots.resize(k + 1, kNone);
@@ -480,7 +489,7 @@ class Engine {
             ch.head = 0;
           }
         }
-        launch(w, flow_of_class_[st.flows + op.comm_class], now);
+        launch(w, flow_of_class_[st.flows + op.comm.comm_class], now);
         return;
       }
     }
@@ -488,15 +497,31 @@ class Engine {
 
   // An op whose end is known when it starts and that touches nothing shared:
   // a compute op, or a lone collective with no other member to wait for.
-  // Its end time started at `start`, or nullopt.
+  // Its end time started at `start` (not before the network's time), or nullopt.
   std::optional<double> local_end(std::uint32_t s, std::uint32_t i, double start) const {
     const RankState& st = states_[s];
     const OpInfo& op = stages_[st.stage].ops[i];
     if (op.kind == OpKind::compute) return start + op.duration;
-    if (is_p2p(op.kind) || expected_members(s, op.group) > 1) return std::nullopt;
-    const Network::Prepared flow = flow_of_class_[st.flows + op.comm_class];
-    if (flow == kNone || flow >= lone_.size() || !lone_[flow]) return std::nullopt;
-    return net_.lone_finish(flow, start);
+    const Network::LoneTerms& t = local_comm_[st.flows + op.comm.comm_class];
+    if (t.latency < 0) return std::nullopt;
+    return (start + t.latency) + t.transfer;   // Network::lone_finish
+  }
+
+  // local_end's terms of every (rank, CommClass): a collective with no other
+  // member to wait for whose flow is lone; latency -1 for the rest.
+  void prepare_local_comm() {
+    local_comm_.assign(flow_of_class_.size(), {-1.0, 0.0});
+    for (std::uint32_t s = 0; s < states_.size(); ++s) {
+      const RankState& st = states_[s];
+      const StageInfo& info = stages_[st.stage];
+      for (std::size_t c = 0; c < info.class_op.size(); ++c) {
+        const Op& op = info.prog->ops[info.class_op[c]];
+        const Network::Prepared flow = flow_of_class_[st.flows + c];
+        if (is_p2p(op.kind) || expected_members(s, op.group) > 1 || flow == kNone || flow >= lone_.size() || !lone_[flow])
+          continue;
+        local_comm_[st.flows + c] = net_.lone_terms(flow);
+      }
+    }
   }
 
   // The ops that op i's end lets start (or lets be tried): its successor on
@@ -511,100 +536,79 @@ class Engine {
     for (std::uint32_t d = op.next_begin; d < op.next_begin + op.next_count; ++d) f(info.dependents[d]);
   }
 
-  // Chains: op x0 has just started and its end is known (local_end). If its
-  // end lets exactly one op start, and that op's end is known too, and so
-  // on, the whole run is one event: the ops of a layer between two pipeline
-  // transfers (compute, and the TP collectives on a group's own NVLink
-  // ports) run back to back, each starting when the one before ends, exactly
-  // as op-by-op events would run them. The run is cut where an op's end
-  // could let anything else start (two ops at once, a transfer, an op that
-  // waits for something not yet finished): every op its intermediate ops
-  // let start must be later in the run, so nothing outside it can observe
-  // their state before their end times. The intermediate ops are recorded
-  // at once; the last one ends as a normal event.
-  void run_chain(std::uint32_t s, std::uint32_t x0, double now) {
+  // Regions: op x0 has just started and its end is known (local_end). The
+  // ops its end lets start whose ends are known too (compute, lone
+  // collectives with no other member), and the ops theirs let start, and so
+  // on, are one event: on one rank, with no other rank or flow involved,
+  // each starts at the latest end among its predecessors (its dependencies
+  // and the op before it on its stream), exactly when op-by-op events would
+  // start it. An op joins when every predecessor is in the region or has
+  // finished; so the region is closed under "lets start", forks and joins
+  // included (a layer's backward: the weight gradients beside the last TP
+  // collective, and the op waiting for both). An op whose successors are all
+  // in the region is finished at once: nothing outside the region reads its
+  // state. The others (the region's exits: an op before a transfer, or
+  // before an op still waiting for something) end as normal events at their
+  // end times, so an op outside the region starts only when it would have.
+  void run_region(std::uint32_t s, std::uint32_t x0, double now, double x0_end) {
     RankState& st = states_[s];
     const StageInfo& info = stages_[st.stage];
-    chain_.assign(1, x0);
-    chain_end_.assign(1, *local_end(s, x0, now));
-    const auto member = [&](std::uint32_t j) { return std::find(chain_.begin(), chain_.end(), j) != chain_.end(); };
-    // May op y start when the chain's last op ends: not started, every
-    // dependency finished now or in the chain, the one before it on its
-    // stream likewise.
-    const auto ready = [&](std::uint32_t y) {
-      if (started(st, y) || member(y)) return false;
-      const OpInfo& o = info.ops[y];
-      for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d) {
-        const std::uint32_t dep = info.prog->deps[d];
-        if (!finished(st, dep) && !member(dep)) return false;
-      }
-      if (!is_async(o.stream) && o.position > 0) {
-        const std::uint32_t before = info.stream_ops[static_cast<std::size_t>(o.stream)][o.position - 1];
-        if (!finished(st, before) && !member(before)) return false;
-      }
-      return true;
-    };
-    while (chain_.size() < kMaxChain) {
-      std::uint32_t next = kNone, count = 0;
-      each_enabled(info, chain_.back(), [&](std::uint32_t y) {
-        if (y != next && ready(y)) {
-          next = y;
-          ++count;
-        }
+    if (++stamp_ == 0) {   // wrapped: clear the marks once
+      std::fill(mark_.begin(), mark_.end(), 0U);
+      stamp_ = 1;
+    }
+    const std::uint32_t g = stamp_;
+    region_.clear();
+    region_.push_back(x0);
+    mark_[x0] = g;
+    start_of_[x0] = now;
+    end_of_[x0] = x0_end;
+    // Breadth-first over "lets start": an op is tried once per predecessor
+    // in the region and joins at the last one, so the list is in
+    // topological order.
+    for (std::size_t k = 0; k < region_.size(); ++k) {
+      each_enabled(info, region_[k], [&](std::uint32_t y) {
+        if (mark_[y] == g || started(st, y)) return;
+        const OpInfo& o = info.ops[y];
+        double start = now;
+        const auto pred = [&](std::uint32_t d) {
+          if (mark_[d] == g) {
+            start = std::max(start, end_of_[d]);
+            return true;
+          }
+          return finished(st, d);
+        };
+        for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
+          if (!pred(info.prog->deps[d])) return;
+        if (!is_async(o.stream) && o.position > 0 &&
+            !pred(info.stream_ops[static_cast<std::size_t>(o.stream)][o.position - 1]))
+          return;
+        const std::optional<double> end = local_end(s, y, start);
+        if (!end) return;
+        mark_[y] = g;
+        start_of_[y] = start;
+        end_of_[y] = *end;
+        region_.push_back(y);
       });
-      if (count != 1) break;
-      const std::optional<double> end = local_end(s, next, chain_end_.back());
-      if (!end) break;
-      chain_.push_back(next);
-      chain_end_.push_back(*end);
     }
-    // Cut the run at the first op that lets an op outside the rest of it
-    // start; a cut drops ops that earlier ones may name, so check again from
-    // the start until no op is cut. An op that waits for the run's last op
-    // (a dependency, or the op before it on its stream) cannot start before
-    // the run ends whatever the intermediate ops do: the last op ends as a
-    // normal event, and its end checks that op. Without this, a run of
-    // compute and TP ops (each compute op naming the next compute op, which
-    // waits for the collective between them) would unravel one op per pass.
-    std::size_t last = chain_.size() - 1;
-    const auto waits_for = [&](std::uint32_t y, std::uint32_t x) {
-      const OpInfo& o = info.ops[y];
-      for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
-        if (info.prog->deps[d] == x) return true;
-      return !is_async(o.stream) && o.position > 0 &&
-             info.stream_ops[static_cast<std::size_t>(o.stream)][o.position - 1] == x;
-    };
-    for (bool cut = true; cut;) {
-      cut = false;
-      for (std::size_t k = 0; k < last && !cut; ++k) {
-        const auto rest = chain_.begin() + static_cast<std::ptrdiff_t>(k) + 1;
-        const auto end = chain_.begin() + static_cast<std::ptrdiff_t>(last) + 1;
-        bool inside = true;
-        each_enabled(info, chain_[k], [&](std::uint32_t y) {
-          inside = inside && (std::find(rest, end, y) != end || waits_for(y, chain_[last]));
-        });
-        if (!inside) {
-          last = k;
-          cut = true;
-        }
-      }
-    }
-    for (std::size_t k = 0; k <= last; ++k) {
-      const std::uint32_t x = chain_[k];
-      const double start = k == 0 ? now : chain_end_[k - 1];
-      if (k > 0) {
+    prefetch(st, info, *std::max_element(region_.begin(), region_.end()));
+    for (const std::uint32_t x : region_) {
+      const double start = start_of_[x];
+      if (x != x0) {
         set_started(st, x);
         if (st.start_time) st.start_time[x] = start;
       }
-      if (k == last) {
-        heap_.push(chain_end_[k], {s, x});
-        break;
+      bool inside = true;
+      each_enabled(info, x, [&](std::uint32_t y) { inside = inside && mark_[y] == g; });
+      if (!inside) {
+        heap_.push(end_of_[x], {s, x});
+        continue;
       }
       const OpInfo& o = info.ops[x];
       set_finished(st, x);
       st.remaining -= 1;
-      end_ = std::max(end_, chain_end_[k]);
-      if (record_ && st.start_time) spans_.push_back({st.rank, x, start, chain_end_[k]});
+      end_ = std::max(end_, end_of_[x]);
+      if (record_ && st.start_time) spans_.push_back({st.rank, x, start, end_of_[x]});
       if (!is_async(o.stream)) st.head[static_cast<std::size_t>(o.stream)] += 1;
     }
   }
@@ -612,15 +616,16 @@ class Engine {
   void post_transfer(std::uint32_t s, std::uint32_t i, double now) {
     const RankState& st = states_[s];
     const OpInfo& op = stages_[st.stage].ops[i];
-    const std::uint32_t j = op.pair;
+    const std::uint32_t j = op.comm.pair;
     if (j == kNone) return;
-    const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
+    const StageInfo& info = stages_[st.stage];
+    const int peer = p_.grid.on_stage(st.rank, info.class_peer[op.comm.comm_class]);
     const int ps = state_of_rank_[static_cast<std::size_t>(peer)];
     if (ps < 0 || !started(states_[static_cast<std::size_t>(ps)], j)) return;
     const std::uint32_t w = acquire();
     pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
     pool_[w].push_back({s, i});
-    launch(w, flow_of_class_[st.flows + op.comm_class], now);
+    launch(w, flow_of_class_[st.flows + op.comm.comm_class], now);
   }
 
   // Serial execution: op i gives the rank up; its next op of the list starts.
@@ -673,21 +678,28 @@ class Engine {
     return f;
   }
 
+  // A rank walks its ops roughly in list order, each rank in its own stretch
+  // of these arrays: with dozens of ranks interleaved that is more streams
+  // than the hardware prefetcher follows, and most of an event's time went
+  // into the first touch of an op's record. Each event of a rank at op i
+  // fetches the records up to op i + kAhead it has not fetched yet (the
+  // rank's next region, read at its next event, dozens of other events
+  // later); each record is fetched once.
+  void prefetch(RankState& st, const StageInfo& info, std::uint32_t i) {
+    const auto n = static_cast<std::uint32_t>(info.ops.size());
+    const std::uint32_t to = std::min(n, i + kAhead);
+    for (std::uint32_t j = std::max(st.ahead, i + 1); j < to; ++j) {
+      __builtin_prefetch(&info.ops[j]);
+      if (st.start_time && j % 8 == 0) __builtin_prefetch(st.start_time + j, 1);
+    }
+    st.ahead = std::max(st.ahead, to);
+  }
+
   void finish(std::uint32_t s, std::uint32_t i, double now) {
     RankState& st = states_[s];
     const StageInfo& info = stages_[st.stage];
     const OpInfo& op = info.ops[i];
-    // A rank walks its ops roughly in list order, each rank in its own
-    // stretch of these arrays: with dozens of ranks interleaved that is more
-    // streams than the hardware prefetcher follows, and most of an event's
-    // time went into the first touch of an op's record. Fetch a few ops
-    // ahead (1T reduced mode, 64 ranks: about 13% faster).
-    if (i + kAhead < info.ops.size()) {
-      const OpInfo& ahead = info.ops[i + kAhead];
-      __builtin_prefetch(&ahead);
-      __builtin_prefetch(info.dependents.data() + ahead.next_begin);
-      if (st.start_time) __builtin_prefetch(st.start_time + i + kAhead, 1);
-    }
+    prefetch(st, info, i);
     set_finished(st, i);
     st.remaining -= 1;
     end_ = std::max(end_, now);
@@ -719,6 +731,7 @@ class Engine {
   std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
   std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage
   std::vector<bool> lone_;                                // per prepared flow: always alone on its links
+  std::vector<Network::LoneTerms> local_comm_;            // per rank, per CommClass: see prepare_local_comm
   std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;
   EventQueue heap_;   // compute completions
@@ -732,9 +745,11 @@ class Engine {
   std::vector<Span> spans_;
   bool record_ = true;
   bool net_changed_ = true;   // t_net_ is stale
-  bool chains_ = false;       // SimOptions::chains, streams execution only
-  std::vector<std::uint32_t> chain_;      // run_chain's ops, reused
-  std::vector<double> chain_end_;         // and their end times
+  bool regions_ = false;      // SimOptions::regions, streams execution only
+  std::vector<std::uint32_t> region_;     // run_region's ops, reused
+  std::vector<std::uint32_t> mark_;       // per op index of a stage: stamp_ while in the region
+  std::vector<double> start_of_, end_of_;  // per op index of a stage: its times in the region
+  std::uint32_t stamp_ = 0;
   double t_net_ = kInf;       // the network's next event time
   bool serial_ = false;   // Execution::serial
   std::uint64_t events_ = 0;

@@ -52,10 +52,11 @@ struct SimOptions {
   // times up to the network's 1e-12 event tolerance, far fewer network
   // events. Off: every transfer is a network flow (for comparison).
   bool lone_flows = true;
-  // Runs of ops that start one after another and touch nothing shared
-  // (compute, lone collectives with no other member) are one event each:
-  // the same times up to rounding, far fewer events. Off: one event per op.
-  bool chains = true;
+  // The ops one op's end lets start that touch nothing shared (compute, lone
+  // collectives with no other member), and the ops theirs let start, are
+  // one event (a region): the same times, far fewer events. Off: one event
+  // per op.
+  bool regions = true;
 };
 
 // The execution a simulation of `device` uses when SimOptions leaves it open.

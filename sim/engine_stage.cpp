@@ -91,36 +91,38 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = info.ops[i];
-    o.duration = price(op);
-    info.compute_s += o.duration;
     o.dep_begin = op.dep_begin;
     o.dep_count = op.dep_count;
-    o.peer_stage = op.peer_stage;
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;
     auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
     o.position = static_cast<std::uint32_t>(list.size());
     list.push_back(static_cast<std::uint32_t>(i));
-    if (op.kind != OpKind::compute) {
+    if (op.kind == OpKind::compute) {
+      o.duration = price(op);
+      info.compute_s += o.duration;
+    } else {
+      o.comm = {kNone, kNone};
       if (is_p2p(op.kind)) info.p2p.push_back(static_cast<std::uint32_t>(i));
       if (!is_p2p(op.kind))
-        o.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+        o.comm.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
       const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
                                           : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
       auto& hit = recent[CommClassHash{}(c) % recent.size()];
       if (hit.second != kNone && hit.first == c) {
-        o.comm_class = hit.second;
+        o.comm.comm_class = hit.second;
       } else {
         const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
         if (added) {
           info.class_op.push_back(static_cast<std::uint32_t>(i));
           info.class_streams.push_back(0);
+          info.class_peer.push_back(c.peer);
         }
-        o.comm_class = it->second;
+        o.comm.comm_class = it->second;
         hit = {c, it->second};
       }
-      info.class_streams[o.comm_class] |= 1U << static_cast<unsigned>(op.stream);
+      info.class_streams[o.comm.comm_class] |= 1U << static_cast<unsigned>(op.stream);
     }
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) info.ops[s.deps[d]].next_count += 1;
   }
@@ -201,8 +203,8 @@ void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
         while (j < rc.size() && rc[j] < End{e.tag, 0}) ++j;
         if (j == rc.size() || rc[j].tag != e.tag) continue;
       }
-      from.ops[e.op].pair = rc[j].op;
-      to.ops[rc[j].op].pair = e.op;
+      from.ops[e.op].comm.pair = rc[j].op;
+      to.ops[rc[j].op].comm.pair = e.op;
     }
   }
 }

@@ -17,21 +17,27 @@ constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 inline bool is_async(Stream s) { return s == Stream::pp_send || s == Stream::pp_recv; }
 inline bool is_p2p(OpKind k) { return k == OpKind::send || k == OpKind::recv; }
 
-// The engine's view of one op of a stage, packed: what try_start and finish
-// read for every op (the Op itself is only read to report a deadlock).
+// The engine's view of one op of a stage, packed in 32 bytes (two to a cache
+// line): what try_start and finish read for every op (the Op itself is only
+// read to report a deadlock).
 struct OpInfo {
-  double duration = 0;                      // compute: summed kernel time
+  struct Comm {
+    std::uint32_t pair;                     // collective: index among ops of its (stream, group);
+                                            // send/recv: the op it pairs with on the peer stage
+    std::uint32_t comm_class;               // its CommClass among the stage's
+  };
+  union {
+    double duration = 0;                    // compute: summed kernel time
+    Comm comm;                              // communication
+  };
   std::uint32_t dep_begin = 0, dep_count = 0;    // its deps, in StageProgram::deps
   std::uint32_t next_begin = 0, next_count = 0;  // the ops that depend on it, in StageInfo::dependents
   std::uint32_t position = 0;               // index in its ordered stream
-  std::uint32_t pair = kNone;               // collective: index among ops of its (stream, group);
-                                            // send/recv: the op it pairs with on the peer stage
-  std::uint32_t comm_class = kNone;         // communication: its CommClass among the stage's
-  std::int32_t peer_stage = 0;              // send/recv
   OpKind kind = OpKind::compute;
   Stream stream = Stream::compute;
   CommGroup group = CommGroup::tp;
 };
+static_assert(sizeof(OpInfo) == 32);
 
 struct StageInfo {
   const StageProgram* prog = nullptr;
@@ -40,6 +46,7 @@ struct StageInfo {
   std::vector<std::uint32_t> dependents;
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
   std::vector<std::uint32_t> class_streams;   // CommClass -> bit mask of the streams of its ops
+  std::vector<std::int32_t> class_peer;  // CommClass -> peer stage of its sends or receives (0: a collective)
   std::vector<std::uint32_t> p2p;        // its sends and receives
   double compute_s = 0;                  // summed duration of its compute ops
 };

@@ -543,18 +543,22 @@ std::span<const std::pair<LinkId, double>> Network::links_of(Prepared f) const {
   return s.shapes[f].load;
 }
 
-double Network::lone_finish(Prepared f, double now) const {
+Network::LoneTerms Network::lone_terms(Prepared f) const {
   const State& s = *state_;
-  if (f >= s.shapes.size()) throw std::out_of_range("Network::lone_finish: no prepared flow " + std::to_string(f));
+  if (f >= s.shapes.size()) throw std::out_of_range("Network::lone_terms: no prepared flow " + std::to_string(f));
   const State::Shape& shape = s.shapes[f];
   // As begin(), handle() and solve() do for a flow alone on its links: the
   // latency event, then the transfer at the solo rate.
-  const double start = std::max(now, s.now);
-  const double latency = shape.latency > 0 && std::isfinite(shape.latency) ? shape.latency : 0.0;
-  const double ready = start + latency;
+  LoneTerms t;
+  t.latency = shape.latency > 0 && std::isfinite(shape.latency) ? shape.latency : 0.0;
   const double remaining = std::max(0.0, shape.payload);
-  if (shape.load.empty() || !(remaining > 0)) return ready;
-  return ready + remaining / shape.solo;
+  if (!shape.load.empty() && remaining > 0) t.transfer = remaining / shape.solo;
+  return t;
+}
+
+double Network::lone_finish(Prepared f, double now) const {
+  const LoneTerms t = lone_terms(f);
+  return (std::max(now, state_->now) + t.latency) + t.transfer;
 }
 
 std::optional<double> Network::next_event_time() const {

@@ -122,6 +122,12 @@ class Network {
   // in the same arithmetic as start() (so the same time up to the 1e-12
   // relative tolerance within which this network reports events together).
   [[nodiscard]] double lone_finish(Prepared f, double now) const;
+  // lone_finish's two terms: lone_finish(f, t) == (max(t, now) + latency) +
+  // transfer, bit for bit, for a caller that prices one flow many times.
+  struct LoneTerms {
+    double latency = 0, transfer = 0;
+  };
+  [[nodiscard]] LoneTerms lone_terms(Prepared f) const;
   [[nodiscard]] std::optional<double> next_event_time() const;
   // Advances to t (<= next_event_time()) and returns the flows that finished at t.
   std::vector<FlowId> advance_to(double t);

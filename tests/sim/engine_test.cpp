@@ -288,47 +288,54 @@ TEST_CASE("Collectives alone on their links end when the network would end them"
     }
 }
 
-TEST_CASE("Runs of local ops simulated as one event give every span of the op-by-op run", "[sim]") {
-  // Chains cover compute and lone collectives that start one after another;
-  // concurrent streams (overlaps, zero-bubble W ops, DualPipe's two
-  // directions) cut them short. Every case must equal the op-by-op run,
-  // span by span.
+TEST_CASE("Regions of local ops simulated as one event give every span of the op-by-op run", "[sim]") {
+  // A region covers the compute ops and lone collectives that one op's end
+  // lets start, forks and joins included (weight gradients beside a TP
+  // collective, zero-bubble W ops, DualPipe's two directions); transfers and
+  // collectives with members to wait for end it. Every case must equal the
+  // op-by-op run, span by span. `fold`: in reduced mode, where a TP group
+  // filling a node has its collectives to itself, the op-by-op run takes at
+  // least this many times the events (0: only no more events).
   struct Case {
     const char* model;
     const char* plan;
     int gpus;
-    bool expect_fewer;
+    int fold;
   };
-  for (const Case c : {Case{"llama3-8b", "tp=8,pp=2,sp=on", 16, true},
+  for (const Case c : {Case{"llama3-8b", "tp=8,pp=2,sp=on", 16, 10},
                        Case{"llama3-8b", "tp=8,pp=2,vpp=2,schedule=interleaved,sp=on,tp_comm_overlap=on,distopt=on,"
-                                         "overlap_grad_reduce=on,overlap_param_gather=on", 16, false},
-                       Case{"llama3-8b", "tp=8,pp=4,schedule=zb-h1,recompute=full,recompute_method=uniform,recompute_layers=1", 32, false},
-                       Case{"llama3-8b", "tp=8,pp=2,cp=2,sp=on", 32, true},
-                       Case{"llama3-8b", "tp=4,pp=4,dp=2,schedule=dualpipev,sp=on", 32, false},
-                       Case{"llama3-8b", "tp=8,pp=4,schedule=gpipe,sp=on", 32, true},
-                       Case{"llama3-8b", "tp=8,pp=4,schedule=zb-v,sp=on", 32, true},
-                       Case{"llama3-8b", "tp=8,pp=4,schedule=dualpipe,sp=on", 32, true},
-                       Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, false},
+                                         "overlap_grad_reduce=on,overlap_param_gather=on", 16, 10},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=zb-h1,recompute=full,recompute_method=uniform,recompute_layers=1", 32, 10},
+                       Case{"llama3-8b", "tp=8,pp=2,cp=2,sp=on", 32, 2},
+                       Case{"llama3-8b", "tp=4,pp=4,dp=2,schedule=dualpipev,sp=on", 32, 0},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=gpipe,sp=on", 32, 10},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=zb-v,sp=on", 32, 10},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=dualpipe,sp=on", 32, 10},
+                       Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, 0},
                        Case{"llama3-8b", "tp=8,pp=4,vpp=2,schedule=interleaved,sp=on,recompute=selective,distopt=on", 32,
-                            true}})
+                            5}})
     for (const Mode mode : {Mode::full, Mode::reduced}) {
-      const auto [on, off] = same_spans(c.model, c.plan, c.gpus, mode, &SimOptions::chains);
-      if (c.expect_fewer) CHECK(on < off);
-      else CHECK(on <= off);
+      const auto [on, off] = same_spans(c.model, c.plan, c.gpus, mode, &SimOptions::regions);
+      INFO(on << " events with regions, " << off << " without");
+      CHECK(on <= off);
+      if (mode == Mode::reduced && c.fold > 0) CHECK(on * static_cast<std::uint64_t>(c.fold) < off);
     }
 }
 
-TEST_CASE("A run of compute and TP ops stays one event when each compute op names the next", "[sim]") {
+TEST_CASE("A layer's ops stay one region when each compute op names the next and W runs beside a collective", "[sim]") {
   // Each compute op of an SP layer names the next compute op, which also waits
-  // for the TP collective between them: that op cannot start before the run
-  // ends, so it does not cut the run. (Cutting there unravelled the runs one op
-  // per pass: five times the events on GPT-3's plan.)
-  // Reduced mode (a TP group's collectives have no other simulated member).
-  // Without tp_grad_overlap every op of a layer's backward waits for the one
-  // before (with it, the weight gradients run beside the layer's last
-  // collective and each layer's backward is two runs).
-  const auto [on, off] = same_spans("llama3-8b", "tp=8,pp=2,sp=on,recompute=selective,tp_grad_overlap=off", 16,
-                                    Mode::reduced, &SimOptions::chains);
-  INFO(on << " events with chains, " << off << " without");
-  CHECK(on * 10 < off);
+  // for the TP collective between them; with tp_grad_overlap the weight
+  // gradients run beside the layer's last collective and the next layer waits
+  // for both (a fork and a join). Neither ends the region: a pipeline stage's
+  // micro-batch is one region from its receive to its send. (Chains of ops
+  // that each let exactly one op start took twice the events with the
+  // overlap; cutting a chain at an op waiting for another unravelled it one
+  // op per pass.) Reduced mode: a TP group's collectives have no other
+  // simulated member.
+  for (const char* plan : {"tp=8,pp=2,sp=on,recompute=selective,tp_grad_overlap=off", "tp=8,pp=2,sp=on,recompute=selective"}) {
+    INFO(plan);
+    const auto [on, off] = same_spans("llama3-8b", plan, 16, Mode::reduced, &SimOptions::regions);
+    INFO(on << " events with regions, " << off << " without");
+    CHECK(on * 40 < off);
+  }
 }
