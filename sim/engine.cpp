@@ -51,7 +51,7 @@ struct alignas(64) RankState {
   std::uint32_t ahead = 0;              // its ops' records before this index are prefetched
   double* start_time = nullptr;         // traced ranks only: start of each op
   std::uint32_t flows = 0;              // its flows in Engine::flow_of_class_, by the stage's CommClass
-  std::array<std::uint32_t, kStreamCount> head{};   // serial execution: head[0] is the next op of the list
+  std::uint32_t next = 0;               // serial execution: the next op of the list
 };
 
 struct Member {
@@ -201,8 +201,10 @@ class Engine {
       if (r < 0 || r >= g.world() || state_of_rank_[static_cast<std::size_t>(r)] < 0)
         return fail("simulate", fmt::format("rank {} to trace is not simulated in this mode", r));
       const auto s = static_cast<std::size_t>(state_of_rank_[static_cast<std::size_t>(r)]);
-      start_times_[s].assign(stages_[states_[s].stage].ops.size(), 0.0);
-      states_[s].start_time = start_times_[s].data();
+      if (opt_.record_trace) {   // start times serve only the spans
+        start_times_[s].assign(stages_[states_[s].stage].ops.size(), 0.0);
+        states_[s].start_time = start_times_[s].data();
+      }
       out.traced_ranks.push_back(r);
     }
     record_ = opt_.record_trace;
@@ -230,14 +232,10 @@ class Engine {
         if (!info.ops.empty()) try_start(s, 0, 0.0);
         continue;
       }
-      for (int k = 0; k < kStreamCount; ++k) {
-        const auto& list = info.stream_ops[static_cast<std::size_t>(k)];
-        if (is_async(static_cast<Stream>(k))) {
-          for (std::uint32_t op : list) try_start(s, op, 0.0);
-        } else if (!list.empty()) {
-          try_start(s, list.front(), 0.0);
-        }
-      }
+      for (int k = 0; k < kStreamCount; ++k)
+        if (!is_async(static_cast<Stream>(k)) && info.first[static_cast<std::size_t>(k)] != kNone)
+          try_start(s, info.first[static_cast<std::size_t>(k)], 0.0);
+      for (const std::uint32_t op : info.async_ops) try_start(s, op, 0.0);
     }
     double now = 0;
     std::vector<FlowId> done;
@@ -302,9 +300,10 @@ class Engine {
     bits_[st.bits + 2 * (i >> 6) + 1] |= std::uint64_t{1} << (i & 63);
   }
 
-  bool deps_done(const RankState& st, const StageProgram& sp, const OpInfo& op) const {
-    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
-      if (!finished(st, sp.deps[d])) return false;
+  // Every predecessor (the op before it on its stream, its deps) finished.
+  bool preds_done(const RankState& st, const StageInfo& info, const OpInfo& op) const {
+    for (std::uint32_t p = op.pred_begin; p < op.pred_begin + op.pred_count; ++p)
+      if (!finished(st, info.preds[p])) return false;
     return true;
   }
 
@@ -435,10 +434,9 @@ class Engine {
     if (serial_) {
       // The list order implies the dependencies: every earlier op has
       // finished, except sends, which the rank does not wait for.
-      if (i != st.head[0]) return;
-    } else {
-      if (!is_async(op.stream) && op.position != st.head[static_cast<std::size_t>(op.stream)]) return;
-      if (!deps_done(st, *info.prog, op)) return;
+      if (i != st.next) return;
+    } else if (!preds_done(st, info, op)) {
+      return;
     }
     set_started(st, i);
     if (st.start_time) st.start_time[i] = now;
@@ -529,11 +527,7 @@ class Engine {
   template <class F>
   void each_enabled(const StageInfo& info, std::uint32_t i, F&& f) const {
     const OpInfo& op = info.ops[i];
-    if (!is_async(op.stream)) {
-      const auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
-      if (op.position + 1 < list.size()) f(list[op.position + 1]);
-    }
-    for (std::uint32_t d = op.next_begin; d < op.next_begin + op.next_count; ++d) f(info.dependents[d]);
+    for (std::uint32_t d = op.succ_begin; d < op.succ_begin + op.succ_count; ++d) f(info.succs[d]);
   }
 
   // Regions: op x0 has just started and its end is known (local_end). The
@@ -578,11 +572,8 @@ class Engine {
           }
           return finished(st, d);
         };
-        for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
-          if (!pred(info.prog->deps[d])) return;
-        if (!is_async(o.stream) && o.position > 0 &&
-            !pred(info.stream_ops[static_cast<std::size_t>(o.stream)][o.position - 1]))
-          return;
+        for (std::uint32_t p = o.pred_begin; p < o.pred_begin + o.pred_count; ++p)
+          if (!pred(info.preds[p])) return;
         const std::optional<double> end = local_end(s, y, start);
         if (!end) return;
         mark_[y] = g;
@@ -604,12 +595,10 @@ class Engine {
         heap_.push(end_of_[x], {s, x});
         continue;
       }
-      const OpInfo& o = info.ops[x];
       set_finished(st, x);
       st.remaining -= 1;
       end_ = std::max(end_, end_of_[x]);
       if (record_ && st.start_time) spans_.push_back({st.rank, x, start, end_of_[x]});
-      if (!is_async(o.stream)) st.head[static_cast<std::size_t>(o.stream)] += 1;
     }
   }
 
@@ -631,8 +620,8 @@ class Engine {
   // Serial execution: op i gives the rank up; its next op of the list starts.
   void advance_serial(std::uint32_t s, std::uint32_t i, double now) {
     RankState& st = states_[s];
-    st.head[0] = i + 1;
-    if (st.head[0] < stages_[st.stage].ops.size()) try_start(s, st.head[0], now);
+    st.next = i + 1;
+    if (st.next < stages_[st.stage].ops.size()) try_start(s, st.next, now);
   }
 
   Channel& channel(std::int64_t gid, Stream stream) {
@@ -711,13 +700,7 @@ class Engine {
       return;
     }
     if (record_ && st.start_time) spans_.push_back({st.rank, i, st.start_time[i], now});
-    if (!is_async(op.stream)) {
-      auto& head = st.head[static_cast<std::size_t>(op.stream)];
-      head += 1;
-      const auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
-      if (head < list.size()) try_start(s, list[head], now);
-    }
-    for (std::uint32_t d = op.next_begin; d < op.next_begin + op.next_count; ++d) try_start(s, info.dependents[d], now);
+    for (std::uint32_t d = op.succ_begin; d < op.succ_begin + op.succ_count; ++d) try_start(s, info.succs[d], now);
   }
 
   const Program& p_;

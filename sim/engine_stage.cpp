@@ -80,33 +80,51 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   info.prog = &s;
   Pricer price(s, cost);
   const std::size_t n = s.ops.size();
-  info.ops.resize(n);
+  info.ops.reserve(n);
+  info.preds.reserve(n + s.deps.size());
+  info.first.fill(kNone);
+  std::array<std::uint32_t, kStreamCount> last;
+  last.fill(kNone);
   std::array<std::uint32_t, kStreamCount * kCommGroupCount> counters{};
   std::unordered_map<CommClass, std::uint32_t, CommClassHash> classes;
   // Recent classes, direct-mapped by hash, in front of the map: a stage
   // cycles through a few classes (a layer's all-gathers and reduce-scatters).
   std::array<std::pair<CommClass, std::uint32_t>, 32> recent;
   recent.fill({CommClass{OpKind::compute, 0, 0, 0.0}, kNone});
-  for (auto& list : info.stream_ops) list.reserve(n);   // untouched capacity costs no memory
+  // Pass 1: each op's record and predecessors; successor counts.
   for (std::size_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
-    OpInfo& o = info.ops[i];
-    o.dep_begin = op.dep_begin;
-    o.dep_count = op.dep_count;
+    OpInfo o;
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;
-    auto& list = info.stream_ops[static_cast<std::size_t>(op.stream)];
-    o.position = static_cast<std::uint32_t>(list.size());
-    list.push_back(static_cast<std::uint32_t>(i));
+    o.pred_begin = static_cast<std::uint32_t>(info.preds.size());
+    const auto k = static_cast<std::size_t>(op.stream);
+    if (info.first[k] == kNone) info.first[k] = static_cast<std::uint32_t>(i);
+    if (is_async(op.stream)) {
+      info.async_ops.push_back(static_cast<std::uint32_t>(i));
+    } else {
+      if (last[k] != kNone) {
+        info.preds.push_back(last[k]);
+        info.ops[last[k]].succ_count += 1;
+      }
+      last[k] = static_cast<std::uint32_t>(i);
+    }
+    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
+      info.preds.push_back(s.deps[d]);
+      info.ops[s.deps[d]].succ_count += 1;
+    }
+    o.pred_count = static_cast<std::uint32_t>(info.preds.size()) - o.pred_begin;
     if (op.kind == OpKind::compute) {
       o.duration = price(op);
       info.compute_s += o.duration;
     } else {
       o.comm = {kNone, kNone};
-      if (is_p2p(op.kind)) info.p2p.push_back(static_cast<std::uint32_t>(i));
-      if (!is_p2p(op.kind))
-        o.comm.pair = counters[static_cast<std::size_t>(op.stream) * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+      if (is_p2p(op.kind)) {
+        info.p2p.push_back({op.tag, static_cast<std::uint32_t>(i), op.peer_stage, op.kind == OpKind::send});
+      } else {
+        o.comm.pair = counters[k * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+      }
       const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
                                           : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
       auto& hit = recent[CommClassHash{}(c) % recent.size()];
@@ -124,20 +142,32 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
       }
       info.class_streams[o.comm.comm_class] |= 1U << static_cast<unsigned>(op.stream);
     }
-    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) info.ops[s.deps[d]].next_count += 1;
+    info.ops.push_back(o);
   }
+  // Pass 2: successor lists. An op with a successor on its stream keeps
+  // the list's first slot for it; its dependents follow in program order,
+  // with succ_count as the fill cursor (it ends at the list's length).
   std::uint32_t at = 0;
-  for (OpInfo& o : info.ops) {
-    o.next_begin = at;
-    at += o.next_count;
+  for (std::size_t i = 0; i < n; ++i) {
+    OpInfo& o = info.ops[i];
+    o.succ_begin = at;
+    at += o.succ_count;
+    o.succ_count = !is_async(o.stream) && last[static_cast<std::size_t>(o.stream)] != i ? 1 : 0;
   }
-  info.dependents.assign(at, 0);
-  std::vector<std::uint32_t> fill(n);
-  for (std::size_t i = 0; i < n; ++i) fill[i] = info.ops[i].next_begin;
+  info.succs.assign(at, 0);
+  last.fill(kNone);
   for (std::size_t i = 0; i < n; ++i) {
     const OpInfo& o = info.ops[i];
-    for (std::uint32_t d = o.dep_begin; d < o.dep_begin + o.dep_count; ++d)
-      info.dependents[fill[s.deps[d]]++] = static_cast<std::uint32_t>(i);
+    std::uint32_t p = o.pred_begin;
+    if (!is_async(o.stream)) {
+      const auto k = static_cast<std::size_t>(o.stream);
+      if (last[k] != kNone) info.succs[info.ops[info.preds[p++]].succ_begin] = static_cast<std::uint32_t>(i);
+      last[k] = static_cast<std::uint32_t>(i);
+    }
+    for (; p < o.pred_begin + o.pred_count; ++p) {
+      OpInfo& dep = info.ops[info.preds[p]];
+      info.succs[dep.succ_begin + dep.succ_count++] = static_cast<std::uint32_t>(i);
+    }
   }
   return info;
 }
@@ -161,14 +191,12 @@ void match_transfers(const Program& p, std::vector<StageInfo>& stages) {
   std::vector<std::uint32_t> send_begin(n * n + 1, 0), recv_begin(n * n + 1, 0);
   const auto each_end = [&](auto&& f) {
     for (std::size_t si = 0; si < p.stages.size(); ++si) {
-      const StageProgram& s = p.stages[si];
-      for (const std::uint32_t i : stages[si].p2p) {
-        const Op& op = s.ops[i];
-        if (!stage_ok(s.stage) || !stage_ok(op.peer_stage)) continue;
-        const bool send = op.kind == OpKind::send;
-        const auto from = static_cast<std::size_t>(send ? s.stage : op.peer_stage);
-        const auto to = static_cast<std::size_t>(send ? op.peer_stage : s.stage);
-        f(send, from * n + to, End{op.tag, i});
+      const int stage = p.stages[si].stage;
+      for (const P2pEnd& e : stages[si].p2p) {
+        if (!stage_ok(stage) || !stage_ok(e.peer_stage)) continue;
+        const auto from = static_cast<std::size_t>(e.send ? stage : e.peer_stage);
+        const auto to = static_cast<std::size_t>(e.send ? e.peer_stage : stage);
+        f(e.send, from * n + to, End{e.tag, e.op});
       }
     }
   };

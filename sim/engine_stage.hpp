@@ -30,29 +30,42 @@ struct OpInfo {
     double duration = 0;                    // compute: summed kernel time
     Comm comm;                              // communication
   };
-  std::uint32_t dep_begin = 0, dep_count = 0;    // its deps, in StageProgram::deps
-  std::uint32_t next_begin = 0, next_count = 0;  // the ops that depend on it, in StageInfo::dependents
-  std::uint32_t position = 0;               // index in its ordered stream
+  // Its predecessors in StageInfo::preds: the op before it on its ordered
+  // stream (if any) and its deps. It may start once they have all finished.
+  std::uint32_t pred_begin = 0, pred_count = 0;
+  // Its successors in StageInfo::succs: the op after it on its ordered
+  // stream (if any) first, then the ops that depend on it, in program order.
+  std::uint32_t succ_begin = 0, succ_count = 0;
   OpKind kind = OpKind::compute;
   Stream stream = Stream::compute;
   CommGroup group = CommGroup::tp;
 };
 static_assert(sizeof(OpInfo) == 32);
 
+// A send or receive of a stage, for match_transfers.
+struct P2pEnd {
+  std::uint64_t tag;
+  std::uint32_t op;
+  std::int32_t peer_stage;
+  bool send;
+};
+
 struct StageInfo {
   const StageProgram* prog = nullptr;
   std::vector<OpInfo> ops;
-  std::array<std::vector<std::uint32_t>, kStreamCount> stream_ops;
-  std::vector<std::uint32_t> dependents;
+  std::vector<std::uint32_t> preds, succs;    // see OpInfo
+  std::array<std::uint32_t, kStreamCount> first{};   // first op of each stream (kNone: none)
+  std::vector<std::uint32_t> async_ops;       // ops of unordered streams (pp_send, pp_recv)
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
   std::vector<std::uint32_t> class_streams;   // CommClass -> bit mask of the streams of its ops
   std::vector<std::int32_t> class_peer;  // CommClass -> peer stage of its sends or receives (0: a collective)
-  std::vector<std::uint32_t> p2p;        // its sends and receives
+  std::vector<P2pEnd> p2p;               // its sends and receives, in program order
   double compute_s = 0;                  // summed duration of its compute ops
 };
 
-// Packs one stage: durations priced once per kernel range, stream positions,
-// dependents, collective ordinals, communication classes.
+// Packs one stage: durations priced once per kernel range, predecessors and
+// successors (stream order and deps), collective ordinals, communication
+// classes.
 StageInfo analyse(const StageProgram& s, const CostModel& cost);
 
 // Pairs every send with the receive of the same tag on its peer stage.
