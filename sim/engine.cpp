@@ -360,6 +360,8 @@ class Engine {
     }
     if (opt_.lone_flows) find_lone_flows();
     net_.seal();
+    for (std::size_t f = 0; f < lone_.size(); ++f)
+      if (lone_[f].latency == 0) lone_[f] = net_.lone_terms(static_cast<Network::Prepared>(f));
     prepare_local_comm();
   }
 
@@ -397,21 +399,24 @@ class Engine {
       if (key_of_flow[f] == unset) continue;
       for (const auto& [l, w] : net_.links_of(static_cast<Network::Prepared>(f))) claim(owner.try_emplace(l, unset).first->second, key_of_flow[f]);
     }
-    lone_.assign(key_of_flow.size(), false);
+    lone_.assign(key_of_flow.size(), {-1.0, 0.0});   // the terms of lone flows are filled in once sealed
     for (std::size_t f = 0; f < key_of_flow.size(); ++f) {
       if (key_of_flow[f] == unset || key_of_flow[f] == mixed) continue;
       bool alone = true;
       for (const auto& [l, w] : net_.links_of(static_cast<Network::Prepared>(f))) alone = alone && owner.at(l) == key_of_flow[f];
-      lone_[f] = alone;
+      if (alone) lone_[f].latency = 0;
     }
   }
+
+  [[nodiscard]] bool lone(Network::Prepared flow) const { return flow < lone_.size() && lone_[flow].latency >= 0; }
 
   // Starts the transfer of the members in waiting list w.
   void launch(std::uint32_t w, Network::Prepared flow, double now) {
     MEGASCOPE_CHECK(flow != kNone, "a transfer starts without a prepared flow");
     mark_transfer_start(pool_[w], now);
-    if (flow < lone_.size() && lone_[flow]) {
-      const double end = net_.lone_finish(flow, now);
+    if (lone(flow)) {
+      const Network::LoneTerms& t = lone_[flow];
+      const double end = (now + t.latency) + t.transfer;   // Network::lone_finish (now >= the network's time)
       if (pool_[w].size() == 1) {   // one member (reduced mode): its own event, no list
         heap_.push(end, pool_[w].front());
         release(w);
@@ -515,9 +520,8 @@ class Engine {
       for (std::size_t c = 0; c < info.class_op.size(); ++c) {
         const Op& op = info.prog->ops[info.class_op[c]];
         const Network::Prepared flow = flow_of_class_[st.flows + c];
-        if (is_p2p(op.kind) || expected_members(s, op.group) > 1 || flow == kNone || flow >= lone_.size() || !lone_[flow])
-          continue;
-        local_comm_[st.flows + c] = net_.lone_terms(flow);
+        if (is_p2p(op.kind) || expected_members(s, op.group) > 1 || !lone(flow)) continue;
+        local_comm_[st.flows + c] = lone_[flow];
       }
     }
   }
@@ -581,6 +585,10 @@ class Engine {
         end_of_[y] = *end;
         region_.push_back(y);
       });
+    }
+    if (region_.size() == 1 && info.ops[x0].succ_count > 0) {   // x0 alone: an exit (most ops in full mode)
+      heap_.push(x0_end, {s, x0});
+      return;
     }
     prefetch(st, info, *std::max_element(region_.begin(), region_.end()));
     for (const std::uint32_t x : region_) {
@@ -713,7 +721,9 @@ class Engine {
   std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
   std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
   std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage
-  std::vector<bool> lone_;                                // per prepared flow: always alone on its links
+  // Per prepared flow: always alone on its links (find_lone_flows), with the
+  // terms of its end (Network::lone_terms); latency -1 for the others.
+  std::vector<Network::LoneTerms> lone_;
   std::vector<Network::LoneTerms> local_comm_;            // per rank, per CommClass: see prepare_local_comm
   std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;
