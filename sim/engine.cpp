@@ -369,7 +369,7 @@ class Engine {
   // of their links is started by one ordered stream of one group (the
   // collectives of a (group, stream) run one after another), never by a
   // send or receive or by ops of one class on several streams. Such a flow's
-  // end is known when it starts (Network::lone_finish), so it goes on the
+  // end is known when it starts (Network::lone_terms), so it goes on the
   // event heap and skips the network: a tensor-parallel group's collectives
   // on its own NVLink ports, typically most of a step's communication ops.
   void find_lone_flows() {
@@ -416,7 +416,9 @@ class Engine {
     mark_transfer_start(pool_[w], now);
     if (lone(flow)) {
       const Network::LoneTerms& t = lone_[flow];
-      const double end = (now + t.latency) + t.transfer;   // Network::lone_finish (now >= the network's time)
+      // Network::lone_terms from the engine's clock, as local_end
+      // prices it (the network's clock may run ahead by its event tolerance).
+      const double end = (now + t.latency) + t.transfer;
       if (pool_[w].size() == 1) {   // one member (reduced mode): its own event, no list
         heap_.push(end, pool_[w].front());
         release(w);
@@ -500,14 +502,17 @@ class Engine {
 
   // An op whose end is known when it starts and that touches nothing shared:
   // a compute op, or a lone collective with no other member to wait for.
-  // Its end time started at `start` (not before the network's time), or nullopt.
+  // Its end time started at `start`, or nullopt. A lone flow is priced from
+  // the engine's clock, as launch() prices it: the network's clock can run
+  // ahead by its event tolerance after an event, and a lone flow never
+  // touches the network.
   std::optional<double> local_end(std::uint32_t s, std::uint32_t i, double start) const {
     const RankState& st = states_[s];
     const OpInfo& op = stages_[st.stage].ops[i];
     if (op.kind == OpKind::compute) return start + op.duration;
     const Network::LoneTerms& t = local_comm_[st.flows + op.comm.comm_class];
     if (t.latency < 0) return std::nullopt;
-    return (start + t.latency) + t.transfer;   // Network::lone_finish
+    return (start + t.latency) + t.transfer;   // Network::lone_terms
   }
 
   // local_end's terms of every (rank, CommClass): a collective with no other
@@ -590,7 +595,7 @@ class Engine {
       heap_.push(x0_end, {s, x0});
       return;
     }
-    prefetch(st, info, *std::max_element(region_.begin(), region_.end()));
+    prefetch(st, info, x0);
     for (const std::uint32_t x : region_) {
       const double start = start_of_[x];
       if (x != x0) {
@@ -681,7 +686,7 @@ class Engine {
   // into the first touch of an op's record. Each event of a rank at op i
   // fetches the records up to op i + kAhead it has not fetched yet (the
   // rank's next region, read at its next event, dozens of other events
-  // later); each record is fetched once.
+  // later); a record is fetched at most once.
   void prefetch(RankState& st, const StageInfo& info, std::uint32_t i) {
     const auto n = static_cast<std::uint32_t>(info.ops.size());
     const std::uint32_t to = std::min(n, i + kAhead);

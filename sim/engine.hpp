@@ -66,7 +66,8 @@ using megascope::Span;   // core/trace.hpp
 
 struct SimResult {
   double step_time_s = 0;
-  std::vector<Span> spans;                 // traced ranks only, in completion order
+  std::vector<Span> spans;                 // traced ranks only; in completion order, except that a region's
+                                           // ops that nothing outside it waits for come when it starts
   std::vector<int> traced_ranks;
   std::vector<int> simulated_ranks;
   std::uint64_t events = 0;                // op completions + network events processed

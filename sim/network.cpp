@@ -556,11 +556,6 @@ Network::LoneTerms Network::lone_terms(Prepared f) const {
   return t;
 }
 
-double Network::lone_finish(Prepared f, double now) const {
-  const LoneTerms t = lone_terms(f);
-  return (std::max(now, state_->now) + t.latency) + t.transfer;
-}
-
 std::optional<double> Network::next_event_time() const {
   State& s = *state_;
   s.recompute();

@@ -117,13 +117,11 @@ class Network {
   void seal();
   // The links a prepared flow loads (before seal(): every link, merged or not).
   [[nodiscard]] std::span<const std::pair<LinkId, double>> links_of(Prepared f) const;
-  // When a flow of `f` started at `now` ends if no other flow shares any of
-  // its links while it runs: its latency, then its payload at its solo rate,
-  // in the same arithmetic as start() (so the same time up to the 1e-12
-  // relative tolerance within which this network reports events together).
-  [[nodiscard]] double lone_finish(Prepared f, double now) const;
-  // lone_finish's two terms: lone_finish(f, t) == (max(t, now) + latency) +
-  // transfer, bit for bit, for a caller that prices one flow many times.
+  // When a flow of `f` started at time t ends if no other flow shares any of
+  // its links while it runs: (t + latency) + transfer, its latency, then its
+  // payload at its solo rate, in the same arithmetic as start() (so the same
+  // time up to the 1e-12 relative tolerance within which this network
+  // reports events together).
   struct LoneTerms {
     double latency = 0, transfer = 0;
   };

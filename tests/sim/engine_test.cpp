@@ -339,3 +339,65 @@ TEST_CASE("A layer's ops stay one region when each compute op names the next and
     CHECK(on * 40 < off);
   }
 }
+
+TEST_CASE("A lone collective starting just after a network event ends the same with or without regions", "[sim]") {
+  // Stage 0 sends A, computes, sends B, and runs a TP all-reduce after each
+  // send (tp = 8 on a DGX node: the all-reduces are lone, and local in
+  // reduced mode). When B's end falls within the network's event tolerance
+  // (1e-12 relative) of A's, the network reports both at A's time but its
+  // clock may run up to that tolerance ahead. A lone collective never
+  // touches the network, so both the op-by-op path and a region price it
+  // from the engine's clock; pricing one of them from the network's clock
+  // made the all-reduces' spans differ by up to 1e-12 s on such sizes of B.
+  const ClusterSpec cluster = *with_device_count(shipped_cluster("dgx-h100"), 16);
+  const Topology topo = Topology::build(cluster, 16);
+  const CostModel cost = unit_cost();
+  const double pa = 8e6, pause = 1e-5;
+  const auto make = [&](double pb) {
+    Program p;
+    p.grid = RankGrid{8, 1, 1, 2, 1, 1, 1};
+    p.stages.resize(2);
+    p.stages[0].stage = 0;
+    p.stages[1].stage = 1;
+    detail::OpContext ctx;
+    detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
+    const auto a = w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 1, pa);
+    w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 1, pa);
+    const auto c = w0.compute(OpLabel::mlp, ctx, {seconds(pause)});
+    const auto b = w0.p2p(OpKind::send, OpLabel::pp_activation, ctx, 1, 2, pb, {c});
+    w0.collective(OpKind::all_reduce, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 4e6, {b});
+    w1.p2p(OpKind::recv, OpLabel::pp_activation, ctx, 0, 2, pb);
+    w0.collective(OpKind::all_reduce, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 4e6, {a});
+    return p;
+  };
+  // B's size at which the two sends end together (bisection on B's end - A's end).
+  const auto gap = [&](double pb) {
+    auto r = simulate(make(pb), topo, cost, {Mode::reduced, true, {}});
+    REQUIRE(r);
+    return span_of(*r, 0, 2).end - span_of(*r, 0, 0).end;
+  };
+  double lo = 1e6, hi = 16e6;
+  REQUIRE(gap(lo) < 0);
+  REQUIRE(gap(hi) > 0);
+  for (int it = 0; it < 200; ++it) (gap(0.5 * (lo + hi)) < 0 ? lo : hi) = 0.5 * (lo + hi);
+  int compared = 0;
+  for (int k = -200; k <= 400; ++k) {
+    const Program p = make(lo + k * 0.002);
+    SimOptions on{Mode::reduced, true, {}};
+    SimOptions off = on;
+    off.regions = false;
+    auto with = simulate(p, topo, cost, on);
+    auto without = simulate(p, topo, cost, off);
+    REQUIRE(with);
+    REQUIRE(without);
+    REQUIRE(with->spans.size() == without->spans.size());
+    for (const Span& sp : with->spans) {
+      const Span other = span_of(*without, sp.rank, sp.op);
+      INFO("B = " << lo + k * 0.002 << " bytes, rank " << sp.rank << " op " << sp.op);
+      CHECK(sp.start == other.start);
+      CHECK(sp.end == other.end);
+      ++compared;
+    }
+  }
+  CHECK(compared == 601 * 7);
+}
