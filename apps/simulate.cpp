@@ -20,6 +20,13 @@ void addl(std::string& o, fmt::format_string<A...> f, A&&... a) {
   o += fmt::format(f, std::forward<A>(a)...);
   o += '\n';
 }
+// Ops of every simulated rank (each rank runs its stage's program).
+std::size_t simulated_ops(const SimulateOutcome& out) {
+  std::size_t n = 0;
+  for (const int rank : out.result.simulated_ranks) n += out.program.of_rank(rank).ops.size();
+  return n;
+}
+
 }  // namespace
 
 Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o) {
@@ -84,6 +91,7 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
   j["simulation"] = {{"mode", o.mode == sim::Mode::full ? "full" : "reduced"},
                      {"simulated_ranks", out.result.simulated_ranks.size()},
                      {"ops_per_stage_total", out.program.op_count()},
+                     {"simulated_ops", simulated_ops(out)},
                      {"events", out.result.events},
                      {"wall_s", out.wall_s},
                      {"cost_profile", out.profile_source}};
@@ -138,9 +146,10 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
          st.total_bytes / kGiB);
   addl(t, "  peak       {:.2f} GiB on stage {}: {}", mem.peak_bytes / kGiB, mem.peak_stage,
        mem.fits ? "fits" : "DOES NOT FIT");
-  addl(t, "  simulated  {} mode, {} ranks, {} events in {:.3f} s; cost profile: {}",
-       o.mode == sim::Mode::full ? "full" : "reduced", out.result.simulated_ranks.size(), out.result.events, out.wall_s,
-       out.profile_source);
+  // An event can cover many ops (a region of local ops, docs/simulator.md).
+  addl(t, "  simulated  {} mode, {} ranks, {} ops in {} events, {:.3f} s; cost profile: {}",
+       o.mode == sim::Mode::full ? "full" : "reduced", out.result.simulated_ranks.size(), simulated_ops(out),
+       out.result.events, out.wall_s, out.profile_source);
   if (o.trace) addl(t, "  trace      {} (open in ui.perfetto.dev)", *o.trace);
   for (const auto& w : s.warnings) addl(t, "warning: {}", w);
   return t;

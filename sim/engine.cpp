@@ -232,10 +232,16 @@ class Engine {
         if (!info.ops.empty()) try_start(s, 0, 0.0);
         continue;
       }
-      for (int k = 0; k < kStreamCount; ++k)
-        if (!is_async(static_cast<Stream>(k)) && info.first[static_cast<std::size_t>(k)] != kNone)
-          try_start(s, info.first[static_cast<std::size_t>(k)], 0.0);
-      for (const std::uint32_t op : info.async_ops) try_start(s, op, 0.0);
+      // By stream: the first op of an ordered one, every op of an unordered one.
+      for (int k = 0; k < kStreamCount; ++k) {
+        const auto stream = static_cast<Stream>(k);
+        if (!is_async(stream)) {
+          if (info.first[static_cast<std::size_t>(k)] != kNone) try_start(s, info.first[static_cast<std::size_t>(k)], 0.0);
+          continue;
+        }
+        for (const std::uint32_t op : info.async_ops)
+          if (info.ops[op].stream == stream) try_start(s, op, 0.0);
+      }
     }
     double now = 0;
     std::vector<FlowId> done;

@@ -179,8 +179,13 @@ TEST_CASE("simulate agrees in full and reduced mode on a single node", "[apps]")
   const Run a = run(full), b = run(reduced);
   REQUIRE(a.code == 0);
   REQUIRE(b.code == 0);
-  CHECK(nlohmann::json::parse(a.out)["step_time_s"].get<double>() ==
-        Approx(nlohmann::json::parse(b.out)["step_time_s"].get<double>()).epsilon(1e-9));
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  CHECK(ja["step_time_s"].get<double>() == Approx(jb["step_time_s"].get<double>()).epsilon(1e-9));
+  // Every op of every simulated rank: 8 ranks, 4 per stage, in full mode; one per stage in reduced mode.
+  const auto per_stage_total = jb["simulation"]["ops_per_stage_total"].get<std::size_t>();
+  CHECK(jb["simulation"]["simulated_ops"].get<std::size_t>() == per_stage_total);
+  CHECK(ja["simulation"]["simulated_ops"].get<std::size_t>() == 4 * per_stage_total);
+  CHECK(ja["simulation"]["simulated_ranks"].get<int>() == 8);
 }
 
 TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
