@@ -49,7 +49,7 @@ struct alignas(64) RankState {
   std::size_t bits = 0;                 // its words in Engine::bits_: started, finished, per 64 ops
   std::uint32_t remaining = 0;
   std::uint32_t ahead = 0;              // its ops' records before this index are prefetched
-  double* start_time = nullptr;         // traced ranks only: start of each op
+  double* start_time = nullptr;         // traced ranks, when spans are recorded: start of each op
   std::uint32_t flows = 0;              // its flows in Engine::flow_of_class_, by the stage's CommClass
   std::uint32_t next = 0;               // serial execution: the next op of the list
 };

@@ -79,9 +79,12 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   StageInfo info;
   info.prog = &s;
   Pricer price(s, cost);
-  const std::size_t n = s.ops.size();
-  info.ops.reserve(n);
-  info.preds.reserve(n + s.deps.size());
+  const auto n = static_cast<std::uint32_t>(s.ops.size());
+  info.ops.resize(n);
+  info.preds.resize(n + s.deps.size());   // at most one stream predecessor per op, then the deps
+  OpInfo* const ops = info.ops.data();
+  std::uint32_t* const preds = info.preds.data();
+  std::uint32_t np = 0;
   info.first.fill(kNone);
   std::array<std::uint32_t, kStreamCount> last;
   last.fill(kNone);
@@ -92,81 +95,82 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   std::array<std::pair<CommClass, std::uint32_t>, 32> recent;
   recent.fill({CommClass{OpKind::compute, 0, 0, 0.0}, kNone});
   // Pass 1: each op's record and predecessors; successor counts.
-  for (std::size_t i = 0; i < n; ++i) {
+  for (std::uint32_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
-    OpInfo o;
+    OpInfo& o = ops[i];
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;
-    o.pred_begin = static_cast<std::uint32_t>(info.preds.size());
+    o.pred_begin = np;
     const auto k = static_cast<std::size_t>(op.stream);
-    if (info.first[k] == kNone) info.first[k] = static_cast<std::uint32_t>(i);
+    if (info.first[k] == kNone) info.first[k] = i;
     if (is_async(op.stream)) {
-      info.async_ops.push_back(static_cast<std::uint32_t>(i));
+      info.async_ops.push_back(i);
     } else {
       if (last[k] != kNone) {
-        info.preds.push_back(last[k]);
-        info.ops[last[k]].succ_count += 1;
+        preds[np++] = last[k];
+        ops[last[k]].succ_count += 1;
+        ops[last[k]].stream_links |= OpInfo::kNext;
+        o.stream_links |= OpInfo::kPrev;
       }
-      last[k] = static_cast<std::uint32_t>(i);
+      last[k] = i;
     }
     for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
-      info.preds.push_back(s.deps[d]);
-      info.ops[s.deps[d]].succ_count += 1;
+      const std::uint32_t dep = s.deps[d];
+      MEGASCOPE_CHECK(dep < i, "an op depends on a later op (simulate needs a program validate_program accepts)");
+      preds[np++] = dep;
+      ops[dep].succ_count += 1;
     }
-    o.pred_count = static_cast<std::uint32_t>(info.preds.size()) - o.pred_begin;
+    o.pred_count = np - o.pred_begin;
     if (op.kind == OpKind::compute) {
       o.duration = price(op);
       info.compute_s += o.duration;
-    } else {
-      o.comm = {kNone, kNone};
-      if (is_p2p(op.kind)) {
-        info.p2p.push_back({op.tag, static_cast<std::uint32_t>(i), op.peer_stage, op.kind == OpKind::send});
-      } else {
-        o.comm.pair = counters[k * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
-      }
-      const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
-                                          : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
-      auto& hit = recent[CommClassHash{}(c) % recent.size()];
-      if (hit.second != kNone && hit.first == c) {
-        o.comm.comm_class = hit.second;
-      } else {
-        const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
-        if (added) {
-          info.class_op.push_back(static_cast<std::uint32_t>(i));
-          info.class_streams.push_back(0);
-          info.class_peer.push_back(c.peer);
-        }
-        o.comm.comm_class = it->second;
-        hit = {c, it->second};
-      }
-      info.class_streams[o.comm.comm_class] |= 1U << static_cast<unsigned>(op.stream);
+      continue;
     }
-    info.ops.push_back(o);
+    o.comm = {kNone, kNone};
+    if (is_p2p(op.kind)) {
+      info.p2p.push_back({op.tag, i, op.peer_stage, op.kind == OpKind::send});
+    } else {
+      o.comm.pair = counters[k * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
+    }
+    const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
+                                        : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
+    auto& hit = recent[CommClassHash{}(c) % recent.size()];
+    if (hit.second != kNone && hit.first == c) {
+      o.comm.comm_class = hit.second;
+    } else {
+      const auto [it, added] = classes.try_emplace(c, static_cast<std::uint32_t>(classes.size()));
+      if (added) {
+        info.class_op.push_back(i);
+        info.class_streams.push_back(0);
+        info.class_peer.push_back(c.peer);
+      }
+      o.comm.comm_class = it->second;
+      hit = {c, it->second};
+    }
+    info.class_streams[o.comm.comm_class] |= 1U << static_cast<unsigned>(op.stream);
   }
+  info.preds.resize(np);
   // Pass 2: successor lists. An op with a successor on its stream keeps
   // the list's first slot for it; its dependents follow in program order,
   // with succ_count as the fill cursor (it ends at the list's length).
   std::uint32_t at = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    OpInfo& o = info.ops[i];
+  for (std::uint32_t i = 0; i < n; ++i) {
+    OpInfo& o = ops[i];
     o.succ_begin = at;
     at += o.succ_count;
-    o.succ_count = !is_async(o.stream) && last[static_cast<std::size_t>(o.stream)] != i ? 1 : 0;
+    o.succ_count = (o.stream_links & OpInfo::kNext) ? 1 : 0;
   }
-  info.succs.assign(at, 0);
-  last.fill(kNone);
-  for (std::size_t i = 0; i < n; ++i) {
-    const OpInfo& o = info.ops[i];
+  info.succs.resize(at);
+  std::uint32_t* const succs = info.succs.data();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const OpInfo& o = ops[i];
     std::uint32_t p = o.pred_begin;
-    if (!is_async(o.stream)) {
-      const auto k = static_cast<std::size_t>(o.stream);
-      if (last[k] != kNone) info.succs[info.ops[info.preds[p++]].succ_begin] = static_cast<std::uint32_t>(i);
-      last[k] = static_cast<std::uint32_t>(i);
-    }
-    for (; p < o.pred_begin + o.pred_count; ++p) {
-      OpInfo& dep = info.ops[info.preds[p]];
-      info.succs[dep.succ_begin + dep.succ_count++] = static_cast<std::uint32_t>(i);
+    const std::uint32_t end = p + o.pred_count;
+    if (o.stream_links & OpInfo::kPrev) succs[ops[preds[p++]].succ_begin] = i;
+    for (; p < end; ++p) {
+      OpInfo& dep = ops[preds[p]];
+      succs[dep.succ_begin + dep.succ_count++] = i;
     }
   }
   return info;

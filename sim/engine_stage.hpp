@@ -18,8 +18,8 @@ inline bool is_async(Stream s) { return s == Stream::pp_send || s == Stream::pp_
 inline bool is_p2p(OpKind k) { return k == OpKind::send || k == OpKind::recv; }
 
 // The engine's view of one op of a stage, packed in 32 bytes (two to a cache
-// line): what try_start and finish read for every op (the Op itself is only
-// read to report a deadlock).
+// line): what try_start and finish read for every op (the Op itself is read
+// only while preparing flows and to report a deadlock).
 struct OpInfo {
   struct Comm {
     std::uint32_t pair;                     // collective: index among ops of its (stream, group);
@@ -39,6 +39,10 @@ struct OpInfo {
   OpKind kind = OpKind::compute;
   Stream stream = Stream::compute;
   CommGroup group = CommGroup::tp;
+  // Whether its preds start with the op before it on its stream (kPrev) and
+  // its succs with the op after it (kNext).
+  static constexpr std::uint8_t kPrev = 1, kNext = 2;
+  std::uint8_t stream_links = 0;
 };
 static_assert(sizeof(OpInfo) == 32);
 
@@ -54,7 +58,7 @@ struct StageInfo {
   const StageProgram* prog = nullptr;
   std::vector<OpInfo> ops;
   std::vector<std::uint32_t> preds, succs;    // see OpInfo
-  std::array<std::uint32_t, kStreamCount> first{};   // first op of each stream (kNone: none)
+  std::array<std::uint32_t, kStreamCount> first{};   // first op of each stream (analyse: kNone for none)
   std::vector<std::uint32_t> async_ops;       // ops of unordered streams (pp_send, pp_recv)
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
   std::vector<std::uint32_t> class_streams;   // CommClass -> bit mask of the streams of its ops
