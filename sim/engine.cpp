@@ -213,6 +213,7 @@ class Engine {
       std::size_t most = 0;
       for (const StageInfo& info : stages_) most = std::max(most, info.ops.size());
       mark_.assign(most, 0U);
+      posted_.assign(most, 0U);
       start_of_.assign(most, 0.0);
       end_of_.assign(most, 0.0);
     }
@@ -325,9 +326,11 @@ class Engine {
       const std::uint32_t w = free_.back();
       free_.pop_back();
       pool_[w].clear();
+      pool_at_[w] = 0;
       return w;
     }
     pool_.emplace_back();
+    pool_at_.push_back(0);
     return static_cast<std::uint32_t>(pool_.size() - 1);
   }
   void release(std::uint32_t w) { free_.push_back(w); }
@@ -414,17 +417,25 @@ class Engine {
     }
   }
 
+  static constexpr double kJoinable = -2;
+  [[nodiscard]] bool joinable(std::uint32_t s, const OpInfo& op) const {
+    return op.kind != OpKind::compute && !is_p2p(op.kind) &&
+           local_comm_[states_[s].flows + op.comm.comm_class].latency == kJoinable;
+  }
+
   [[nodiscard]] bool lone(Network::Prepared flow) const { return flow < lone_.size() && lone_[flow].latency >= 0; }
 
-  // Starts the transfer of the members in waiting list w.
+  // Starts the transfer of the members in waiting list w, when the last of
+  // them arrives (a member a region posted ahead arrives after `now`).
   void launch(std::uint32_t w, Network::Prepared flow, double now) {
     MEGASCOPE_CHECK(flow != kNone, "a transfer starts without a prepared flow");
-    mark_transfer_start(pool_[w], now);
+    const double start = std::max(now, pool_at_[w]);
+    mark_transfer_start(pool_[w], start);
     if (lone(flow)) {
       const Network::LoneTerms& t = lone_[flow];
       // Network::lone_terms from the engine's clock, as local_end
       // prices it (the network's clock may run ahead by its event tolerance).
-      const double end = (now + t.latency) + t.transfer;
+      const double end = (start + t.latency) + t.transfer;
       if (pool_[w].size() == 1) {   // one member (reduced mode): its own event, no list
         heap_.push(end, pool_[w].front());
         release(w);
@@ -433,6 +444,7 @@ class Engine {
       }
       return;
     }
+    MEGASCOPE_CHECK(start == now, "a network transfer was posted ahead of time");
     const FlowId id = net_.start(flow, now);
     net_changed_ = true;
     if (id >= waiting_.size()) waiting_.resize(std::max<std::size_t>(id + 1, 2 * waiting_.size()), kNone);
@@ -470,40 +482,49 @@ class Engine {
         if (serial_ && op.kind == OpKind::send) advance_serial(s, i, now);
         return;
       }
-      default: {
-        const int expected = expected_members(s, op.group);
-        std::uint32_t w;
-        if (expected <= 1) {
-          w = acquire();
-          pool_[w].push_back({s, i});
-        } else {
-          const std::int64_t gid = group_id_[s][static_cast<std::size_t>(op.group)];
-          Channel& ch = channel(gid, op.stream);
-          const std::uint32_t ordinal = op.comm.pair;
-          MEGASCOPE_CHECK(ordinal >= ch.base, "a member reached a collective its group has finished");
-          const std::size_t k = ch.head + (ordinal - ch.base);
-          if (k >= ch.slots.size()) ch.slots.resize(k + 1, kNone);
-          if (ch.slots[k] == kNone) ch.slots[k] = acquire();
-          w = ch.slots[k];
-          pool_[w].push_back({s, i});
-          if (static_cast<int>(pool_[w].size()) < expected) return;
-          ch.slots[k] = kNone;
-          while (ch.head < ch.slots.size() && ch.slots[ch.head] == kNone) {
-            ++ch.head;
-            ++ch.base;
-          }
-          if (ch.head == ch.slots.size()) {
-            ch.slots.clear();
-            ch.head = 0;
-          } else if (ch.head >= 64 && 2 * ch.head >= ch.slots.size()) {
-            ch.slots.erase(ch.slots.begin(), ch.slots.begin() + ch.head);
-            ch.head = 0;
-          }
-        }
-        launch(w, flow_of_class_[st.flows + op.comm.comm_class], now);
+      default:
+        join(s, i, now, now);
         return;
+    }
+  }
+
+  // Member (s, i) reaches its collective at `arrival` (now, or later for a
+  // lone collective a region posts ahead); the last member launches it.
+  void join(std::uint32_t s, std::uint32_t i, double arrival, double now) {
+    const RankState& st = states_[s];
+    const OpInfo& op = stages_[st.stage].ops[i];
+    const int expected = expected_members(s, op.group);
+    std::uint32_t w;
+    if (expected <= 1) {
+      w = acquire();
+      pool_[w].push_back({s, i});
+      pool_at_[w] = arrival;
+    } else {
+      const std::int64_t gid = group_id_[s][static_cast<std::size_t>(op.group)];
+      Channel& ch = channel(gid, op.stream);
+      const std::uint32_t ordinal = op.comm.pair;
+      MEGASCOPE_CHECK(ordinal >= ch.base, "a member reached a collective its group has finished");
+      const std::size_t k = ch.head + (ordinal - ch.base);
+      if (k >= ch.slots.size()) ch.slots.resize(k + 1, kNone);
+      if (ch.slots[k] == kNone) ch.slots[k] = acquire();
+      w = ch.slots[k];
+      pool_[w].push_back({s, i});
+      pool_at_[w] = std::max(pool_at_[w], arrival);
+      if (static_cast<int>(pool_[w].size()) < expected) return;
+      ch.slots[k] = kNone;
+      while (ch.head < ch.slots.size() && ch.slots[ch.head] == kNone) {
+        ++ch.head;
+        ++ch.base;
+      }
+      if (ch.head == ch.slots.size()) {
+        ch.slots.clear();
+        ch.head = 0;
+      } else if (ch.head >= 64 && 2 * ch.head >= ch.slots.size()) {
+        ch.slots.erase(ch.slots.begin(), ch.slots.begin() + ch.head);
+        ch.head = 0;
       }
     }
+    launch(w, flow_of_class_[st.flows + op.comm.comm_class], now);
   }
 
   // An op whose end is known when it starts and that touches nothing shared:
@@ -522,7 +543,9 @@ class Engine {
   }
 
   // local_end's terms of every (rank, CommClass): a collective with no other
-  // member to wait for whose flow is lone; latency -1 for the rest.
+  // member to wait for whose flow is lone; latency kJoinable for a lone
+  // collective with members to wait for (a region may post it ahead, see
+  // run_region), -1 for the rest.
   void prepare_local_comm() {
     local_comm_.assign(flow_of_class_.size(), {-1.0, 0.0});
     for (std::uint32_t s = 0; s < states_.size(); ++s) {
@@ -531,8 +554,9 @@ class Engine {
       for (std::size_t c = 0; c < info.class_op.size(); ++c) {
         const Op& op = info.prog->ops[info.class_op[c]];
         const Network::Prepared flow = flow_of_class_[st.flows + c];
-        if (is_p2p(op.kind) || expected_members(s, op.group) > 1 || !lone(flow)) continue;
-        local_comm_[st.flows + c] = lone_[flow];
+        if (is_p2p(op.kind) || !lone(flow)) continue;
+        if (expected_members(s, op.group) > 1) local_comm_[st.flows + c].latency = kJoinable;
+        else local_comm_[st.flows + c] = lone_[flow];
       }
     }
   }
@@ -564,10 +588,12 @@ class Engine {
     const StageInfo& info = stages_[st.stage];
     if (++stamp_ == 0) {   // wrapped: clear the marks once
       std::fill(mark_.begin(), mark_.end(), 0U);
+      std::fill(posted_.begin(), posted_.end(), 0U);
       stamp_ = 1;
     }
     const std::uint32_t g = stamp_;
     region_.clear();
+    ahead_.clear();
     region_.push_back(x0);
     mark_[x0] = g;
     start_of_[x0] = now;
@@ -577,7 +603,7 @@ class Engine {
     // topological order.
     for (std::size_t k = 0; k < region_.size(); ++k) {
       each_enabled(info, region_[k], [&](std::uint32_t y) {
-        if (mark_[y] == g || started(st, y)) return;
+        if (mark_[y] == g || posted_[y] == g || started(st, y)) return;
         const OpInfo& o = info.ops[y];
         double start = now;
         const auto pred = [&](std::uint32_t d) {
@@ -590,14 +616,21 @@ class Engine {
         for (std::uint32_t p = o.pred_begin; p < o.pred_begin + o.pred_count; ++p)
           if (!pred(info.preds[p])) return;
         const std::optional<double> end = local_end(s, y, start);
-        if (!end) return;
+        if (!end) {
+          if (joinable(s, o)) {   // posted ahead; its successors wait for its end
+            posted_[y] = g;
+            start_of_[y] = start;
+            ahead_.push_back(y);
+          }
+          return;
+        }
         mark_[y] = g;
         start_of_[y] = start;
         end_of_[y] = *end;
         region_.push_back(y);
       });
     }
-    if (region_.size() == 1 && info.ops[x0].succ_count > 0) {   // x0 alone: an exit (most ops in full mode)
+    if (region_.size() == 1 && ahead_.empty() && info.ops[x0].succ_count > 0) {   // x0 alone: an exit
       heap_.push(x0_end, {s, x0});
       return;
     }
@@ -608,8 +641,20 @@ class Engine {
         set_started(st, x);
         if (st.start_time) st.start_time[x] = start;
       }
+      // Inside: every op x lets start is in the region, posted ahead, or
+      // waits for a collective posted ahead that starts after x ends (it
+      // cannot start before that collective ends, which is an event).
       bool inside = true;
-      each_enabled(info, x, [&](std::uint32_t y) { inside = inside && mark_[y] == g; });
+      each_enabled(info, x, [&](std::uint32_t y) {
+        if (!inside || mark_[y] == g || posted_[y] == g) return;
+        const OpInfo& o = info.ops[y];
+        bool guarded = false;
+        for (std::uint32_t p = o.pred_begin; p < o.pred_begin + o.pred_count && !guarded; ++p) {
+          const std::uint32_t d = info.preds[p];
+          guarded = posted_[d] == g && start_of_[d] >= end_of_[x];
+        }
+        inside = guarded;
+      });
       if (!inside) {
         heap_.push(end_of_[x], {s, x});
         continue;
@@ -618,6 +663,14 @@ class Engine {
       st.remaining -= 1;
       end_ = std::max(end_, end_of_[x]);
       if (record_ && st.start_time) spans_.push_back({st.rank, x, start, end_of_[x]});
+    }
+    // Collectives whose members the region reaches: each joins its group at
+    // its arrival time, which only sets when the group's last member
+    // launches it (launch); the group's end finishes every member.
+    for (const std::uint32_t y : ahead_) {
+      set_started(st, y);
+      if (st.start_time) st.start_time[y] = start_of_[y];
+      join(s, y, start_of_[y], now);
     }
   }
 
@@ -740,6 +793,7 @@ class Engine {
   std::vector<int> state_of_rank_;
   EventQueue heap_;   // compute completions
   std::vector<std::vector<Member>> pool_;   // waiting lists
+  std::vector<double> pool_at_;             // per waiting list: its latest member's arrival
   std::vector<std::uint32_t> free_;         // free waiting lists
   std::vector<std::uint32_t> waiting_;      // FlowId -> waiting list of its members
   std::vector<std::uint32_t> channel_of_;   // (group id, stream) -> channel
@@ -752,6 +806,8 @@ class Engine {
   bool regions_ = false;      // SimOptions::regions, streams execution only
   std::vector<std::uint32_t> region_;     // run_region's ops, reused
   std::vector<std::uint32_t> mark_;       // per op index of a stage: stamp_ while in the region
+  std::vector<std::uint32_t> posted_;     // per op index of a stage: stamp_ while posted ahead by the region
+  std::vector<std::uint32_t> ahead_;      // run_region's collectives posted ahead, reused
   std::vector<double> start_of_, end_of_;  // per op index of a stage: its times in the region
   std::uint32_t stamp_ = 0;
   double t_net_ = kInf;       // the network's next event time

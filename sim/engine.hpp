@@ -54,8 +54,9 @@ struct SimOptions {
   bool lone_flows = true;
   // The ops one op's end lets start that touch nothing shared (compute, lone
   // collectives with no other member), and the ops theirs let start, are
-  // one event (a region): the same times, far fewer events. Off: one event
-  // per op.
+  // one event (a region); lone collectives with members to wait for are
+  // posted ahead and end for all members in one event: the same times, far
+  // fewer events. Off: one event per op.
   bool regions = true;
 };
 
