@@ -327,10 +327,12 @@ class Engine {
       free_.pop_back();
       pool_[w].clear();
       pool_at_[w] = 0;
+      pool_flow_[w] = kNone;
       return w;
     }
     pool_.emplace_back();
     pool_at_.push_back(0);
+    pool_flow_.push_back(kNone);
     return static_cast<std::uint32_t>(pool_.size() - 1);
   }
   void release(std::uint32_t w) { free_.push_back(w); }
@@ -499,6 +501,7 @@ class Engine {
       w = acquire();
       pool_[w].push_back({s, i});
       pool_at_[w] = arrival;
+      pool_flow_[w] = flow_of_class_[st.flows + op.comm.comm_class];
     } else {
       const std::int64_t gid = group_id_[s][static_cast<std::size_t>(op.group)];
       Channel& ch = channel(gid, op.stream);
@@ -509,7 +512,10 @@ class Engine {
       if (ch.slots[k] == kNone) ch.slots[k] = acquire();
       w = ch.slots[k];
       pool_[w].push_back({s, i});
-      pool_at_[w] = std::max(pool_at_[w], arrival);
+      if (pool_[w].size() == 1 || arrival >= pool_at_[w]) {   // the last to arrive launches it, with its flow
+        pool_at_[w] = arrival;
+        pool_flow_[w] = flow_of_class_[st.flows + op.comm.comm_class];
+      }
       if (static_cast<int>(pool_[w].size()) < expected) return;
       ch.slots[k] = kNone;
       while (ch.head < ch.slots.size() && ch.slots[ch.head] == kNone) {
@@ -524,7 +530,7 @@ class Engine {
         ch.head = 0;
       }
     }
-    launch(w, flow_of_class_[st.flows + op.comm.comm_class], now);
+    launch(w, pool_flow_[w], now);
   }
 
   // An op whose end is known when it starts and that touches nothing shared:
@@ -794,6 +800,7 @@ class Engine {
   EventQueue heap_;   // compute completions
   std::vector<std::vector<Member>> pool_;   // waiting lists
   std::vector<double> pool_at_;             // per waiting list: its latest member's arrival
+  std::vector<Network::Prepared> pool_flow_;   // and that member's flow (members' flows agree on a valid program)
   std::vector<std::uint32_t> free_;         // free waiting lists
   std::vector<std::uint32_t> waiting_;      // FlowId -> waiting list of its members
   std::vector<std::uint32_t> channel_of_;   // (group id, stream) -> channel

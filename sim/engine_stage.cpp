@@ -81,9 +81,11 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   Pricer price(s, cost);
   const auto n = static_cast<std::uint32_t>(s.ops.size());
   info.ops.resize(n);
-  info.preds.resize(n + s.deps.size());   // at most one stream predecessor per op, then the deps
+  // At most one stream predecessor per op, then its deps: n + deps.size()
+  // unless ops share ranges of deps (valid), when the array grows.
+  info.preds.resize(n + s.deps.size());
   OpInfo* const ops = info.ops.data();
-  std::uint32_t* const preds = info.preds.data();
+  std::uint32_t* preds = info.preds.data();
   std::uint32_t np = 0;
   info.first.fill(kNone);
   std::array<std::uint32_t, kStreamCount> last;
@@ -102,6 +104,10 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
     o.stream = op.stream;
     o.group = op.group;
     o.pred_begin = np;
+    if (np + 1 + op.dep_count > info.preds.size()) {
+      info.preds.resize(2 * (np + 1 + static_cast<std::size_t>(op.dep_count)));
+      preds = info.preds.data();
+    }
     const auto k = static_cast<std::size_t>(op.stream);
     if (info.first[k] == kNone) info.first[k] = i;
     if (is_async(op.stream)) {

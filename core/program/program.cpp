@@ -44,7 +44,9 @@ Result<void> validate_program(const Program& p) {
     return fmt::format("stage {} op {} ({} {})", s.stage, i, to_string(op.kind), to_string(op.label));
   };
   std::vector<Transfer> sends, recvs;
-  std::map<int, std::vector<std::pair<OpKind, double>>> embedding_seq;
+  // Collectives of the groups that span stages, per stage: their members
+  // must run the same sequence (kind and size).
+  std::map<int, std::vector<std::pair<OpKind, double>>> embedding_seq, pp_seq;
   std::optional<std::pair<std::uint64_t, std::string>> op_error;   // the first error of a single op
   for (std::size_t si = 0; si < p.stages.size() && !op_error; ++si) {
     const StageProgram& s = p.stages[si];
@@ -67,6 +69,8 @@ Result<void> validate_program(const Program& p) {
         recvs.emplace_back(op.peer_stage, s.stage, op.tag, at);
       } else if (op.kind != OpKind::compute && op.group == CommGroup::embedding) {
         embedding_seq[s.stage].push_back({op.kind, op.bytes});
+      } else if (op.kind != OpKind::compute && op.group == CommGroup::pp) {
+        pp_seq[s.stage].push_back({op.kind, op.bytes});
       }
       if ((op.kind == OpKind::send || op.kind == OpKind::recv) &&
           (op.peer_stage < 0 || op.peer_stage >= static_cast<int>(p.stages.size()) || op.peer_stage == s.stage)) {
@@ -138,6 +142,11 @@ Result<void> validate_program(const Program& p) {
     const auto& last = embedding_seq[static_cast<int>(p.stages.size()) - 1];
     if (first != last) return fail("program", "the first and last stage run different embedding-group collectives");
   }
+  if (!pp_seq.empty())
+    for (std::size_t si = 1; si < p.stages.size(); ++si)
+      if (pp_seq[p.stages[si].stage] != pp_seq[p.stages[0].stage])
+        return fail("program", fmt::format("stages {} and {} run different pipeline-group collectives (kind or size)",
+                                           p.stages[0].stage, p.stages[si].stage));
   return {};
 }
 

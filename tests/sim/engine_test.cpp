@@ -137,6 +137,49 @@ TEST_CASE("Sends and receives posted in different orders pair by tag", "[sim]") 
   CHECK_THAT(bad.error().message, Catch::Contains("has no matching send"));
 }
 
+TEST_CASE("Stages that share a group must run the same collectives in it", "[sim]") {
+  // The pipeline group spans every stage: an all-reduce of 1 MB on stage 0
+  // and of 4 MB on stage 1 would be one collective of two sizes.
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]), w1(p.stages[1]);
+  w0.compute(OpLabel::mlp, ctx, {seconds(1e-4)});
+  w0.collective(OpKind::all_reduce, Stream::tp, CommGroup::pp, OpLabel::tp_comm, ctx, 1e6);
+  w1.compute(OpLabel::mlp, ctx, {seconds(5e-5)});
+  w1.collective(OpKind::all_reduce, Stream::tp, CommGroup::pp, OpLabel::tp_comm, ctx, 4e6);
+  auto bad = validate_program(p);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("stages 0 and 1 run different pipeline-group collectives"));
+  p.stages[1].ops[1].bytes = 1e6;
+  CHECK(validate_program(p));
+}
+
+TEST_CASE("Ops may share a range of dependencies", "[sim]") {
+  // Five ops name the same one-entry range {op 0}: valid (each range is in
+  // bounds and points back), and the engine's packing must not assume one
+  // range per op. The compute stream runs them one after another.
+  Program p = two_stages();
+  detail::OpContext ctx;
+  detail::StageWriter w0(p.stages[0]);
+  for (int k = 0; k < 6; ++k) w0.compute(OpLabel::mlp, ctx, {seconds(1.0)});
+  StageProgram& st = p.stages[0];
+  st.deps = {0};
+  for (std::size_t k = 0; k < st.ops.size(); ++k) {
+    st.ops[k].dep_begin = 0;
+    st.ops[k].dep_count = k == 0 ? 0 : 1;
+  }
+  REQUIRE(validate_program(p));
+  const Topology topo = Topology::build(shipped_cluster("dgx-h100"), 2);
+  for (const bool regions : {true, false}) {
+    SimOptions o{Mode::full, true, {}};
+    o.regions = regions;
+    auto r = simulate(p, topo, unit_cost(), o);
+    REQUIRE(r);
+    CHECK(r->step_time_s == Approx(6.0));
+    CHECK(span_of(*r, 0, 5).start == Approx(5.0));
+  }
+}
+
 TEST_CASE("Full and reduced modes give the same step time on a symmetric plan", "[sim]") {
   const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=2,pp=2,sp=on,distopt=on,overlap_grad_reduce=on",
                              8, 8, 2048);
