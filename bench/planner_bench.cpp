@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       PlanSpec flash = *plan;
       flash.attention = AttentionKernel::flash;   // the search has fused attention only
       flash.tp_grad_overlap = true;               // and the asynchronous TP all-reduce
+      flash.grad_accum_fusion = true;             // and fused gradient accumulation
       auto in_regime = planner::search(reg, so);
       std::string regime = "-", s1 = "-", share = "-";
       if (in_regime) {

@@ -339,6 +339,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.overlap_param_gather = args.has("--overlap-param-gather");
   p.tp_comm_overlap = args.has("--tp-comm-overlap");
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
+  p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
 
   if (granularity == "full") p.recompute.granularity = RecomputeGranularity::full;
   if (granularity == "selective") p.recompute.granularity = RecomputeGranularity::selective;
@@ -515,6 +516,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.overlap_param_gather) sw("--overlap-param-gather");
   if (p.tp_comm_overlap) sw("--tp-comm-overlap");
   if (!p.tp_grad_overlap) sw("--no-async-tensor-model-parallel-allreduce");
+  if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");
 
   std::string line;

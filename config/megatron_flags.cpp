@@ -110,6 +110,7 @@ constexpr Entry kUsed[] = {
     {"--overlap-param-gather", Arity::none},
     {"--tp-comm-overlap", Arity::none},
     {"--no-async-tensor-model-parallel-allreduce", Arity::none},
+    {"--no-gradient-accumulation-fusion", Arity::none},
     {"--use-flash-attn", Arity::none},
     {"--attention-backend", Arity::one},
 };
@@ -329,7 +330,6 @@ constexpr Entry kIgnored[] = {
     {"--cross-entropy-loss-fusion", Arity::none},
     {"--cross-entropy-fusion-impl", Arity::one},
     {"--no-persist-layer-norm", Arity::none},
-    {"--no-gradient-accumulation-fusion", Arity::none},
     {"--use-te-activation-func", Arity::none},
     {"--use-fused-weighted-squared-relu", Arity::none},
     {"--no-clone-scatter-output-in-embedding", Arity::none},

@@ -87,8 +87,8 @@ struct Candidate {
 
 PlanSpec to_plan(const Candidate& c);
 // The candidate of a user's plan (unfused attention, the CP all-gather, TP
-// without tp_grad_overlap and an uneven split that sets only one of
-// first/last are not representable: nullopt).
+// without tp_grad_overlap, unfused gradient accumulation and an uneven split
+// that sets only one of first/last are not representable: nullopt).
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp);
 // The same for a validated setup: an uneven split that sets only one of
 // first/last gets the other from the setup's layout (the form enumerate()

@@ -39,6 +39,11 @@ std::uint64_t p2p_tag(Pass pass, int mb, int to_stage, int direction) {
          (static_cast<std::uint64_t>(mb) << 20) | static_cast<std::uint64_t>(to_stage);
 }
 
+// The parameters of the local slice of the word embedding (or output layer).
+double word_params(const Setup& s) {
+  return static_cast<double>(s.padded_vocab) * static_cast<double>(s.model.hidden_size) / s.plan.tp;
+}
+
 struct ChunkParams {
   double dense = 0;    // parameters of the chunk, dense (incl. embedding/output it holds)
   double expert = 0;
@@ -48,7 +53,7 @@ ChunkParams chunk_params(const Setup& s, const ChunkLayers& ch) {
   const Sharding sh{s.plan.tp, s.etp, s.plan.ep};
   ParamSplit p;
   for (int l = ch.first; l < ch.first + ch.count; ++l) p += layer_params(s.model, l, sh);
-  const double word = static_cast<double>(s.padded_vocab) * static_cast<double>(s.model.hidden_size) / s.plan.tp;
+  const double word = word_params(s);
   if (ch.virtual_stage == 0) p.dense += word;
   if (ch.virtual_stage == s.virtual_stages - 1 && (!s.model.tied_embeddings || s.virtual_stages > 1)) p.dense += word;
   return {p.dense, p.expert};
@@ -65,7 +70,7 @@ struct Piece {
 
 std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
   const Sharding sh{s.plan.tp, s.etp, s.plan.ep};
-  const double word = static_cast<double>(s.padded_vocab) * static_cast<double>(s.model.hidden_size) / s.plan.tp;
+  const double word = word_params(s);
   std::vector<Piece> out;
   // The output layer's weight: its own (untied) or the last stage's copy of
   // the embedding; tied on a rank that also holds the embedding, the
@@ -138,18 +143,23 @@ std::uint32_t output_backward(StageWriter& w, const Setup& s, const OpContext& c
   return out;
 }
 
+// The output layer's weight gradient (and, without gradient accumulation
+// fusion, its addition to the main gradient).
 std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
-  return w.compute(OpLabel::output_loss, ctx,
-                   {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
-                                 static_cast<std::int64_t>(tokens_of(s)), s.training.precision)},
-                   deps);
+  std::vector<Kernel> k = {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
+                                        static_cast<std::int64_t>(tokens_of(s)), s.training.precision)};
+  if (!s.plan.grad_accum_fusion) k.push_back(detail::memory(MemoryOp::other, kGradAccumBytesPerParam * word_params(s)));
+  return w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(k), deps);
 }
 
-// The embedding dropout's backward, then the table's gradient.
+// The embedding dropout's backward, then the table's gradient: the rows of
+// the micro-batch's tokens added into a zero-filled dense gradient of the
+// local table, which is then added to the main gradient (never fused).
 std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
   std::vector<Kernel> k;
   if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
   k.push_back(detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * static_cast<double>(s.model.hidden_size)));
+  k.push_back(detail::memory(MemoryOp::other, kEmbeddingGradBytesPerParam * word_params(s)));
   return w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k), deps);
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/accounting/params.hpp"
 #include "core/program/stage_writer.hpp"
 
 namespace megascope::detail {
@@ -382,6 +383,12 @@ std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx
       k.push_back(gemm(fs, d.h, d.Ti, d.prec));
     }
   }
+  // Without gradient accumulation fusion each of the layer's weight
+  // gradients on this rank is added to its fp32 main gradient by a separate
+  // kernel, every micro-batch.
+  if (!s.plan.grad_accum_fusion)
+    k.push_back(memory(MemoryOp::other,
+                       kGradAccumBytesPerParam * layer_params(m, layer, Sharding{s.plan.tp, s.etp, s.plan.ep}).total()));
   return w.compute(m.is_moe_layer(layer) ? OpLabel::moe : OpLabel::mlp, ctx, std::span<const Kernel>(k), input_dep);
 }
 

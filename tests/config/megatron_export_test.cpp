@@ -143,6 +143,13 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   const Setup old = validated(m, t, p);
   check_round_trip(old);
   CHECK_THAT(*export_megatron_args(old), Catch::Contains("--no-async-tensor-model-parallel-allreduce"));
+  CHECK_THAT(*export_megatron_args(old), !Catch::Contains("--no-gradient-accumulation-fusion"));
+
+  // ... and without gradient accumulation fusion (added to Megatron-LM later in 2021).
+  p.grad_accum_fusion = false;
+  const Setup older = validated(m, t, p);
+  check_round_trip(older);
+  CHECK_THAT(*export_megatron_args(older), Catch::Contains("--no-gradient-accumulation-fusion"));
 }
 
 TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",

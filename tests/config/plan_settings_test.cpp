@@ -194,11 +194,12 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
 }
 
-TEST_CASE("plan_keys lists the 22 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 23 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-      "tp_grad_overlap", "schedule", "attention", "cp_comm", "first_stage_layers", "last_stage_layers"};
+      "tp_grad_overlap", "grad_accum_fusion", "schedule", "attention", "cp_comm", "first_stage_layers",
+      "last_stage_layers"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
   for (const std::string& key : expected) {
@@ -207,7 +208,7 @@ TEST_CASE("plan_keys lists the 22 documented keys and every one of them is accep
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
         key == "tp_comm_overlap")
       value = "on";
-    if (key == "tp_grad_overlap") value = "off";
+    if (key == "tp_grad_overlap" || key == "grad_accum_fusion") value = "off";
     if (key == "recompute") value = "full";
     if (key == "recompute_method") value = "uniform";
     if (key == "schedule") value = "1f1b";

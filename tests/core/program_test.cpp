@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/accounting/flops.hpp"
+#include "core/accounting/params.hpp"
 #include "core/program/builder.hpp"
 #include "models.hpp"
 #include "support.hpp"
@@ -288,5 +289,48 @@ TEST_CASE("A micro-batch turning between two virtual stages of one rank waits fo
   for (const auto& [key, op] : first) {
     INFO(to_string(key.first) << " micro-batch " << key.second);
     CHECK(op->dep_count > 0);
+  }
+}
+
+TEST_CASE("Without gradient accumulation fusion every weight gradient is added to the main gradient once per micro-batch",
+          "[core]") {
+  const ModelSpec m = gpt_no_bias(4, 512, 8);
+  // The bytes of `memory`-kind kernels in the first stage's ops labelled
+  // `label` of the weight-gradient phase.
+  const auto grad_bytes = [](const StageProgram& sp, OpLabel label, MemoryOp memory) {
+    double b = 0;
+    int ops = 0;
+    for (const Op& op : sp.ops) {
+      if (op.kind != OpKind::compute || op.phase != Phase::backward_weight || op.label != label) continue;
+      ++ops;
+      for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
+        if (sp.kernels[k].kind == KernelKind::memory && sp.kernels[k].memory == memory) b += sp.kernels[k].bytes;
+    }
+    return std::make_pair(ops, b);
+  };
+  for (const bool fusion : {true, false}) {
+    INFO("fusion " << fusion);
+    // tp 2, untied embeddings, 2 micro-batches, one stage.
+    ModelSpec untied = m;
+    untied.tied_embeddings = false;
+    const Setup s = make_setup(untied, "dgx-a100", fusion ? "tp=2" : "tp=2,grad_accum_fusion=off", 2, 2);
+    auto p = build_program(s);
+    REQUIRE(p);
+    const StageProgram& sp = p->stages.front();
+    const double layer = layer_params(untied, 0, Sharding{2, 2, 1}).total();
+    const double word = static_cast<double>(s.padded_vocab) * 512 / 2;
+    // Each layer's weight gradients (the MLP label carries them): 10 bytes per parameter when unfused.
+    const auto [layer_ops, layer_bytes] = grad_bytes(sp, OpLabel::mlp, MemoryOp::other);
+    CHECK(layer_ops == 4 * 2);
+    CHECK(layer_bytes == Approx(fusion ? 0.0 : 4 * 2 * 10.0 * layer).epsilon(1e-12));
+    // The output layer's weight gradient: the same rule.
+    const auto [out_ops, out_bytes] = grad_bytes(sp, OpLabel::output_loss, MemoryOp::other);
+    CHECK(out_ops == 2);
+    CHECK(out_bytes == Approx(fusion ? 0.0 : 2 * 10.0 * word).epsilon(1e-12));
+    // The embedding's gradient is never fused: a zero-filled 16-bit table (2
+    // bytes per parameter) added to the main gradient (10), every micro-batch.
+    const auto [emb_ops, emb_bytes] = grad_bytes(sp, OpLabel::embedding, MemoryOp::other);
+    CHECK(emb_ops == 2);
+    CHECK(emb_bytes == Approx(2 * 12.0 * word).epsilon(1e-12));
   }
 }

@@ -51,8 +51,9 @@ void check_row(const Row& row, int max_rank) {
   auto r = search(reg, so);
   REQUIRE(r);
   PlanSpec flash = *plan;
-  flash.attention = AttentionKernel::flash;   // the search's kernels and TP overlap
+  flash.attention = AttentionKernel::flash;   // the search's kernels, TP overlap and gradient accumulation
   flash.tp_grad_overlap = true;
+  flash.grad_accum_fusion = true;
   auto ex = explain(reg, *r, flash, row.gpus, so);
   REQUIRE(ex);
   REQUIRE(ex->legal);
