@@ -38,6 +38,14 @@ planner::SearchInputs inputs(const std::string& model, const std::string& cluste
   return in;
 }
 
+// A published run's search: its model, cluster, batch and number formats.
+planner::SearchInputs inputs(const bench::PublishedRun& run) {
+  planner::SearchInputs in = inputs(run.model, run.cluster, run.gpus, run.batch);
+  in.training.params_dtype = run.params_dtype;
+  in.training.grad_dtype = run.grad_dtype;
+  return in;
+}
+
 void speed(const std::string& name, const planner::SearchInputs& in) {
   auto cost = sim::CostModel::for_device(in.cluster.device);
   planner::Estimator est(in, *cost);
@@ -88,7 +96,7 @@ int main(int argc, char** argv) {
              "gain", "regime rank", "of best", "stage-1 rank", "planner's pick");
   for (const auto& rows : {bench::narayanan_table1(ref), bench::megatron_h100(ref)}) {
     for (const bench::PublishedRun& run : rows) {
-      planner::SearchInputs in = inputs(run.model, run.cluster, run.gpus, run.batch);
+      planner::SearchInputs in = inputs(run);
       planner::SearchOptions so;
       auto open = planner::search(in, so);
       auto plan = parse_inline_plan(run.plan);

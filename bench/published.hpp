@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/training.hpp"
+
 namespace megascope::bench {
 
 inline std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
@@ -49,11 +51,18 @@ struct PublishedRun {
   int gpus = 0;
   std::int64_t batch = 0;
   double tflops_per_gpu = 0;   // as published
+  // Number formats as run: the weights, and the main gradients that weight
+  // gradients accumulate into and data parallelism reduces.
+  Dtype params_dtype = Dtype::bf16;
+  Dtype grad_dtype = Dtype::fp32;
 };
 
-// Narayanan Table 1: 2021, no fused attention, full recomputation, and no
-// asynchronous TP all-reduce (added to Megatron-LM later); PyTorch DDP
-// ("torch") overlaps the gradient all-reduce, Megatron's "local" does not.
+// Narayanan Table 1: 2021, no fused attention, full recomputation, no
+// asynchronous TP all-reduce and no gradient accumulation fusion (both added
+// to Megatron-LM later); PyTorch DDP ("torch") overlaps the gradient
+// all-reduce, Megatron's "local" does not. fp16 weights and fp16 main
+// gradients (the sc21 scripts' --fp16 without
+// --accumulate-allreduce-grads-in-fp32).
 inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
   std::vector<PublishedRun> out;
   for (const auto& row : read_csv(ref_dir + "/narayanan2021_table1_weak_scaling.csv")) {
@@ -68,7 +77,7 @@ inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
     }
     out.push_back({"narayanan-table1", row.at("params_b") + "B", model_name("gpt-", row.at("params_b")), "dgx-a100",
                    plan, std::stoi(row.at("gpus")), static_cast<std::int64_t>(std::stod(row.at("global_batch"))),
-                   std::stod(row.at("tflops_per_gpu"))});
+                   std::stod(row.at("tflops_per_gpu")), Dtype::fp16, Dtype::fp16});
   }
   return out;
 }

@@ -42,20 +42,29 @@ struct Prediction {
   double peak_gib = 0;
 };
 
-Prediction predict(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
-                   std::int64_t batch) {
+Prediction predict(const bench::PublishedRun& run) {
   Prediction p;
   ScenarioOptions o;
-  o.model = model;
-  o.cluster = cluster;
-  o.gpus = gpus;
-  o.plan = plan;
-  o.global_batch = batch;
+  o.model = run.model;
+  o.cluster = run.cluster;
+  o.gpus = run.gpus;
+  o.plan = run.plan;
+  o.global_batch = run.batch;
   auto sc = load_scenario(o);
   if (!sc) {
     p.error = sc.error().str();
     return p;
   }
+  // The run's number formats (the command line has no option for them).
+  TrainingSpec t = sc->setup.training;
+  t.params_dtype = run.params_dtype;
+  t.grad_dtype = run.grad_dtype;
+  auto s = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, run.gpus);
+  if (!s) {
+    p.error = s.error().str();
+    return p;
+  }
+  sc->setup = std::move(*s);
   auto out = run_simulation(*sc, SimulateOptions{});
   if (!out) {
     p.error = out.error().str();
@@ -67,6 +76,17 @@ Prediction predict(const std::string& model, const std::string& cluster, int gpu
   p.out = std::move(*out);
   p.ok = true;
   return p;
+}
+
+Prediction predict(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
+                   std::int64_t batch) {
+  bench::PublishedRun run;
+  run.model = model;
+  run.cluster = cluster;
+  run.gpus = gpus;
+  run.plan = plan;
+  run.batch = batch;
+  return predict(run);
 }
 
 // Signed relative errors of a table's rows, by label.
@@ -94,7 +114,7 @@ std::pair<double, int> add_rows(Add& add, const std::vector<bench::PublishedRun>
   double sum_err = 0;
   int n = 0;
   for (const bench::PublishedRun& run : runs) {
-    const Prediction p = predict(run.model, run.cluster, run.gpus, run.plan, run.batch);
+    const Prediction p = predict(run);
     const std::string published = fmt::format("{:.{}f}", run.tflops_per_gpu, digits);
     if (!p.ok) {
       add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
@@ -131,8 +151,9 @@ int main(int argc, char** argv) {
   add("Plans: the sc21 scripts' tp/pp/mbs/virtual stages as Megatron-LM of 2021 ran them: unfused attention, full");
   add("recomputation of every layer, no asynchronous TP all-reduce (`tp_grad_overlap=off`) and no gradient");
   add("accumulation fusion (`grad_accum_fusion=off`: each micro-batch's weight gradients added to the main");
-  add("gradients by a separate kernel; the sc21 code had neither), and PyTorch DDP's overlapped gradient");
-  add("all-reduce on the rows that used it (`ddp_impl` torch).");
+  add("gradients by a separate kernel; the sc21 code had neither), PyTorch DDP's overlapped gradient");
+  add("all-reduce on the rows that used it (`ddp_impl` torch), and fp16 weights and main gradients (the");
+  add("scripts' `--fp16` without `--accumulate-allreduce-grads-in-fp32`).");
   add("");
   add("| model | GPUs | plan | batch | published | predicted | error | peak memory |");
   add("|---|---|---|---|---|---|---|---|");

@@ -21,7 +21,9 @@
 // than the middle ones, in every split whose middle stages are equal; by
 // default (auto) only for pipeline sizes that do not divide the layer count,
 // where no even split exists. Not enumerated: unfused attention, the CP
-// all-gather variant (flash attention and ring CP are never slower here).
+// all-gather variant (flash attention and ring CP are never slower here), and
+// the options that only old Megatron-LM lacked: tp_grad_overlap and
+// grad_accum_fusion off (never faster).
 #pragma once
 
 #include <cstdint>

@@ -143,23 +143,42 @@ std::uint32_t output_backward(StageWriter& w, const Setup& s, const OpContext& c
   return out;
 }
 
-// The output layer's weight gradient (and, without gradient accumulation
-// fusion, its addition to the main gradient).
+// Tied embeddings on a single stage: the embedding and the output layer share
+// one weight, and so one gradient and one DDP hook.
+bool shared_word_weight(const Setup& s) { return s.model.tied_embeddings && s.virtual_stages == 1; }
+
+// The output layer's weight gradient, and the work around it outside the GEMM:
+// without gradient accumulation fusion, its addition to the main gradient
+// (for a shared weight, once, with the embedding's); with fusion, a weight
+// shared on one stage still returns a zero-filled gradient for autograd to
+// sum with the embedding's (Megatron's zero_out_wgrad).
 std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
   std::vector<Kernel> k = {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
                                         static_cast<std::int64_t>(tokens_of(s)), s.training.precision)};
-  if (!s.plan.grad_accum_fusion) k.push_back(detail::memory(MemoryOp::other, kGradAccumBytesPerParam * word_params(s)));
+  const bool shared = shared_word_weight(s);
+  const double per_param = s.plan.grad_accum_fusion ? (shared ? detail::grad_write_bytes(s) : 0.0)
+                                                    : (shared ? 0.0 : detail::grad_add_bytes(s));
+  if (per_param > 0) k.push_back(detail::memory(MemoryOp::other, per_param * word_params(s)));
   return w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(k), deps);
 }
 
-// The embedding dropout's backward, then the table's gradient: the rows of
-// the micro-batch's tokens added into a zero-filled dense gradient of the
-// local table, which is then added to the main gradient (never fused).
+// The embedding dropout's backward, then the tables' gradients, never fused:
+// PyTorch's dense embedding backward adds the micro-batch's rows into a
+// zero-filled gradient of the whole local table, and the DDP hook adds that
+// to the main gradient, every micro-batch. A word table shared with the
+// output layer on this stage first gets the output layer's gradient summed
+// in (read both, write one). A learned position table (replicated over TP)
+// goes the same way.
 std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
   std::vector<Kernel> k;
   if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
-  k.push_back(detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * static_cast<double>(s.model.hidden_size)));
-  k.push_back(detail::memory(MemoryOp::other, kEmbeddingGradBytesPerParam * word_params(s)));
+  const double h = static_cast<double>(s.model.hidden_size);
+  k.push_back(detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * h));
+  const double table = detail::grad_write_bytes(s) + detail::grad_add_bytes(s);
+  double bytes = table * word_params(s);
+  if (shared_word_weight(s)) bytes += 3.0 * detail::grad_write_bytes(s) * word_params(s);
+  if (s.model.position_embedding == PositionEmbedding::learned) bytes += table * static_cast<double>(s.model.seq_length) * h;
+  k.push_back(detail::memory(MemoryOp::other, bytes));
   return w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k), deps);
 }
 

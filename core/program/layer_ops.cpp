@@ -388,7 +388,7 @@ std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx
   // kernel, every micro-batch.
   if (!s.plan.grad_accum_fusion)
     k.push_back(memory(MemoryOp::other,
-                       kGradAccumBytesPerParam * layer_params(m, layer, Sharding{s.plan.tp, s.etp, s.plan.ep}).total()));
+                       grad_add_bytes(s) * layer_params(m, layer, Sharding{s.plan.tp, s.etp, s.plan.ep}).total()));
   return w.compute(m.is_moe_layer(layer) ? OpLabel::moe : OpLabel::mlp, ctx, std::span<const Kernel>(k), input_dep);
 }
 

@@ -2,6 +2,7 @@
 // Internal to the builder (builder.cpp, layer_ops.cpp).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -14,6 +15,15 @@
 #include "core/setup.hpp"
 
 namespace megascope::detail {
+
+// Gradient accumulation outside the GEMMs, in bytes per parameter. A weight
+// gradient is written in the weights' dtype (at least 16 bits); Megatron-LM's
+// DDP hook adds it to the main gradient (param.main_grad.add_(param.grad)):
+// read it, read and write the main gradient in its dtype. fp32 main
+// gradients (the default): 2 + 8 = 10 bytes; fp16 ones (--fp16 without
+// --accumulate-allreduce-grads-in-fp32): 6.
+inline double grad_write_bytes(const Setup& s) { return std::max(2.0, bytes_of(s.training.params_dtype)); }
+inline double grad_add_bytes(const Setup& s) { return grad_write_bytes(s) + 2.0 * bytes_of(s.training.grad_dtype); }
 
 struct OpContext {
   Phase phase = Phase::forward;

@@ -33,17 +33,6 @@ enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embeddi
 inline constexpr double kCrossEntropyFwdBytesPerLogit = 38.0;
 inline constexpr double kCrossEntropyBwdBytesPerLogit = 14.0;
 
-// Bytes per parameter that adding a micro-batch's weight gradient to the fp32
-// main gradient moves when the GEMM does not accumulate into it itself
-// (Megatron-LM's DDP hook, param.main_grad.add_(param.grad)): read the 16-bit
-// gradient (2), read and write the main gradient (8).
-inline constexpr double kGradAccumBytesPerParam = 10.0;
-// The word embedding's gradient never goes through a GEMM: PyTorch's dense
-// embedding backward zero-fills a 16-bit gradient of the whole (local) table
-// (2 bytes per parameter) before adding the rows of the micro-batch's
-// tokens, and the DDP hook then adds it to the main gradient (10).
-inline constexpr double kEmbeddingGradBytesPerParam = 2.0 + kGradAccumBytesPerParam;
-
 enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
 
 struct Kernel {

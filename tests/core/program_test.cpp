@@ -292,45 +292,98 @@ TEST_CASE("A micro-batch turning between two virtual stages of one rank waits fo
   }
 }
 
+namespace {
+
+// The bytes of kind-`other` memory kernels (gradient accumulation outside the
+// GEMMs) in the first stage's weight-gradient ops labelled `label`, and how
+// many such ops there are.
+std::pair<int, double> grad_add_bytes(const StageProgram& sp, OpLabel label) {
+  std::pair<int, double> out{0, 0.0};
+  for (const Op& op : sp.ops) {
+    if (op.kind != OpKind::compute || op.phase != Phase::backward_weight || op.label != label) continue;
+    ++out.first;
+    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
+      if (sp.kernels[k].kind == KernelKind::memory && sp.kernels[k].memory == MemoryOp::other)
+        out.second += sp.kernels[k].bytes;
+  }
+  return out;
+}
+
+Setup setup_with_grads(const ModelSpec& m, const std::string& plan, Dtype params, Dtype grads) {
+  auto p = parse_inline_plan(plan);
+  REQUIRE(p);
+  TrainingSpec t;
+  t.global_batch_size = 2;
+  t.params_dtype = params;
+  t.grad_dtype = grads;
+  auto c = with_device_count(shipped_cluster("dgx-a100"), 2);
+  REQUIRE(c);
+  auto s = validate_setup(m, *c, t, *p, 2);
+  if (!s) FAIL(s.error().str());
+  return *s;
+}
+
+}  // namespace
+
 TEST_CASE("Without gradient accumulation fusion every weight gradient is added to the main gradient once per micro-batch",
           "[core]") {
-  const ModelSpec m = gpt_no_bias(4, 512, 8);
-  // The bytes of `memory`-kind kernels in the first stage's ops labelled
-  // `label` of the weight-gradient phase.
-  const auto grad_bytes = [](const StageProgram& sp, OpLabel label, MemoryOp memory) {
-    double b = 0;
-    int ops = 0;
-    for (const Op& op : sp.ops) {
-      if (op.kind != OpKind::compute || op.phase != Phase::backward_weight || op.label != label) continue;
-      ++ops;
-      for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
-        if (sp.kernels[k].kind == KernelKind::memory && sp.kernels[k].memory == memory) b += sp.kernels[k].bytes;
+  // tp 2, untied embeddings, RoPE (no position table), 2 micro-batches, one stage.
+  ModelSpec m = gpt_no_bias(4, 512, 8);
+  m.tied_embeddings = false;
+  const double layer = layer_params(m, 0, Sharding{2, 2, 1}).total();
+  for (const bool fusion : {true, false}) {
+    for (const Dtype grads : {Dtype::fp32, Dtype::fp16}) {
+      INFO("fusion " << fusion << ", main gradients " << to_string(grads));
+      const Setup s = setup_with_grads(m, fusion ? "tp=2" : "tp=2,grad_accum_fusion=off",
+                                       grads == Dtype::fp16 ? Dtype::fp16 : Dtype::bf16, grads);
+      auto p = build_program(s);
+      REQUIRE(p);
+      const StageProgram& sp = p->stages.front();
+      const double word = static_cast<double>(s.padded_vocab) * 512 / 2;
+      // Read the 16-bit gradient, read and write the main gradient: 10 bytes
+      // per parameter with fp32 main gradients, 6 with fp16 ones.
+      const double add = grads == Dtype::fp32 ? 10.0 : 6.0;
+      // Each layer's weight gradients (the MLP label carries them).
+      const auto [layer_ops, layer_bytes] = grad_add_bytes(sp, OpLabel::mlp);
+      CHECK(layer_ops == 4 * 2);
+      CHECK(layer_bytes == Approx(fusion ? 0.0 : 4 * 2 * add * layer).epsilon(1e-12));
+      // The output layer's weight gradient: the same rule.
+      const auto [out_ops, out_bytes] = grad_add_bytes(sp, OpLabel::output_loss);
+      CHECK(out_ops == 2);
+      CHECK(out_bytes == Approx(fusion ? 0.0 : 2 * add * word).epsilon(1e-12));
+      // The embedding's gradient is never fused: a zero-filled 16-bit table
+      // (2 bytes per parameter) added to the main gradient.
+      const auto [emb_ops, emb_bytes] = grad_add_bytes(sp, OpLabel::embedding);
+      CHECK(emb_ops == 2);
+      CHECK(emb_bytes == Approx(2 * (2.0 + add) * word).epsilon(1e-12));
     }
-    return std::make_pair(ops, b);
-  };
+  }
+}
+
+TEST_CASE("A word embedding tied to the output layer on one stage gets one gradient and one main-gradient add",
+          "[core]") {
+  // Tied embeddings, learned positions (a replicated seq x h table), one stage, tp 2.
+  ModelSpec m = gpt_no_bias(4, 512, 8);
+  m.tied_embeddings = true;
+  m.position_embedding = PositionEmbedding::learned;
   for (const bool fusion : {true, false}) {
     INFO("fusion " << fusion);
-    // tp 2, untied embeddings, 2 micro-batches, one stage.
-    ModelSpec untied = m;
-    untied.tied_embeddings = false;
-    const Setup s = make_setup(untied, "dgx-a100", fusion ? "tp=2" : "tp=2,grad_accum_fusion=off", 2, 2);
+    const Setup s = setup_with_grads(m, fusion ? "tp=2" : "tp=2,grad_accum_fusion=off", Dtype::bf16, Dtype::fp32);
     auto p = build_program(s);
     REQUIRE(p);
     const StageProgram& sp = p->stages.front();
-    const double layer = layer_params(untied, 0, Sharding{2, 2, 1}).total();
     const double word = static_cast<double>(s.padded_vocab) * 512 / 2;
-    // Each layer's weight gradients (the MLP label carries them): 10 bytes per parameter when unfused.
-    const auto [layer_ops, layer_bytes] = grad_bytes(sp, OpLabel::mlp, MemoryOp::other);
-    CHECK(layer_ops == 4 * 2);
-    CHECK(layer_bytes == Approx(fusion ? 0.0 : 4 * 2 * 10.0 * layer).epsilon(1e-12));
-    // The output layer's weight gradient: the same rule.
-    const auto [out_ops, out_bytes] = grad_bytes(sp, OpLabel::output_loss, MemoryOp::other);
+    const double position = static_cast<double>(m.seq_length) * 512;
+    // Fusion on: the fused output GEMM still hands autograd a zero-filled
+    // 16-bit gradient (2 bytes per parameter); off: nothing here, the
+    // embedding's hook adds the summed gradient.
+    const auto [out_ops, out_bytes] = grad_add_bytes(sp, OpLabel::output_loss);
     CHECK(out_ops == 2);
-    CHECK(out_bytes == Approx(fusion ? 0.0 : 2 * 10.0 * word).epsilon(1e-12));
-    // The embedding's gradient is never fused: a zero-filled 16-bit table (2
-    // bytes per parameter) added to the main gradient (10), every micro-batch.
-    const auto [emb_ops, emb_bytes] = grad_bytes(sp, OpLabel::embedding, MemoryOp::other);
+    CHECK(out_bytes == Approx(fusion ? 2 * 2.0 * word : 0.0).epsilon(1e-12));
+    // The table: zero-filled (2), the output layer's gradient summed in (6),
+    // one hook add (10); the position table: zero-filled and added (12).
+    const auto [emb_ops, emb_bytes] = grad_add_bytes(sp, OpLabel::embedding);
     CHECK(emb_ops == 2);
-    CHECK(emb_bytes == Approx(2 * 12.0 * word).epsilon(1e-12));
+    CHECK(emb_bytes == Approx(2 * (18.0 * word + 12.0 * position)).epsilon(1e-12));
   }
 }
