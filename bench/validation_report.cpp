@@ -89,6 +89,22 @@ Prediction predict(const std::string& model, const std::string& cluster, int gpu
   return predict(run);
 }
 
+// The same as Megatron-LM of 2021 ran it (the Narayanan et al. ablations):
+// no asynchronous TP all-reduce, no gradient accumulation fusion, fp16
+// weights and main gradients.
+Prediction predict_2021(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
+                        std::int64_t batch) {
+  bench::PublishedRun run;
+  run.model = model;
+  run.cluster = cluster;
+  run.gpus = gpus;
+  run.plan = plan + ",tp_grad_overlap=off,grad_accum_fusion=off";
+  run.batch = batch;
+  run.params_dtype = Dtype::fp16;
+  run.grad_dtype = Dtype::fp16;
+  return predict(run);
+}
+
 // Signed relative errors of a table's rows, by label.
 using Errors = std::map<std::string, double>;
 
@@ -188,8 +204,8 @@ int main(int argc, char** argv) {
     std::string cells;
     bool all = true;
     for (int batch : {12, 24, 48}) {
-      const Prediction a = predict("gpt3-175b", "dgx-a100", 96, "tp=8,pp=12,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", batch);
-      const Prediction b = predict("gpt3-175b", "dgx-a100", 96,
+      const Prediction a = predict_2021("gpt3-175b", "dgx-a100", 96, "tp=8,pp=12,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", batch);
+      const Prediction b = predict_2021("gpt3-175b", "dgx-a100", 96,
                                    "tp=8,pp=12,vpp=4,schedule=interleaved,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", batch);
       if (!a.ok || !b.ok) {
         cells += fmt::format("batch {}: error {} ", batch, a.ok ? b.error : a.error);
@@ -214,7 +230,7 @@ int main(int argc, char** argv) {
                                    "num_attention_heads = 128\nvocab_size = 51200\nseq_length = 2048\nactivation = \"gelu\"\n"
                                    "norm = \"layernorm\"\nposition_embedding = \"learned\"\nadd_bias_linear = true\n"
                                    "tied_embeddings = true\nhidden_dropout = 0.1\nattention_dropout = 0.1\n";
-      const Prediction p = predict(model_file, "dgx-a100", 64,
+      const Prediction p = predict_2021(model_file, "dgx-a100", 64,
                                    fmt::format("tp={},pp={},mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", tp, 64 / tp), 128);
       if (!p.ok) {
         cells += fmt::format("tp {}: error; ", tp);

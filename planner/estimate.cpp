@@ -45,7 +45,7 @@ inline std::uint64_t field(std::int64_t v, int bits, int at) {
 }
 using LayoutKey = Key;   // tp, pp, vpp, schedule | ep, etp, first and last stage layers
 using ActKey = Key;      // tp, cp, mbs, sp, recompute | ep, etp
-using TimeKey = Key;     // ActKey's fields | ... and GPUs, TP overlap
+using TimeKey = Key;     // ActKey's fields | ... and one stage or more, GPUs, TP overlap
 using CommKey = Key;     // GPUs, collective, group size | stride
 
 // The entry of the latest key: consecutive candidates mostly share their
@@ -252,7 +252,7 @@ struct Estimator::Impl {
   static ActKey act_key(const Candidate& c) {
     return {field(c.tp, 20, 0) | field(c.cp, 20, 20) | field(c.mbs, 20, 40) | field(c.sp, 1, 60) |
                 field(static_cast<std::int64_t>(c.recompute), 3, 61),
-            field(c.ep, 20, 0) | field(c.etp, 20, 20)};
+            field(c.ep, 20, 0) | field(c.etp, 19, 20)};
   }
 
   // The first layer of each kind (dense, MoE); -1 when the model has none.
@@ -291,7 +291,9 @@ struct Estimator::Impl {
 
   Result<const TimeEntry*> layer_times(const Candidate& c) {
     const ActKey a = act_key(c);
-    const TimeKey key = {a[0], a[1] | field(c.gpus, 23, 40) | field(c.tp_comm_overlap, 1, 63)};
+    // A single stage holds both embedding tables: tied, they share one
+    // gradient, which changes the edge ops' work (builder.cpp).
+    const TimeKey key = {a[0], a[1] | field(c.pp == 1, 1, 39) | field(c.gpus, 23, 40) | field(c.tp_comm_overlap, 1, 63)};
     if (const TimeEntry* t = last_time.find(key)) return t;
     if (auto it = times.find(key); it != times.end()) return last_time.keep(key, &it->second);
     auto s = setup_of(c);

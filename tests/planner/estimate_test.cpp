@@ -176,3 +176,33 @@ TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last st
   check_stage1_time(in, 128, 10, "uneven plans",
                     [&](const Candidate& c) { return c.first_layers > 0 && i++ % 1499 == 0; });
 }
+
+TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (tied embeddings, one stage or two)") {
+  // Tied word tables share one gradient only when one stage holds both, so
+  // the edge ops of pp = 1 and pp = 2 plans differ although the layer-time
+  // cache's other fields match.
+  ModelSpec m = test::small_gpt();
+  m.tied_embeddings = true;
+  const SearchInputs in = inputs(m, "dgx-a100", 8, 16);
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  REQUIRE(cost);
+  const auto candidate = [&](const char* plan) {
+    auto p = parse_inline_plan(plan);
+    REQUIRE(p);
+    auto c = from_plan(*p, 8, 8 / (p->tp * p->pp));
+    REQUIRE(c);
+    return *c;
+  };
+  const Candidate one = candidate("tp=2,pp=1"), two = candidate("tp=2,pp=2");
+  Estimator alone_one(in, *cost), alone_two(in, *cost), both(in, *cost);
+  auto a1 = alone_one.evaluate(one);
+  auto a2 = alone_two.evaluate(two);
+  auto b2 = both.evaluate(two);   // fills the cache first
+  auto b1 = both.evaluate(one);
+  REQUIRE(a1);
+  REQUIRE(a2);
+  REQUIRE(b1);
+  REQUIRE(b2);
+  CHECK(b1->step_s == a1->step_s);
+  CHECK(b2->step_s == a2->step_s);
+}
