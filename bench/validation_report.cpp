@@ -78,15 +78,21 @@ Prediction predict(const bench::PublishedRun& run) {
   return p;
 }
 
-Prediction predict(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
-                   std::int64_t batch) {
+// A run of `model` on `gpus` GPUs of `cluster` with `plan` and `batch`, in today's number formats.
+bench::PublishedRun run_of(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
+                           std::int64_t batch) {
   bench::PublishedRun run;
   run.model = model;
   run.cluster = cluster;
   run.gpus = gpus;
   run.plan = plan;
   run.batch = batch;
-  return predict(run);
+  return run;
+}
+
+Prediction predict(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
+                   std::int64_t batch) {
+  return predict(run_of(model, cluster, gpus, plan, batch));
 }
 
 // The same as Megatron-LM of 2021 ran it (the Narayanan et al. ablations):
@@ -94,12 +100,7 @@ Prediction predict(const std::string& model, const std::string& cluster, int gpu
 // weights and main gradients.
 Prediction predict_2021(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
                         std::int64_t batch) {
-  bench::PublishedRun run;
-  run.model = model;
-  run.cluster = cluster;
-  run.gpus = gpus;
-  run.plan = plan + ",tp_grad_overlap=off,grad_accum_fusion=off";
-  run.batch = batch;
+  bench::PublishedRun run = run_of(model, cluster, gpus, plan + ",tp_grad_overlap=off,grad_accum_fusion=off", batch);
   run.params_dtype = Dtype::fp16;
   run.grad_dtype = Dtype::fp16;
   return predict(run);
