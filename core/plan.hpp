@@ -46,11 +46,11 @@ struct PlanSpec {
   // GEMMs: Megatron-LM's asynchronous tensor-parallel all-reduce, the default
   // since 2022 (--no-async-tensor-model-parallel-allreduce turned it off).
   bool tp_grad_overlap = true;
-  // Weight-gradient GEMMs accumulate straight into the fp32 main gradient
-  // (Megatron-LM's gradient accumulation fusion, the default since late 2021;
-  // --no-gradient-accumulation-fusion turns it off). Off: each GEMM writes a
-  // 16-bit gradient and a separate kernel adds it to the main gradient, once
-  // per micro-batch.
+  // Weight-gradient GEMMs accumulate straight into the main gradient
+  // (Megatron-LM's gradient accumulation fusion, on by default since the
+  // sc21 runs; --no-gradient-accumulation-fusion turns it off). Off: each GEMM
+  // writes its gradient in the weights' dtype and a separate kernel adds it
+  // to the main gradient, once per micro-batch.
   bool grad_accum_fusion = true;
   Schedule schedule = Schedule::one_f_one_b;
   AttentionKernel attention = AttentionKernel::flash;

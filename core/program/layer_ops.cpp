@@ -384,7 +384,7 @@ std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx
     }
   }
   // Without gradient accumulation fusion each of the layer's weight
-  // gradients on this rank is added to its fp32 main gradient by a separate
+  // gradients on this rank is added to its main gradient by a separate
   // kernel, every micro-batch.
   if (!s.plan.grad_accum_fusion)
     k.push_back(memory(MemoryOp::other,
