@@ -268,13 +268,14 @@ int main(int argc, char** argv) {
   add("- **A100 rows are all over-predicted.** The pipelined rows (39.1B-1T, 12 to 512 micro-batches)");
   add(fmt::format("  by {}; the rows without a pipeline (1.7B-18.4B, one to four micro-batches of 8-16 sequences)",
                   range_of(a100, {"39.1B", "76.1B", "145.6B", "310.1B", "529.6B", "1008.0B"})));
-  add(fmt::format("  by {}. The simulator prices every kernel with cuBLASLt/HBM/FlashAttention microbenchmarks",
+  add(fmt::format("  by {}. The simulator prices every kernel with cuBLASLt/HBM/attention microbenchmarks",
                   range_of(a100, {"1.7B", "3.6B", "7.5B", "18.4B"})));
-  add("  measured in 2023 and adds 1 us per kernel; it does not model the 2021 software's host overheads,");
-  add("  the SMs that NCCL kernels take from concurrent compute, or fp16 loss-scaling work. The");
-  add("  rows without a pipeline spend much of their compute in unfused attention over 8-16-sequence score");
-  add("  matrices, priced from GEMM and STREAM rates: no published measurement of Megatron's fused");
-  add("  scale-mask-softmax kernel is at hand to check it against.");
+  add("  measured with CUDA 12 software and adds 1 us per kernel; it does not model the 2021 software's host");
+  add("  overheads, the SMs that NCCL kernels take from concurrent compute, or fp16 loss-scaling work.");
+  add("  Unfused attention (much of the compute of the smaller models: score matrices of 8-16 sequences)");
+  add("  is priced at the rate PyTorch's standard attention reaches on the A100 (fitted to one Azure");
+  add("  measurement, docs/cost-model.md 4.5); Megatron's own fused scale-mask-softmax and dropout");
+  add("  kernels of 2021 have no published measurement, so how far they differ from it is not known.");
   add(fmt::format("- **H100 rows split in two.** Small models (1.7B, 7.1B, tp <= 2) are over-predicted by {},",
                   range_of(h100, {"1.7B", "7.1B"})));
   add("  for the same missing per-kernel overheads, which weigh most when GEMMs are small. Rows with");

@@ -92,7 +92,8 @@ CostModel::CostModel(DeviceSpec device, CostProfile profile) : device_(std::move
   MEGASCOPE_CHECK(device_.memory_bandwidth_Bps > 0, "cost model: device memory bandwidth must be positive");
   const CostProfile& p = profile_;
   MEGASCOPE_CHECK(p.gemm_max_efficiency > 0 && p.gemm_fp8_max_efficiency > 0 && p.memory_efficiency > 0 &&
-                      p.attention_fwd_efficiency > 0 && p.attention_bwd_efficiency > 0,
+                      p.attention_fwd_efficiency > 0 && p.attention_bwd_efficiency > 0 &&
+                      p.attention_unfused_efficiency > 0,
                   "cost model: profile efficiencies must be positive");
   MEGASCOPE_CHECK(p.gemm_half_size >= 0 && p.gemm_fp8_half_size >= 0 && p.gemm_roofline_exponent >= 1,
                   "cost model: profile half sizes must be >= 0 and the roofline exponent >= 1");
@@ -125,7 +126,7 @@ Result<CostModel> CostModel::for_device(const DeviceSpec& device) {
   return CostModel(device, std::move(generic));
 }
 
-double CostModel::gemm_s(GemmShape s, Precision p) const {
+double CostModel::gemm_s(GemmShape s, Precision p, bool unfused_attention) const {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0) return 0;
   const bool fp8 = p == Precision::fp8 && device_.peak_fp8_flops && *device_.peak_fp8_flops > 0;
   // Exact measured shapes win (the dtype asked for, then the one it runs in).
@@ -145,18 +146,21 @@ double CostModel::gemm_s(GemmShape s, Precision p) const {
   // Operands in the GEMM's input dtype, the output in bf16.
   const double bytes = (fp8 ? 1.0 : 2.0) * (m * k + k * n) + 2.0 * m * n;
   const double t_memory = bytes / hbm_Bps(device_, profile_);
-  return soft_max(t_compute, t_memory, profile_.gemm_roofline_exponent) + profile_.launch_overhead_s;
+  const double t = soft_max(t_compute, t_memory, profile_.gemm_roofline_exponent);
+  return (unfused_attention ? t / profile_.attention_unfused_efficiency : t) + profile_.launch_overhead_s;
 }
 
-double CostModel::memory_s(MemoryOp op, double bytes) const {
+double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention) const {
   if (bytes <= 0) return 0;
   // An exact measured kernel wins, as for GEMMs.
   if (!profile_.memory_seconds.empty())
     if (auto it = profile_.memory_seconds.find({op, std::llround(bytes)}); it != profile_.memory_seconds.end())
       return it->second;
-  auto it = profile_.memory_Bps.find(op);
-  const double bw = it != profile_.memory_Bps.end() ? it->second : hbm_Bps(device_, profile_);
-  return bytes / bw + profile_.launch_overhead_s;
+  // A calibrated bandwidth of the kind is a measurement: no unfused factor.
+  if (auto it = profile_.memory_Bps.find(op); it != profile_.memory_Bps.end())
+    return bytes / it->second + profile_.launch_overhead_s;
+  const double t = bytes / hbm_Bps(device_, profile_);
+  return (unfused_attention ? t / profile_.attention_unfused_efficiency : t) + profile_.launch_overhead_s;
 }
 
 double CostModel::attention_fwd_s(const AttentionShape& a) const {
@@ -173,10 +177,10 @@ double CostModel::attention_bwd_s(const AttentionShape& a) const {
 
 double CostModel::kernel_s(const Kernel& k) const {
   switch (k.kind) {
-    case KernelKind::gemm: return gemm_s(k.gemm, k.precision);
+    case KernelKind::gemm: return gemm_s(k.gemm, k.precision, k.unfused_attention);
     case KernelKind::attention_fwd: return attention_fwd_s(k.attention);
     case KernelKind::attention_bwd: return attention_bwd_s(k.attention);
-    case KernelKind::memory: return memory_s(k.memory, k.bytes);
+    case KernelKind::memory: return memory_s(k.memory, k.bytes, k.unfused_attention);
   }
   return 0;
 }

@@ -7,7 +7,9 @@
 //   memory     bytes moved / (HBM bandwidth x achievable fraction, or a
 //              calibrated bandwidth per kind of kernel);
 //   attention  FLOPs / (bf16 peak x attention efficiency), forward and
-//              backward (fitted to FlashAttention-2 measurements);
+//              backward (fitted to FlashAttention-2 measurements); unfused
+//              attention's GEMMs and memory kernels at their own efficiency
+//              (fitted to PyTorch standard attention measurements);
 //   each op    plus a launch overhead.
 // Shipped default profiles (topologies/profiles/*.toml) per device name; a
 // calibration profile (the same format, written by `megascope calibrate`)
@@ -51,6 +53,11 @@ struct CostProfile {
   double memory_efficiency = 0.85;         // achievable fraction of HBM bandwidth
   double attention_fwd_efficiency = 0.4;   // fraction of bf16 peak, fused attention forward
   double attention_bwd_efficiency = 0.34;
+  // Unfused attention's kernels over the score matrix (Kernel::unfused_attention:
+  // batched QK^T and PV GEMMs, softmax, dropout, their backwards) run at this
+  // fraction of their GEMM-curve and HBM prices (fitted to PyTorch's standard
+  // attention). 1: priced as any GEMM or memory kernel.
+  double attention_unfused_efficiency = 1.0;
   double launch_overhead_s = 1e-6;
   // Added once to every compute op that launches kernels: the runtime's own
   // work per op (a CPU executor's bookkeeping, buffers and copies). 0 for GPUs.
@@ -73,8 +80,11 @@ class CostModel {
   // keys the file sets change. On error the model is unchanged.
   Result<void> apply_calibration(const std::string& path);
 
-  [[nodiscard]] double gemm_s(GemmShape s, Precision p) const;
-  [[nodiscard]] double memory_s(MemoryOp op, double bytes) const;
+  // unfused_attention: the kernel is one of unfused attention's (Kernel), priced
+  // at attention_unfused_efficiency unless measured (an exact shape, an exact
+  // (kind, bytes) or a calibrated per-kind bandwidth).
+  [[nodiscard]] double gemm_s(GemmShape s, Precision p, bool unfused_attention = false) const;
+  [[nodiscard]] double memory_s(MemoryOp op, double bytes, bool unfused_attention = false) const;
   [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;
   [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind

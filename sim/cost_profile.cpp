@@ -222,6 +222,7 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   if (auto r = section(*doc, "attention", path, first)) {
     if (auto v = fraction(*r, "fwd_efficiency")) out.attention_fwd_efficiency = *v;
     if (auto v = fraction(*r, "bwd_efficiency")) out.attention_bwd_efficiency = *v;
+    if (auto v = fraction(*r, "unfused_efficiency")) out.attention_unfused_efficiency = *v;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (auto r = section(*doc, "launch", path, first)) {

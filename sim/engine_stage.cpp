@@ -24,15 +24,7 @@ class Pricer {
     const bool memoisable = op.kernel_begin < memo_.size();
     if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second;
     double t = cost_.op_overhead_s();
-    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
-      const Kernel& kr = stage_.kernels[k];
-      switch (kr.kind) {
-        case KernelKind::gemm: t += cost_.gemm_s(kr.gemm, kr.precision); break;
-        case KernelKind::attention_fwd: t += cost_.attention_fwd_s(kr.attention); break;
-        case KernelKind::attention_bwd: t += cost_.attention_bwd_s(kr.attention); break;
-        case KernelKind::memory: t += cost_.memory_s(kr.memory, kr.bytes); break;
-      }
-    }
+    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) t += cost_.kernel_s(stage_.kernels[k]);
     if (memoisable && memo_[op.kernel_begin].first == 0) memo_[op.kernel_begin] = {op.kernel_count, t};
     return t;
   }

@@ -97,7 +97,8 @@ std::optional<Kernel> bda_backward(const ModelSpec& m, const Dims& d) {
 // Attention core kernels. Fused (flash): one kernel each way. Unfused (as
 // Megatron-LM ran before fused attention): batched QK^T and PV GEMMs over the
 // whole score matrix, fused scale-mask-softmax and dropout as memory-bound
-// kernels over its E = b x heads x s_q x s_kv elements, and their backwards.
+// kernels over its E = b x heads x s_q x s_kv elements, and their backwards,
+// all marked unfused_attention (priced at the profile's unfused efficiency).
 std::vector<Kernel> attention_kernels(const Setup& s, Precision p, bool backward) {
   const AttentionShape a = attention_shape(s);
   if (s.plan.attention == AttentionKernel::flash)
@@ -121,6 +122,7 @@ std::vector<Kernel> attention_kernels(const Setup& s, Precision p, bool backward
     k.push_back(gemm(rows_q, a.head_dim, a.seq_kv, p));                      // dQ = dS K
     k.push_back(gemm(rows_k, a.head_dim, a.seq_q, p));                       // dK = dS^T Q
   }
+  for (Kernel& kernel : k) kernel.unfused_attention = true;
   return k;
 }
 

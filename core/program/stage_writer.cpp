@@ -10,8 +10,8 @@ namespace {
 bool same(const Kernel& a, const Kernel& b) {
   const AttentionShape &x = a.attention, &y = b.attention;
   return a.kind == b.kind && a.gemm == b.gemm && a.memory == b.memory && a.bytes == b.bytes &&
-         a.precision == b.precision && x.batch == y.batch && x.heads == y.heads && x.kv_heads == y.kv_heads &&
-         x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
+         a.unfused_attention == b.unfused_attention && a.precision == b.precision && x.batch == y.batch &&
+         x.heads == y.heads && x.kv_heads == y.kv_heads && x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
          x.causal == y.causal;
 }
 
@@ -25,7 +25,8 @@ std::uint64_t hash_of(std::span<const Kernel> kernels) {
   for (const Kernel& k : kernels) {
     const AttentionShape& a = k.attention;
     h = mix(h, static_cast<std::uint64_t>(k.kind) | (static_cast<std::uint64_t>(k.memory) << 8) |
-                   (static_cast<std::uint64_t>(k.precision) << 16) | (static_cast<std::uint64_t>(a.causal) << 24));
+                   (static_cast<std::uint64_t>(k.precision) << 16) | (static_cast<std::uint64_t>(a.causal) << 24) |
+                   (static_cast<std::uint64_t>(k.unfused_attention) << 25));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.m));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.n));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.k));

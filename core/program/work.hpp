@@ -40,6 +40,10 @@ struct Kernel {
   GemmShape gemm;                     // gemm
   AttentionShape attention;           // attention_fwd / attention_bwd
   MemoryOp memory = MemoryOp::other;  // memory
+  // A GEMM or memory kernel of unfused attention, over the whole score
+  // matrix (QK^T, softmax, dropout, PV and their backwards): the cost model
+  // prices it at its own efficiency (docs/cost-model.md).
+  bool unfused_attention = false;
   double bytes = 0;                   // memory: bytes read + written
   Precision precision = Precision::bf16;
 };

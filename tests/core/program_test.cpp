@@ -2,6 +2,7 @@
 // ranks' kernels add up to the accounting's hardware FLOPs, and sends,
 // receives and collectives appear where the plan says.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <algorithm>
 #include <map>
 
@@ -385,5 +386,41 @@ TEST_CASE("A word embedding tied to the output layer on one stage gets one gradi
     const auto [emb_ops, emb_bytes] = grad_add_bytes(sp, OpLabel::embedding);
     CHECK(emb_ops == 2);
     CHECK(emb_bytes == Approx(2 * (18.0 * word + 12.0 * position)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("Unfused attention's score-matrix kernels, and only they, are marked for the cost model", "[core]") {
+  // 4 layers, h 1024, 16 heads (d 64), s 2048, tp 2: 8 heads per rank; mbs 2, 4 micro-batches, no recomputation.
+  const ModelSpec m = gpt(4, 1024, 16);
+  const double b = 2, heads = 8, s = 2048, d = 64, layers = 4, micro = 4;
+  for (const char* attention : {"unfused", "flash"}) {
+    INFO(attention);
+    const Setup setup = make_setup(m, "dgx-a100", fmt::format("tp=2,pp=1,mbs=2,attention={}", attention), 8, 2);
+    auto p = build_program(setup);
+    REQUIRE(p);
+    const StageProgram& st = p->stages.at(0);
+    double gemm_flops = 0, bytes = 0;
+    int marked = 0;
+    for (const Op& op : st.ops)
+      for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
+        const Kernel& kr = st.kernels[k];
+        if (!kr.unfused_attention) continue;
+        ++marked;
+        REQUIRE(kr.kind != KernelKind::attention_fwd);
+        REQUIRE(kr.kind != KernelKind::attention_bwd);
+        if (kr.kind == KernelKind::gemm)
+          gemm_flops += 2.0 * static_cast<double>(kr.gemm.m) * static_cast<double>(kr.gemm.n) * static_cast<double>(kr.gemm.k);
+        else bytes += kr.bytes;
+      }
+    if (std::string(attention) == "flash") {
+      CHECK(marked == 0);
+      continue;
+    }
+    // Per layer and micro-batch: QK^T, softmax, dropout, PV forward; dP, dV, dropout, softmax, dQ, dK backward.
+    CHECK(marked == layers * micro * 10);
+    // The two forward GEMMs (4 b h s^2 d) and four backward ones (8 b h s^2 d).
+    CHECK(gemm_flops == Approx(layers * micro * 12 * b * heads * s * s * d));
+    // Score-matrix bytes: softmax 4 + dropout 5 forward, dropout 5 + softmax 6 backward, per element.
+    CHECK(bytes == Approx(layers * micro * 20 * b * heads * s * s));
   }
 }
