@@ -59,7 +59,8 @@ struct PublishedRun {
 
 // Narayanan Table 1: 2021, no fused attention, full recomputation, no
 // asynchronous TP all-reduce and no gradient accumulation fusion (both added
-// to Megatron-LM later); PyTorch DDP ("torch") overlaps the gradient
+// to Megatron-LM later), pipeline tensors scattered over TP and gathered after
+// the receive (removed in Megatron-Core); PyTorch DDP ("torch") overlaps the gradient
 // all-reduce, Megatron's "local" does not. fp16 weights and fp16 main
 // gradients (the sc21 scripts' --fp16 without
 // --accumulate-allreduce-grads-in-fp32).
@@ -67,7 +68,7 @@ inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
   std::vector<PublishedRun> out;
   for (const auto& row : read_csv(ref_dir + "/narayanan2021_table1_weak_scaling.csv")) {
     const int L = std::stoi(row.at("num_layers")), pp = std::stoi(row.at("pp"));
-    std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused,grad_accum_fusion=off",
+    std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused,grad_accum_fusion=off,pp_scatter_gather=on",
                                    row.at("tp"), row.at("pp"), row.at("micro_batch"));
     if (row.at("tp") != "1") plan += ",tp_grad_overlap=off";
     if (row.at("ddp_impl") == "torch") plan += ",overlap_grad_reduce=on";

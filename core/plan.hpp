@@ -52,6 +52,12 @@ struct PlanSpec {
   // writes its gradient in the weights' dtype and a separate kernel adds it
   // to the main gradient, once per micro-batch.
   bool grad_accum_fusion = true;
+  // Pipeline transfers without sequence parallelism and tp > 1: Megatron-LM
+  // before Megatron-Core (the sc21 runs) sent each TP rank's 1/tp slice and
+  // all-gathered it over TP after the receive (scatter_gather_tensors_in_
+  // pipeline, then on by default); Megatron-Core sends the whole activation
+  // from every TP rank. Off: Megatron-Core's way.
+  bool pp_scatter_gather = false;
   Schedule schedule = Schedule::one_f_one_b;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;

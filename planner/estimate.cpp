@@ -448,7 +448,9 @@ struct Estimator::Impl {
     const RankGrid grid = grid_of(c);
     const double h = static_cast<double>(in.model.hidden_size);
     const double seq = static_cast<double>(in.training.seq_length.value_or(in.model.seq_length));
-    const double p2p_bytes = 2.0 * seq / c.cp * c.mbs * h / c.tp;
+    // As the Program sends (core/program/builder.cpp): the 1/tp slice with SP,
+    // the whole activation from every TP rank without it (Megatron-Core).
+    const double p2p_bytes = 2.0 * seq / c.cp * c.mbs * h / (c.sp && c.tp > 1 ? c.tp : 1);
     const double p2p = p > 1 ? comm_s(c.gpus, grid, sim::Collective::send_recv, CommGroup::pp, p2p_bytes) : 0.0;
     const double pipeline = m * cmax + bubble + 2.0 * (p - 1) * p2p;
 

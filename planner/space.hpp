@@ -23,7 +23,8 @@
 // where no even split exists. Not enumerated: unfused attention, the CP
 // all-gather variant (flash attention and ring CP are never slower here), and
 // the options that only old Megatron-LM lacked: tp_grad_overlap and
-// grad_accum_fusion off (never faster).
+// grad_accum_fusion off (never faster); nor pp_scatter_gather, which only
+// pre-Core Megatron-LM has (the plan must run on today's).
 #pragma once
 
 #include <cstdint>

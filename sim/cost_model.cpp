@@ -156,10 +156,12 @@ double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention) co
   if (!profile_.memory_seconds.empty())
     if (auto it = profile_.memory_seconds.find({op, std::llround(bytes)}); it != profile_.memory_seconds.end())
       return it->second;
-  // A calibrated bandwidth of the kind is a measurement: no unfused factor.
-  if (auto it = profile_.memory_Bps.find(op); it != profile_.memory_Bps.end())
-    return bytes / it->second + profile_.launch_overhead_s;
-  const double t = bytes / hbm_Bps(device_, profile_);
+  // A calibrated bandwidth of the kind is measured on the executor's kernels of
+  // that kind (GELU, bias-dropout-add, ...), not on a softmax over scores: the
+  // unfused factor still applies to it.
+  auto it = profile_.memory_Bps.find(op);
+  const double bw = it != profile_.memory_Bps.end() ? it->second : hbm_Bps(device_, profile_);
+  const double t = bytes / bw;
   return (unfused_attention ? t / profile_.attention_unfused_efficiency : t) + profile_.launch_overhead_s;
 }
 

@@ -56,8 +56,8 @@ struct CostProfile {
   // Unfused attention's kernels over the score matrix (Kernel::unfused_attention:
   // batched QK^T and PV GEMMs, softmax, dropout, their backwards) run at this
   // fraction of their GEMM-curve and HBM prices (fitted to PyTorch's standard
-  // attention). 1: priced as any GEMM or memory kernel.
-  double attention_unfused_efficiency = 1.0;
+  // attention; the generic value sits between the fitted GPUs').
+  double attention_unfused_efficiency = 0.65;
   double launch_overhead_s = 1e-6;
   // Added once to every compute op that launches kernels: the runtime's own
   // work per op (a CPU executor's bookkeeping, buffers and copies). 0 for GPUs.
@@ -81,8 +81,8 @@ class CostModel {
   Result<void> apply_calibration(const std::string& path);
 
   // unfused_attention: the kernel is one of unfused attention's (Kernel), priced
-  // at attention_unfused_efficiency unless measured (an exact shape, an exact
-  // (kind, bytes) or a calibrated per-kind bandwidth).
+  // at attention_unfused_efficiency of the GEMM curve or of the kind's
+  // bandwidth, unless its exact shape or (kind, bytes) is measured.
   [[nodiscard]] double gemm_s(GemmShape s, Precision p, bool unfused_attention = false) const;
   [[nodiscard]] double memory_s(MemoryOp op, double bytes, bool unfused_attention = false) const;
   [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;

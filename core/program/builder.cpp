@@ -207,10 +207,17 @@ Result<Program> build_program(const Setup& s) {
 
   const double h = static_cast<double>(s.model.hidden_size);
   const double tokens = tokens_of(s);
-  // Each TP rank sends its 1/tp slice of the activation (sequence parallelism, or
-  // Megatron's scatter/gather of pipeline tensors without it); the all-gather
-  // that rebuilds it inside the receiving node is not modelled.
-  const double p2p_bytes = 2.0 * tokens * h / s.plan.tp;
+  // With sequence parallelism each TP rank sends its 1/tp slice of the
+  // activation. Without it Megatron-Core sends the whole activation from every
+  // TP rank; pre-Core Megatron-LM (pp_scatter_gather) sent the 1/tp slice and
+  // all-gathered it over TP after the receive, before the compute that needs it.
+  const bool scatter_gather = s.plan.pp_scatter_gather && s.plan.tp > 1 && !s.sequence_parallel;
+  const double p2p_bytes = 2.0 * tokens * h / (s.sequence_parallel || scatter_gather ? s.plan.tp : 1);
+  const auto gathered = [&](StageWriter& w, std::uint32_t recv, const OpContext& ctx) {
+    if (!scatter_gather) return recv;
+    const OpLabel label = w.program().ops[recv].label;
+    return w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, label, ctx, p2p_bytes * s.plan.tp, {recv});
+  };
   const double grad_bytes = bytes_of(s.training.grad_dtype);
   const double param_bytes = bytes_of(s.training.params_dtype);
   const bool distopt = s.plan.distributed_optimizer && s.dp * s.plan.cp > 1;
@@ -314,8 +321,9 @@ Result<Program> build_program(const Setup& s) {
       if (st.pass == Pass::F) {
         Deps first_deps;
         if (vs > 0 && peer(vs - 1) != r)
-          first_deps.push(w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer(vs - 1),
-                                p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes));
+          first_deps.push(gathered(w, w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer(vs - 1),
+                                         p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes),
+                                   ctx));
         else if (vs > 0)
           if (auto it = f_out.find({dir, st.microbatch, vs - 1}); it != f_out.end()) first_deps.push(it->second);
         const bool first_pass = !chunk_started[static_cast<std::size_t>(st.chunk)];
@@ -400,8 +408,9 @@ Result<Program> build_program(const Setup& s) {
         };
         std::optional<std::uint32_t> dep;
         if (vs < last_vs && peer(vs + 1) != r)
-          dep = w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
-                      p2p_bytes);
+          dep = gathered(w, w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
+                               p2p_bytes),
+                         ctx);
         else if (vs < last_vs)
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
         if (vs == last_vs) {

@@ -99,7 +99,10 @@ std::optional<Kernel> bda_backward(const ModelSpec& m, const Dims& d) {
 // whole score matrix, fused scale-mask-softmax and dropout as memory-bound
 // kernels over its E = b x heads x s_q x s_kv elements, and their backwards,
 // all marked unfused_attention (priced at the profile's unfused efficiency).
-std::vector<Kernel> attention_kernels(const Setup& s, Precision p, bool backward) {
+// In BF16 whatever the linear layers' precision, as fused attention is
+// (Megatron's FP8 recipes keep attention out of FP8).
+std::vector<Kernel> attention_kernels(const Setup& s, bool backward) {
+  constexpr Precision p = Precision::bf16;
   const AttentionShape a = attention_shape(s);
   if (s.plan.attention == AttentionKernel::flash)
     return {attention(backward ? KernelKind::attention_bwd : KernelKind::attention_fwd, a)};
@@ -210,7 +213,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   std::vector<Kernel> qkv;
   qkv.push_back(memory(MemoryOp::norm, 4.0 * d.Tsp * hb));
   for (const GemmShape& g : qkv_gemms(s, d)) qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
-  const std::vector<Kernel> core = attention_kernels(s, d.prec, false);
+  const std::vector<Kernel> core = attention_kernels(s, false);
   const Kernel proj = gemm(d.Ti, d.h, d.core_out, d.prec);
   if (s.plan.cp > 1) {
     std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
@@ -343,8 +346,8 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   if (const auto b = bda_backward(m, d)) k.push_back(*b);            // the attention's bias-dropout-add
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
   if (recomputed_core)
-    for (const Kernel& kk : attention_kernels(s, d.prec, false)) k.push_back(kk);
-  for (const Kernel& kk : attention_kernels(s, d.prec, true)) k.push_back(kk);
+    for (const Kernel& kk : attention_kernels(s, false)) k.push_back(kk);
+  for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
   for (const GemmShape& g : qkv_gemms(s, d)) k.push_back(gemm(g.m, g.k, g.n, d.prec));   // dgrad: (T, in, out)
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward
   if (s.plan.cp == 1) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);

@@ -150,6 +150,13 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   const Setup older = validated(m, t, p);
   check_round_trip(older);
   CHECK_THAT(*export_megatron_args(older), Catch::Contains("--no-gradient-accumulation-fusion"));
+  CHECK_THAT(*export_megatron_args(older), !Catch::Contains("scatter-gather"));
+
+  // ... and with its pipeline tensors scattered over TP (removed in Megatron-Core).
+  p.pp_scatter_gather = true;
+  const Setup oldest = validated(m, t, p);
+  check_round_trip(oldest);
+  CHECK_THAT(*export_megatron_args(oldest), Catch::Contains("--scatter-gather-tensors-in-pipeline"));
 }
 
 TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",

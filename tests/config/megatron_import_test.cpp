@@ -451,3 +451,9 @@ TEST_CASE("A model Megatron accepts but validate_model rejects is an error namin
   const Error e = import_error(kSmall + "--group-query-attention --num-query-groups 5");
   CHECK(e.field == "model.num_query_groups");
 }
+
+TEST_CASE("Pre-Core Megatron-LM's scatter-gather of pipeline tensors is a plan option, off in Megatron-Core", "[config]") {
+  CHECK_FALSE(import_ok(kSmall).plan.pp_scatter_gather);
+  CHECK(import_ok(kSmall + "--scatter-gather-tensors-in-pipeline").plan.pp_scatter_gather);
+  CHECK_FALSE(import_ok(kSmall + "--no-scatter-gather-tensors-in-pipeline").plan.pp_scatter_gather);
+}

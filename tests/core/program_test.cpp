@@ -424,3 +424,45 @@ TEST_CASE("Unfused attention's score-matrix kernels, and only they, are marked f
     CHECK(bytes == Approx(layers * micro * 20 * b * heads * s * s));
   }
 }
+
+TEST_CASE("Pipeline transfers carry the SP shard, Megatron-Core's whole activation, or a scattered slice gathered over TP",
+          "[core]") {
+  // 4 layers, h 1024, s 2048, mbs 1, tp 2, pp 2: the activation is 2 x 2048 x 1024 bytes.
+  const ModelSpec m = gpt(4, 1024, 16);
+  const double whole = 2.0 * 2048 * 1024;
+  struct Case {
+    const char* plan;
+    double p2p_bytes;
+    bool gathered;
+  };
+  for (const Case& c : {Case{"tp=2,pp=2,sp=on", whole / 2, false}, Case{"tp=2,pp=2", whole, false},
+                        Case{"tp=2,pp=2,pp_scatter_gather=on", whole / 2, true},
+                        Case{"tp=2,pp=2,sp=on,pp_scatter_gather=on", whole / 2, false},
+                        Case{"tp=1,pp=2,pp_scatter_gather=on", whole, false}}) {
+    INFO(c.plan);
+    const int tp = std::string(c.plan).rfind("tp=2", 0) == 0 ? 2 : 1;
+    const Setup setup = make_setup(m, "dgx-a100", c.plan, 4, 2 * tp);   // dp 1: four micro-batches
+    auto p = build_program(setup);
+    REQUIRE(p);
+    for (const StageProgram& st : p->stages) {
+      int recvs = 0, gathers = 0;
+      for (std::size_t i = 0; i < st.ops.size(); ++i) {
+        const Op& op = st.ops[i];
+        if (op.kind == OpKind::send || op.kind == OpKind::recv) CHECK(op.bytes == Approx(c.p2p_bytes));
+        if (op.kind == OpKind::recv) ++recvs;
+        // The gather: a TP all-gather of the whole activation, right after its receive, labelled as it.
+        if (op.kind == OpKind::all_gather && (op.label == OpLabel::pp_activation || op.label == OpLabel::pp_gradient)) {
+          ++gathers;
+          CHECK(op.group == CommGroup::tp);
+          CHECK(op.bytes == Approx(whole));
+          REQUIRE(op.dep_count == 1);
+          const Op& recv = st.ops[st.deps[op.dep_begin]];
+          CHECK(recv.kind == OpKind::recv);
+          CHECK(recv.label == op.label);
+        }
+      }
+      CHECK(recvs == 4);   // four micro-batches: activations into stage 1, gradients into stage 0
+      CHECK(gathers == (c.gathered ? recvs : 0));
+    }
+  }
+}
