@@ -68,9 +68,10 @@ inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
   std::vector<PublishedRun> out;
   for (const auto& row : read_csv(ref_dir + "/narayanan2021_table1_weak_scaling.csv")) {
     const int L = std::stoi(row.at("num_layers")), pp = std::stoi(row.at("pp"));
-    std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused,grad_accum_fusion=off,pp_scatter_gather=on",
+    std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused,grad_accum_fusion=off",
                                    row.at("tp"), row.at("pp"), row.at("micro_batch"));
     if (row.at("tp") != "1") plan += ",tp_grad_overlap=off";
+    if (row.at("tp") != "1" && pp > 1) plan += ",pp_scatter_gather=on";
     if (row.at("ddp_impl") == "torch") plan += ",overlap_grad_reduce=on";
     if (!row.at("layers_per_virtual_stage").empty()) {
       const int vpp = L / pp / std::stoi(row.at("layers_per_virtual_stage"));

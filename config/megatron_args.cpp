@@ -340,8 +340,8 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.tp_comm_overlap = args.has("--tp-comm-overlap");
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
-  // Megatron-Core has neither spelling; pre-Core Megatron-LM scattered by default.
-  p.pp_scatter_gather = args.has("--scatter-gather-tensors-in-pipeline") && !args.has("--no-scatter-gather-tensors-in-pipeline");
+  // pp_scatter_gather stays off: a launch line runs on Megatron-Core, which
+  // sends whole tensors whatever --no-scatter-gather-tensors-in-pipeline says.
 
   if (granularity == "full") p.recompute.granularity = RecomputeGranularity::full;
   if (granularity == "selective") p.recompute.granularity = RecomputeGranularity::selective;
@@ -519,7 +519,8 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.tp_comm_overlap) sw("--tp-comm-overlap");
   if (!p.tp_grad_overlap) sw("--no-async-tensor-model-parallel-allreduce");
   if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
-  if (p.pp_scatter_gather) sw("--scatter-gather-tensors-in-pipeline");
+  // pp_scatter_gather has no flag: pre-Core Megatron-LM did it by default
+  // (--no-scatter-gather-tensors-in-pipeline turned it off), Megatron-Core cannot.
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");
 
   std::string line;

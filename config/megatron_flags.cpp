@@ -111,8 +111,6 @@ constexpr Entry kUsed[] = {
     {"--tp-comm-overlap", Arity::none},
     {"--no-async-tensor-model-parallel-allreduce", Arity::none},
     {"--no-gradient-accumulation-fusion", Arity::none},
-    {"--scatter-gather-tensors-in-pipeline", Arity::none},     // pre-Core Megatron-LM (plan pp_scatter_gather)
-    {"--no-scatter-gather-tensors-in-pipeline", Arity::none},
     {"--use-flash-attn", Arity::none},
     {"--attention-backend", Arity::one},
 };
@@ -376,6 +374,7 @@ constexpr Entry kIgnored[] = {
     {"--ddp-reduce-scatter-with-fp32-accumulation", Arity::none},
     {"--ddp-average-in-collective", Arity::none},
     {"--overlap-param-gather-with-optimizer-step", Arity::none},
+    {"--no-scatter-gather-tensors-in-pipeline", Arity::none},   // no effect in Megatron-Core (plan pp_scatter_gather)
     {"--use-ring-exchange-p2p", Arity::none},
     {"--use-nccl-ub", Arity::none},
     {"--disable-symmetric-registration", Arity::none},

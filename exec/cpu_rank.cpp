@@ -157,6 +157,9 @@ void CpuRank::dispatch(const Op& op) {
   // waiting for a receive or a parameter gather, or the next layer's
   // backward joining a collective and weight gradients) only waits.
   if (op.kind == OpKind::compute && op.kernel_count == 0 && !op.layer) return;
+  // pp_scatter_gather's all-gather of a received slice: the executor receives
+  // the whole activation (or gradient) already, so there is nothing to gather.
+  if (op.kind == OpKind::all_gather && (op.label == OpLabel::pp_activation || op.label == OpLabel::pp_gradient)) return;
   const int c = op.chunk.value_or(0);
   const int mb = op.microbatch.value_or(0);
   switch (op.phase) {

@@ -452,8 +452,10 @@ TEST_CASE("A model Megatron accepts but validate_model rejects is an error namin
   CHECK(e.field == "model.num_query_groups");
 }
 
-TEST_CASE("Pre-Core Megatron-LM's scatter-gather of pipeline tensors is a plan option, off in Megatron-Core", "[config]") {
+TEST_CASE("A launch line runs Megatron-Core's pipeline transfers: no scatter-gather, whatever its flag says", "[config]") {
   CHECK_FALSE(import_ok(kSmall).plan.pp_scatter_gather);
-  CHECK(import_ok(kSmall + "--scatter-gather-tensors-in-pipeline").plan.pp_scatter_gather);
   CHECK_FALSE(import_ok(kSmall + "--no-scatter-gather-tensors-in-pipeline").plan.pp_scatter_gather);
+  // Megatron-LM never had the positive spelling: an unknown flag.
+  const Error e = import_error(kSmall + "--scatter-gather-tensors-in-pipeline");
+  REQUIRE_THAT(e.str(), Catch::Contains("--scatter-gather-tensors-in-pipeline"));
 }

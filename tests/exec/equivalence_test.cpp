@@ -73,6 +73,8 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {2, "pp=2,schedule=zb-v"},
       {2, "pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"},
       {4, "tp=2,pp=2,sp=on"},
+      {4, "tp=2,pp=2"},
+      {4, "tp=2,pp=2,pp_scatter_gather=on"},   // the Program's gather after each receive: nothing to do here
       {4, "tp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on"},
       {2, "cp=2"},
       {4, "cp=2,tp=2,sp=on"},
