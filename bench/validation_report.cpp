@@ -277,6 +277,11 @@ int main(int argc, char** argv) {
   add("  is priced at the rate PyTorch's standard attention reaches on the A100 (fitted to one Azure");
   add("  measurement, docs/cost-model.md 4.5); Megatron's own fused scale-mask-softmax and dropout");
   add("  kernels of 2021 have no published measurement, so how far they differ from it is not known.");
+  add("  Two known optimistic terms remain. The TP all-reduces, not overlapped in 2021 (76.1B: about 2 s of");
+  add("  a 14-15 s step), are 67-270 MB, where the NCCL model runs faster than Azure's 8-GPU A100");
+  add("  measurements (+7.2% at 64 MiB, +1.1% at 256 MiB, tests/sim/collective_nccl_test.cpp; one LL128");
+  add("  fit shared with GB200). And Megatron-LM waits on every batched pipeline send and receive, where the simulator");
+  add("  lets compute go on; the interleaved rows, with v times the transfers, are the most over-predicted.");
   add(fmt::format("- **H100 rows split in two.** Small models (1.7B, 7.1B, tp <= 2) are over-predicted by {},",
                   range_of(h100, {"1.7B", "7.1B"})));
   add("  for the same missing per-kernel overheads, which weigh most when GEMMs are small. Rows with");
