@@ -9,10 +9,12 @@
 #   4. exec_cuda_tests: the no-device error paths (pass vacuously on a GPU machine);
 #   5. kernels_bench: GB/s of the memory-bound kernels and attention TFLOP/s (JSON kept);
 #   6. megascope calibrate --backend cuda (under mpirun over all GPUs when there
-#      are several), writing topologies/profiles/<gpu>-measured-<date>.toml;
+#      are several), writing topologies/calibrations/<gpu>-measured-<date>.toml;
 #   7. megascope run --backend cuda: a one-GPU plan (gpt-1.7b) simulated with that
 #      profile and replayed, then `megascope compare` of the two traces; and one
-#      rank of a 64-GPU llama3-70b plan measured shard by shard.
+#      rank of a 32-GPU llama3-8b plan measured shard by shard.
+# The machine needs what scripts/install-deps.sh installs (MPI, toml++, Catch2, ...)
+# besides the CUDA toolkit and driver.
 # Usage: scripts/gpu-check.sh [BUILD_DIR]
 # Environment: GPUS=N (default: every GPU nvidia-smi lists), QUICK=1 (calibrate --quick),
 #   CUDA_ARCHS="90" (default: CMake's 80;90 from cmake/Optional.cmake).
@@ -64,10 +66,16 @@ step "exec_cuda_tests"
 step "kernels_bench"
 "$build/bench/kernels_bench" --json "$outdir/kernels_bench.json" 2>&1 | tee "$outdir/kernels_bench.log"
 step "megascope calibrate --backend cuda"
-profile=topologies/profiles/$short-measured-$day.toml
+profile=topologies/calibrations/$short-measured-$day.toml
+mkdir -p topologies/calibrations
+# The default models' shapes, and gpt-1.7b's, which the one-GPU replay below runs.
 calibrate=("$build/apps/megascope" calibrate --backend cuda -o "$profile"
            --cluster-output "$outdir/$short-measured-$day-cluster.toml")
-[ "${QUICK:-0}" = 1 ] && calibrate+=(--quick)
+if [ "${QUICK:-0}" = 1 ]; then
+  calibrate+=(--quick --models gpt-1.7b)
+else
+  calibrate+=(--models llama3-8b,llama3-70b,gpt3-175b,gpt-1.7b --tp 1,2,4,8 --micro-batches 1,2)
+fi
 if [ "$gpus" -ge 2 ]; then
   mpirun "${mpirun_flags[@]}" -np "$gpus" "${calibrate[@]}" 2>&1 | tee "$outdir/calibrate.log"
 else
@@ -84,7 +92,7 @@ step "megascope simulate vs run --backend cuda (${one_gpu[*]})"
   2>&1 | tee "$outdir/replay-run.log"
 "$build/apps/megascope" compare "$outdir/replay-simulated.json" "$outdir/replay-measured.json" \
   2>&1 | tee "$outdir/replay-compare.log"
-step "megascope run --backend cuda --shard 0 (llama3-70b, tp=8,pp=4 on 64 GPUs)"
-"$build/apps/megascope" run --backend cuda --model llama3-70b --cluster "$cluster" --gpus 64 --plan tp=8,pp=4,sp=on \
-  --global-batch 64 --shard 0 --steps 3 2>&1 | tee "$outdir/replay-shard.log"
+step "megascope run --backend cuda --shard 0 (llama3-8b, tp=8,pp=4 on 32 GPUs)"
+"$build/apps/megascope" run --backend cuda --model llama3-8b --cluster "$cluster" --gpus 32 --plan tp=8,pp=4,sp=on \
+  --global-batch 16 --shard 0 --steps 2 2>&1 | tee "$outdir/replay-shard.log"
 step "done: profile $profile, logs in $outdir"

@@ -1,7 +1,9 @@
 // cuBLASLt GEMMs of a linear layer (exec/cuda/gemm.hpp).
 #include "exec/cuda/gemm.hpp"
 
+#include <array>
 #include <string>
+#include <vector>
 #include <type_traits>
 
 #include "exec/cuda/cublaslt.hpp"
@@ -63,6 +65,9 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace_bytes = 0;
+  // The heuristic's other candidates, best first: tried in turn if the chosen
+  // one answers CUBLAS_STATUS_NOT_SUPPORTED at the first matmul.
+  std::vector<cublasLtMatmulHeuristicResult_t> fallbacks;
   bool bias = false, scales = false;
   ~Plan() {
     if (a) (void)lt().cublasLtMatrixLayoutDestroy(a);
@@ -78,6 +83,15 @@ Gemm::Gemm() : info_(device_info()) { MEGASCOPE_CUBLAS_CHECK(lt().cublasLtCreate
 Gemm::~Gemm() {
   plans_.clear();
   if (handle_) (void)lt().cublasLtDestroy(handle_);
+}
+
+const float* Gemm::unit_scales() {
+  if (unit_scales_.get() == nullptr) {
+    unit_scales_ = DeviceMemory(sizeof(float));
+    const float one = 1.0f;
+    MEGASCOPE_CUDA_CHECK(cudaMemcpy(unit_scales_.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  }
+  return static_cast<const float*>(unit_scales_.get());
 }
 
 void* Gemm::workspace(cudaStream_t stream) {
@@ -131,6 +145,11 @@ Gemm::Plan& Gemm::plan(const Key& key) {
     set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, dtype == GemmDtype::fp32 ? CUDA_R_32F : CUDA_R_16BF);
   }
+  if (p->scales) {   // the heuristic picks among scaled FP8 kernels only if the descriptor has scales
+    const float* unit = unit_scales();
+    set(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, unit);
+    set(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, unit);
+  }
   MEGASCOPE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&p->a, in, va.rows, va.cols, va.ld));
   MEGASCOPE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&p->b, in, vb.rows, vb.cols, vb.ld));
   MEGASCOPE_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&p->c, out, vd.rows, vd.cols, vd.ld));
@@ -141,7 +160,8 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   const std::uint64_t ws = kGemmWorkspaceBytes;
   const std::uint32_t al_a = 1u << (align & 15), al_b = 1u << (align >> 4 & 15), al_c = 1u << (align >> 8 & 15),
                       al_d = 1u << (align >> 12 & 15);
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
   cublasStatus_t st = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -153,9 +173,11 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   if (st == CUBLAS_STATUS_SUCCESS)
     st = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt().cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->d, pref, 1, &result, &found);
+    st = lt().cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->d, pref, kCandidates,
+                                             results.data(), &found);
   (void)lt().cublasLtMatmulPreferenceDestroy(pref);
   MEGASCOPE_CUBLAS_CHECK(st);
+  const cublasLtMatmulHeuristicResult_t& result = results[0];
   if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
                              ": cublasLtMatmulAlgoGetHeuristic: no algorithm for " + pass_name(pass) + " " +
@@ -164,6 +186,9 @@ Gemm::Plan& Gemm::plan(const Key& key) {
                              lt().cublasLtGetStatusName(found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state));
   p->algo = result.algo;
   p->workspace_bytes = result.workspaceSize;
+  for (int i = 1; i < found; ++i)
+    if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      p->fallbacks.push_back(results[static_cast<std::size_t>(i)]);
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -175,9 +200,21 @@ void Gemm::run(Plan& p, const void* a, const void* b, const void* c, void* d, fl
     set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
   }
   const float alpha = 1.0f;
-  MEGASCOPE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.c, d, p.d, &p.algo,
-                                        p.workspace_bytes > 0 ? workspace(stream) : nullptr, p.workspace_bytes,
-                                        stream));
+  auto matmul = [&] {
+    return lt().cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.c, d, p.d, &p.algo,
+                               p.workspace_bytes > 0 ? workspace(stream) : nullptr, p.workspace_bytes, stream);
+  };
+  cublasStatus_t st = matmul();
+  // An algorithm the heuristic offered can still be refused at the call: take
+  // the next candidate for good (a plan keeps the first that runs).
+  while (st == CUBLAS_STATUS_NOT_SUPPORTED && !p.fallbacks.empty()) {
+    p.algo = p.fallbacks.front().algo;
+    p.workspace_bytes = p.fallbacks.front().workspaceSize;
+    p.fallbacks.erase(p.fallbacks.begin());
+    st = matmul();
+  }
+  MEGASCOPE_CUBLAS_CHECK(st);
+  p.fallbacks.clear();
 }
 
 template <typename T>
@@ -239,7 +276,26 @@ void Gemm::forward_fp8(bf16* out, const fp8e4m3* inp, const fp8e4m3* weight, con
   MEGASCOPE_KERNEL_REQUIRE(out != nullptr && inp != nullptr && weight != nullptr);
   MEGASCOPE_KERNEL_REQUIRE(inp_scale != nullptr && weight_scale != nullptr);
   const Key key{Pass::forward, GemmDtype::fp8_e4m3, N, C, OC, bias != nullptr, alignments(weight, inp, out, out)};
-  run(plan(key), weight, inp, out, out, 0.0f, bias, weight_scale, inp_scale, stream);
+  Plan& p = plan(key);
+  // cuBLASLt (13.1, Hopper) refuses the matmul (CUBLAS_STATUS_NOT_SUPPORTED) when
+  // a scale pointer is not 16-byte aligned: such a scale is copied, on the
+  // stream, to an aligned slot of this stream's own.
+  const float *ws = weight_scale, *is = inp_scale;
+  if (align_log2(ws) < 4 || align_log2(is) < 4) {
+    auto it = scale_slots_.find(stream);
+    if (it == scale_slots_.end()) it = scale_slots_.emplace(stream, DeviceMemory(2 * kScaleSlotBytes)).first;
+    auto* slots = static_cast<char*>(it->second.get());
+    if (align_log2(ws) < 4) {
+      MEGASCOPE_CUDA_CHECK(cudaMemcpyAsync(slots, ws, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      ws = reinterpret_cast<const float*>(slots);
+    }
+    if (align_log2(is) < 4) {
+      MEGASCOPE_CUDA_CHECK(
+          cudaMemcpyAsync(slots + kScaleSlotBytes, is, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      is = reinterpret_cast<const float*>(slots + kScaleSlotBytes);
+    }
+  }
+  run(p, weight, inp, out, out, 0.0f, bias, ws, is, stream);
 }
 
 #define MEGASCOPE_INSTANTIATE(T)                                                                                      \

@@ -85,7 +85,9 @@ class Gemm {
                        std::int64_t C, std::int64_t OC, cudaStream_t stream);
 
   // out (N, OC) bf16 = (inp_scale * inp) (N, C) . (weight_scale * weight) (OC, C)^T + bias.
-  // C and OC multiples of 16 (cuBLASLt's FP8 rule). Throws std::runtime_error
+  // C and OC multiples of 16 (cuBLASLt's FP8 rule). The scales are device
+  // floats; cuBLASLt needs them 16-byte aligned, and others cost a 4-byte
+  // device copy each before the matmul. Throws std::runtime_error
   // on a device without FP8 (fp8_supported() false).
   void forward_fp8(bf16* out, const fp8e4m3* inp, const fp8e4m3* weight, const bf16* bias /*nullable*/,
                    const float* inp_scale, const float* weight_scale, std::int64_t N, std::int64_t C, std::int64_t OC,
@@ -102,6 +104,7 @@ class Gemm {
   static const char* pass_name(Pass p);
   Plan& plan(const Key& key);
   void* workspace(cudaStream_t stream);
+  const float* unit_scales();   // one device float 1.0: the FP8 plans' scales while the heuristic chooses
   // Runs D = alpha op(A) op(B) + beta C with plan p (bias and scale pointers set on its descriptor first).
   void run(Plan& p, const void* a, const void* b, const void* c, void* d, float beta, const void* bias,
            const float* a_scale, const float* b_scale, cudaStream_t stream);
@@ -110,6 +113,9 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<cudaStream_t, DeviceMemory> workspaces_;
+  DeviceMemory unit_scales_;
+  static constexpr std::size_t kScaleSlotBytes = 256;
+  std::map<cudaStream_t, DeviceMemory> scale_slots_;   // aligned copies of misaligned FP8 scales, per stream
 };
 
 }  // namespace megascope::exec::cuda

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <new>
 #include <optional>
@@ -289,13 +290,29 @@ double CudaKernelOps::sum_squares(const float* x, std::int64_t n) {
 }
 
 void* ManagedMemory::do_allocate(std::size_t bytes, std::size_t alignment) {
+  constexpr std::size_t kManagedAlignment = 256;   // what cudaMallocManaged guarantees
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) throw std::bad_alloc();
+  const std::size_t extra = alignment > kManagedAlignment ? alignment : 0;
   void* p = nullptr;
-  if (alignment > 256) throw std::bad_alloc();  // cudaMallocManaged aligns to 256 bytes
-  MEGASCOPE_CUDA_CHECK(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes));
-  return p;
+  MEGASCOPE_CUDA_CHECK(cudaMallocManaged(&p, (bytes == 0 ? 1 : bytes) + extra));
+  if (extra == 0) return p;
+  const auto a = (reinterpret_cast<std::uintptr_t>(p) + alignment - 1) & ~(std::uintptr_t{alignment} - 1);
+  void* aligned = reinterpret_cast<void*>(a);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  starts_.emplace(aligned, p);
+  return aligned;
 }
 
-void ManagedMemory::do_deallocate(void* p, std::size_t, std::size_t) { (void)cudaFree(p); }
+void ManagedMemory::do_deallocate(void* p, std::size_t, std::size_t alignment) {
+  if (alignment > 256) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = starts_.find(p); it != starts_.end()) {
+      p = it->second;
+      starts_.erase(it);
+    }
+  }
+  (void)cudaFree(p);
+}
 
 Result<std::vector<StepLog>> run_cuda_training(const Setup& s, const Program& p, const RunOptions& o,
                                                std::ostream& out) {

@@ -16,6 +16,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
+#include <unordered_map>
+
 #include <array>
 #include <memory_resource>
 
@@ -50,10 +53,16 @@ class CudaKernelOps final : public KernelOps {
 };
 
 // cudaMallocManaged / cudaFree: memory the host and the device both address.
+// cudaMallocManaged returns 256-byte-aligned blocks; a larger alignment (a
+// pool resource asks its upstream for chunks aligned to their block size,
+// up to the largest pooled block) is met by over-allocating by the alignment
+// and keeping the block's start to free.
 class ManagedMemory final : public std::pmr::memory_resource {
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
+  std::mutex mutex_;
+  std::unordered_map<void*, void*> starts_;   // aligned pointer -> cudaMallocManaged's, for alignments > 256
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
 };
 

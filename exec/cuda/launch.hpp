@@ -39,12 +39,29 @@ class Buffers {
     if (fresh) fill(static_cast<E*>(p), static_cast<std::int64_t>(count), lo, hi);
     return static_cast<E*>(p);
   }
+  // Like alloc, but never shared with another case, always filled: for
+  // inputs whose values decide how much work a kernel does (attention
+  // backward skips the keys whose probabilities vanish, so its q, k, v, out
+  // and lse must be the forward's own, not another kernel's leftovers).
+  template <typename E>
+  E* own(std::int64_t n, float lo = -1.0f, float hi = 1.0f) {
+    const std::size_t count = static_cast<std::size_t>(n < 1 ? 1 : n);
+    auto* p = static_cast<E*>(own_block(count * sizeof(E)));
+    fill(p, static_cast<std::int64_t>(count), lo, hi);
+    return p;
+  }
   virtual std::int32_t* ids(std::int64_t n, std::int64_t modulo) = 0;
   [[nodiscard]] virtual cudaStream_t stream() const = 0;
 
  protected:
   // `bytes` of device memory; `fresh` set when the caller should fill it.
   virtual void* block(std::size_t bytes, bool& fresh) = 0;
+  // `bytes` of device memory of this case alone (default: block's, for a
+  // provider that gives every case its own buffers anyway).
+  virtual void* own_block(std::size_t bytes) {
+    bool fresh = false;
+    return block(bytes, fresh);
+  }
   void fill(float* p, std::int64_t n, float lo, float hi);
   void fill(bf16* p, std::int64_t n, float lo, float hi);
   void fill(fp8e4m3* p, std::int64_t n, float lo, float hi);

@@ -30,7 +30,9 @@ namespace {
 // for is slot j, as large as the largest j-th buffer of any case, filled
 // once with bf16 values uniform in [0, 1) (read as fp32 they stay in that
 // range, so variances and scales stay non-negative; fp8 reads them as other
-// codes: the timing does not depend on them). Token ids have slots of their own. Kernels of one stream run one
+// codes: the timing does not depend on them). Token ids have slots of their own, and so
+// does what a case asks for with own() (attention backward's inputs, whose values decide
+// how much work the kernel skips). Kernels of one stream run one
 // after another, so sharing is safe. A slot that grows after a case took
 // its pointer makes grew() true: the caller builds the calls again.
 class Arena final : public Buffers {
@@ -44,6 +46,7 @@ class Arena final : public Buffers {
     std::size_t n = 0;
     for (const Slot& s : slots_) n += s.mem.bytes();
     for (const Slot& s : ids_) n += s.mem.bytes();
+    for (const DeviceMemory& m : owned_) n += m.bytes();
     return n;
   }
   std::int32_t* ids(std::int64_t n, std::int64_t modulo) override {
@@ -77,6 +80,10 @@ class Arena final : public Buffers {
     s.used = true;
     return s.mem.get();
   }
+  void* own_block(std::size_t bytes) override {
+    owned_.emplace_back((bytes + 255) / 256 * 256);
+    return owned_.back().get();
+  }
 
  private:
   struct Slot {
@@ -85,6 +92,7 @@ class Arena final : public Buffers {
   };
   cudaStream_t stream_;
   std::vector<Slot> slots_, ids_;
+  std::vector<DeviceMemory> owned_;   // buffers of one case alone (Buffers::own)
   std::size_t next_ = 0, next_id_ = 0;
   bool grew_ = false;
 };

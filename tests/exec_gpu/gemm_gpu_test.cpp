@@ -4,6 +4,7 @@
 // within 1e-4 (only the summation order differs).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <vector>
 
 #include "exec/cuda/gemm.hpp"
@@ -119,15 +120,26 @@ TEST_CASE("FP8 forward equals the CPU twin on the dequantised E4M3 inputs (devic
   const auto bias = random<bf16>(OC, 3);
   DeviceBuffer<xc::fp8e4m3> d_i(qi), d_w(qw);
   auto d_bias = to_device<bf16>(bias);
-  DeviceBuffer<float> scales(std::vector<float>{si, sw});
+  // The scales 16-byte aligned (what cuBLASLt takes) and 4-byte aligned (copied to an aligned slot first).
+  DeviceBuffer<float> scales(std::vector<float>{si, 0, 0, 0, sw}), packed(std::vector<float>{0, si, sw});
   DeviceBuffer<bf16> out(static_cast<std::size_t>(N * OC));
-  gemm.forward_fp8(out.get(), d_i.get(), d_w.get(), d_bias.get(), scales.get(), scales.get() + 1, N, C, OC, nullptr);
-  std::vector<float> xi = vi, xw = vw, expected(static_cast<std::size_t>(N * OC));
+  std::vector<float> xi = vi, xw = vw;
   for (float& x : xi) x *= si;
   for (float& x : xw) x *= sw;
-  k::matmul_forward<float>(expected.data(), xi.data(), xw.data(), bias.data(), N, C, OC);
-  CHECK(rel_error(to_host(out), expected) <= tolerance<bf16>());
-  CHECK_THROWS_AS(gemm.forward_fp8(out.get(), d_i.get(), d_w.get(), nullptr, scales.get(), scales.get() + 1, N, 60, OC,
+  for (const bool with_bias : {false, true})
+  for (const bool aligned : {true, false}) {
+    INFO((with_bias ? "with" : "without") << " the bias epilogue, scales " << (aligned ? "16-byte" : "4-byte")
+                                          << " aligned");
+    const float* s_in = aligned ? scales.get() : packed.get() + 1;
+    const float* s_w = aligned ? scales.get() + 4 : packed.get() + 2;
+    out.upload(std::vector<bf16>(static_cast<std::size_t>(N * OC), from_float<bf16>(std::nanf(""))));   // poisoned
+    CHECK_NOTHROW(gemm.forward_fp8(out.get(), d_i.get(), d_w.get(), with_bias ? d_bias.get() : nullptr, s_in, s_w, N,
+                                   C, OC, nullptr));
+    std::vector<float> expected(static_cast<std::size_t>(N * OC));
+    k::matmul_forward<float>(expected.data(), xi.data(), xw.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+    CHECK(rel_error(to_host(out), expected) <= tolerance<bf16>());
+  }
+  CHECK_THROWS_AS(gemm.forward_fp8(out.get(), d_i.get(), d_w.get(), nullptr, scales.get(), scales.get() + 4, N, 60, OC,
                                    nullptr),
                   std::invalid_argument);   // C not a multiple of 16
 }

@@ -31,8 +31,10 @@ TEMPLATE_TEST_CASE("CUDA adamw_update, sum_squares and scale_inplace match the C
   CHECK(acc.download()[0] == Approx(want).epsilon(1e-6));  // double sums of the same squares, another order
 
   auto gs = g;
-  scale_inplace(gs.data(), n, 0.25f);  // a power of two: exact in bf16 too
+  scale_inplace(gs.data(), n, 0.25f);  // a power of two: exact in float, and in T while the result stays normal
   auto gsd = to_device<T>(g);
   cu::scale_inplace(gsd.get(), n, 0.25f, nullptr);
-  CHECK(to_host(gsd) == gs);
+  // The GPU stores T: fp16 results under 2^-14 are subnormal and lose their
+  // low bits, rounded to nearest even on both sides.
+  CHECK(to_host(gsd) == rounded<T>(gs));
 }
