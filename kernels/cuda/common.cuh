@@ -35,6 +35,26 @@ __device__ __forceinline__ __half from_float<__half>(float x) {
   return __float2half_rn(x);  // round to nearest even; beyond 65504 it is inf, as fp16 training expects
 }
 
+// 16 bytes of T (8 bf16 or fp16, 4 float): what one 128-bit load or store
+// moves. Kernels take the packed path when every pointer is 16-byte aligned
+// (aligned16) and the row or element count allows it, else the scalar one.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int n = 16 / static_cast<int>(sizeof(T));
+  T v[n];
+};
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<uint4*>(&r) = *reinterpret_cast<const uint4*>(p);   // plain load: in-place kernels read what they write
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& r) {
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&r);
+}
+inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
 template <typename V>
 __device__ __forceinline__ V warp_sum(V v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);

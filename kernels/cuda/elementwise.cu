@@ -1,8 +1,10 @@
 // CUDA element-wise kernels: GeLU (tanh form), SwiGLU, residual add,
 // dropout and bias + dropout + residual (Philox masks from kernels/philox.hpp,
-// identical to the CPU's), rotary embedding. Grid-stride loops, fp32 math.
-// Does not: vectorised (128-bit) loads; the bench says how far that leaves
-// these kernels from the copy bandwidth.
+// identical to the CPU's), rotary embedding. Grid-stride loops, fp32 math;
+// 128-bit loads and stores (detail::Pack) where the pointers are 16-byte
+// aligned (SwiGLU: and F a multiple of the pack), element by element
+// otherwise and for the tail. Does not: vectorise RoPE or the dropout
+// column sums.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/philox.hpp"
@@ -11,7 +13,11 @@ namespace megascope::kernels::cuda {
 
 namespace {
 
+using detail::aligned16;
 using detail::from_float;
+using detail::load_pack;
+using detail::Pack;
+using detail::store_pack;
 using detail::to_float;
 
 constexpr int kBlock = 256;
@@ -23,64 +29,142 @@ __device__ __forceinline__ std::int64_t global_index() {
 }
 __device__ __forceinline__ std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
-template <typename T>
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float th = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+}
+
+// out[i] = f(a[i], b[i]) over n elements (b unused by unary maps); kPack: a
+// pack per step, then the tail element by element.
+template <typename T, bool kPack, typename F>
+__device__ __forceinline__ void map2(T* out, const T* a, const T* b, std::int64_t n, F f) {
+  std::int64_t done = 0;
+  if constexpr (kPack) {
+    constexpr int V = Pack<T>::n;
+    const std::int64_t packs = n / V;
+    for (std::int64_t p = global_index(); p < packs; p += grid_stride()) {
+      const Pack<T> x = load_pack(a + p * V);
+      Pack<T> y;
+      if (b != nullptr) {
+        const Pack<T> z = load_pack(b + p * V);
+#pragma unroll
+        for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(f(to_float(x.v[j]), to_float(z.v[j])));
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(f(to_float(x.v[j]), 0.0f));
+      }
+      store_pack(out + p * V, y);
+    }
+    done = packs * V;
+  }
+  for (std::int64_t i = done + global_index(); i < n; i += grid_stride())
+    out[i] = from_float<T>(f(to_float(a[i]), b != nullptr ? to_float(b[i]) : 0.0f));
+}
+
+template <typename T, bool kPack>
 __global__ void gelu_forward_kernel(T* out, const T* inp, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
-    const float x = to_float(inp[i]);
-    out[i] = from_float<T>(0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x))));
-  }
+  map2<T, kPack>(out, inp, static_cast<const T*>(nullptr), n, [](float x, float) { return gelu(x); });
 }
 
-template <typename T>
+template <typename T, bool kPack>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
-    const float x = to_float(inp[i]);
-    const float th = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
-    const float grad =
-        0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = from_float<T>(grad * to_float(dout[i]));
-  }
+  map2<T, kPack>(dinp, inp, dout, n, [](float x, float dy) { return gelu_grad(x) * dy; });
 }
 
-template <typename T>
+// SwiGLU over (N, 2F) inputs [gate | up]: kPack (F a multiple of the pack,
+// pointers aligned) takes a pack of F per step, which never crosses a row.
+template <typename T, bool kPack>
 __global__ void swiglu_forward_kernel(T* out, const T* inp, std::int64_t N, std::int64_t F) {
-  for (std::int64_t i = global_index(); i < N * F; i += grid_stride()) {
-    const std::int64_t n = i / F, f = i % F;
-    const float g = to_float(inp[n * 2 * F + f]), u = to_float(inp[n * 2 * F + F + f]);
-    out[i] = from_float<T>(g / (1.0f + expf(-g)) * u);
+  constexpr int V = kPack ? Pack<T>::n : 1;
+  for (std::int64_t p = global_index(); p < N * F / V; p += grid_stride()) {
+    const std::int64_t i = p * V, n = i / F, f = i % F;
+    const T* gate = inp + n * 2 * F + f;
+    if constexpr (kPack) {
+      const Pack<T> g = load_pack(gate), u = load_pack(gate + F);
+      Pack<T> y;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gj = to_float(g.v[j]);
+        y.v[j] = from_float<T>(gj / (1.0f + expf(-gj)) * to_float(u.v[j]));
+      }
+      store_pack(out + i, y);
+    } else {
+      const float g = to_float(gate[0]), u = to_float(gate[F]);
+      out[i] = from_float<T>(g / (1.0f + expf(-g)) * u);
+    }
   }
 }
 
-template <typename T>
+template <typename T, bool kPack>
 __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F) {
-  for (std::int64_t i = global_index(); i < N * F; i += grid_stride()) {
-    const std::int64_t n = i / F, f = i % F;
-    const float g = to_float(inp[n * 2 * F + f]), u = to_float(inp[n * 2 * F + F + f]);
-    const float dy = to_float(dout[i]), sg = 1.0f / (1.0f + expf(-g));
-    dinp[n * 2 * F + f] = from_float<T>(dy * u * sg * (1.0f + g * (1.0f - sg)));
-    dinp[n * 2 * F + F + f] = from_float<T>(dy * g * sg);
+  constexpr int V = kPack ? Pack<T>::n : 1;
+  for (std::int64_t p = global_index(); p < N * F / V; p += grid_stride()) {
+    const std::int64_t i = p * V, n = i / F, f = i % F;
+    const T* gate = inp + n * 2 * F + f;
+    T* dgate = dinp + n * 2 * F + f;
+    if constexpr (kPack) {
+      const Pack<T> g = load_pack(gate), u = load_pack(gate + F), dy = load_pack(dout + i);
+      Pack<T> dg, du;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gj = to_float(g.v[j]), uj = to_float(u.v[j]), dyj = to_float(dy.v[j]);
+        const float sg = 1.0f / (1.0f + expf(-gj));
+        dg.v[j] = from_float<T>(dyj * uj * sg * (1.0f + gj * (1.0f - sg)));
+        du.v[j] = from_float<T>(dyj * gj * sg);
+      }
+      store_pack(dgate, dg);
+      store_pack(dgate + F, du);
+    } else {
+      const float g = to_float(gate[0]), u = to_float(gate[F]);
+      const float dy = to_float(dout[i]), sg = 1.0f / (1.0f + expf(-g));
+      dgate[0] = from_float<T>(dy * u * sg * (1.0f + g * (1.0f - sg)));
+      dgate[F] = from_float<T>(dy * g * sg);
+    }
   }
 }
 
-template <typename T>
+template <typename T, bool kPack>
 __global__ void residual_kernel(T* out, const T* a, const T* b, std::int64_t n) {
-  for (std::int64_t i = global_index(); i < n; i += grid_stride())
-    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+  map2<T, kPack>(out, a, b, n, [](float x, float y) { return x + y; });
 }
 
 // out = residual + keep(offset + i) * (inp + bias[i % C]) * scale; residual
 // and bias may be null (plain dropout: C is then unused).
 template <typename T>
+__device__ __forceinline__ float dropout_one(float x, const T* bias, float r, std::int64_t i, std::int64_t C,
+                                             float scale, std::uint64_t threshold, std::uint64_t seed,
+                                             std::uint64_t offset) {
+  if (bias != nullptr) x += to_float(bias[i % C]);
+  const bool keep = dropout_keep(seed, offset + static_cast<std::uint64_t>(i), threshold);
+  return (keep ? x * scale : 0.0f) + r;
+}
+
+template <typename T, bool kPack>
 __global__ void dropout_kernel(T* out, const T* inp, const T* bias, const T* residual, std::int64_t n, std::int64_t C,
                                float scale, std::uint64_t threshold, std::uint64_t seed, std::uint64_t offset) {
-  for (std::int64_t i = global_index(); i < n; i += grid_stride()) {
-    float x = to_float(inp[i]);
-    if (bias != nullptr) x += to_float(bias[i % C]);
-    const bool keep = dropout_keep(seed, offset + static_cast<std::uint64_t>(i), threshold);
-    float y = keep ? x * scale : 0.0f;
-    if (residual != nullptr) y += to_float(residual[i]);
-    out[i] = from_float<T>(y);
+  std::int64_t done = 0;
+  if constexpr (kPack) {
+    constexpr int V = Pack<T>::n;
+    const std::int64_t packs = n / V;
+    for (std::int64_t p = global_index(); p < packs; p += grid_stride()) {
+      const Pack<T> x = load_pack(inp + p * V);
+      Pack<T> r{};
+      if (residual != nullptr) r = load_pack(residual + p * V);
+      Pack<T> y;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        y.v[j] = from_float<T>(dropout_one(to_float(x.v[j]), bias, residual != nullptr ? to_float(r.v[j]) : 0.0f,
+                                           p * V + j, C, scale, threshold, seed, offset));
+      store_pack(out + p * V, y);
+    }
+    done = packs * V;
   }
+  for (std::int64_t i = done + global_index(); i < n; i += grid_stride())
+    out[i] = from_float<T>(dropout_one(to_float(inp[i]), bias, residual != nullptr ? to_float(residual[i]) : 0.0f, i,
+                                       C, scale, threshold, seed, offset));
 }
 
 // dbias[c] += sum over rows of keep * dout * scale. Block (32, 8): x runs
@@ -129,13 +213,30 @@ __global__ void rope_kernel(T* out, const T* inp, const std::int32_t* pos, std::
 
 float keep_scale(float p) { return p >= 1.0f ? 0.0f : static_cast<float>(1.0 / (1.0 - static_cast<double>(p))); }
 
+// The bias is read element by element (i % C), so only out, inp and the
+// residual need the alignment.
+template <typename T>
+void launch_dropout(T* out, const T* inp, const T* bias, const T* residual, std::int64_t n, std::int64_t C, float p,
+                    std::uint64_t seed, std::uint64_t offset, cudaStream_t stream) {
+  if (aligned16(out) && aligned16(inp) && aligned16(residual))
+    dropout_kernel<T, true><<<detail::grid_size(n / Pack<T>::n + 1, kBlock), kBlock, 0, stream>>>(
+        out, inp, bias, residual, n, C, keep_scale(p), dropout_threshold(p), seed, offset);
+  else
+    dropout_kernel<T, false><<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(
+        out, inp, bias, residual, n, C, keep_scale(p), dropout_threshold(p), seed, offset);
+  MEGASCOPE_CUDA_LAUNCHED();
+}
+
 }  // namespace
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, std::int64_t n, cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(n >= 0);
   if (n == 0) return;
-  gelu_forward_kernel<<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  if (aligned16(out) && aligned16(inp))
+    gelu_forward_kernel<T, true><<<detail::grid_size(n / Pack<T>::n + 1, kBlock), kBlock, 0, stream>>>(out, inp, n);
+  else
+    gelu_forward_kernel<T, false><<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(out, inp, n);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
@@ -143,7 +244,11 @@ template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(n >= 0);
   if (n == 0) return;
-  gelu_backward_kernel<<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, n);
+  if (aligned16(dinp) && aligned16(inp) && aligned16(dout))
+    gelu_backward_kernel<T, true>
+        <<<detail::grid_size(n / Pack<T>::n + 1, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, n);
+  else
+    gelu_backward_kernel<T, false><<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, n);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
@@ -151,7 +256,10 @@ template <typename T>
 void swiglu_forward(T* out, const T* inp, std::int64_t N, std::int64_t F, cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(N >= 0 && F >= 0);
   if (N * F == 0) return;
-  swiglu_forward_kernel<<<detail::grid_size(N * F, kBlock), kBlock, 0, stream>>>(out, inp, N, F);
+  if (F % Pack<T>::n == 0 && aligned16(out) && aligned16(inp))
+    swiglu_forward_kernel<T, true><<<detail::grid_size(N * F / Pack<T>::n, kBlock), kBlock, 0, stream>>>(out, inp, N, F);
+  else
+    swiglu_forward_kernel<T, false><<<detail::grid_size(N * F, kBlock), kBlock, 0, stream>>>(out, inp, N, F);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
@@ -159,7 +267,11 @@ template <typename T>
 void swiglu_backward(T* dinp, const T* inp, const T* dout, std::int64_t N, std::int64_t F, cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(N >= 0 && F >= 0);
   if (N * F == 0) return;
-  swiglu_backward_kernel<<<detail::grid_size(N * F, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, N, F);
+  if (F % Pack<T>::n == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout))
+    swiglu_backward_kernel<T, true>
+        <<<detail::grid_size(N * F / Pack<T>::n, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, N, F);
+  else
+    swiglu_backward_kernel<T, false><<<detail::grid_size(N * F, kBlock), kBlock, 0, stream>>>(dinp, inp, dout, N, F);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
@@ -167,7 +279,10 @@ template <typename T>
 void residual_forward(T* out, const T* a, const T* b, std::int64_t n, cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(n >= 0);
   if (n == 0) return;
-  residual_kernel<<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(out, a, b, n);
+  if (aligned16(out) && aligned16(a) && aligned16(b))
+    residual_kernel<T, true><<<detail::grid_size(n / Pack<T>::n + 1, kBlock), kBlock, 0, stream>>>(out, a, b, n);
+  else
+    residual_kernel<T, false><<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(out, a, b, n);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
@@ -176,9 +291,8 @@ void dropout_forward(T* out, const T* inp, std::int64_t n, float p, std::uint64_
                      cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(n >= 0 && p >= 0.0f && p <= 1.0f);
   if (n == 0) return;
-  dropout_kernel<<<detail::grid_size(n, kBlock), kBlock, 0, stream>>>(
-      out, inp, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n, 1, keep_scale(p),
-      dropout_threshold(p), seed, offset);
+  launch_dropout(out, inp, static_cast<const T*>(nullptr), static_cast<const T*>(nullptr), n, 1, p, seed, offset,
+                 stream);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
@@ -193,8 +307,7 @@ void bias_dropout_add_forward(T* out, const T* inp, nullable<const T> bias, cons
                               std::int64_t C, float p, std::uint64_t seed, std::uint64_t offset, cudaStream_t stream) {
   MEGASCOPE_KERNEL_REQUIRE(N >= 0 && C >= 0 && p >= 0.0f && p <= 1.0f && residual != nullptr);
   if (N * C == 0) return;
-  dropout_kernel<<<detail::grid_size(N * C, kBlock), kBlock, 0, stream>>>(
-      out, inp, bias, residual, N * C, C, keep_scale(p), dropout_threshold(p), seed, offset);
+  launch_dropout(out, inp, static_cast<const T*>(bias), residual, N * C, C, p, seed, offset, stream);
   MEGASCOPE_CUDA_LAUNCHED();
 }
 
