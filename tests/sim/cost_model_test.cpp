@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -38,6 +39,15 @@ std::vector<Row> azure(const std::string& gpu, const std::string& benchmark, con
 }
 
 double cell(const Row& r, const std::string& key) { return std::stod(r.at(key)); }
+
+// The TOML files of a folder of the shipped data (profiles, calibrations), sorted.
+std::vector<std::filesystem::path> toml_files(const std::string& folder) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(MEGASCOPE_DATA_DIR_FOR_TESTS) / folder))
+    if (e.path().extension() == ".toml") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 CostModel model_for(const std::string& cluster) {
   auto m = CostModel::for_device(test::shipped_cluster(cluster).device);
@@ -510,17 +520,14 @@ TEST_CASE("Shipped profiles are looked up under MEGASCOPE_DATA_DIR and a missing
 }
 
 TEST_CASE("Every shipped profile loads and every number in it carries a comment naming its source", "[sim]") {
-  const auto dir = std::filesystem::path(MEGASCOPE_DATA_DIR_FOR_TESTS) / "profiles";
-  int files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() != ".toml") continue;
-    ++files;
-    INFO(e.path().string());
-    auto p = load_cost_profile(e.path().string());
+  const auto files = toml_files("profiles");
+  for (const auto& path : files) {
+    INFO(path.string());
+    auto p = load_cost_profile(path.string());
     if (!p) FAIL(p.error().str());
     CHECK_FALSE(p->source.empty());
     CHECK_FALSE(p->device.empty());
-    std::ifstream in(e.path());
+    std::ifstream in(path);
     std::string line;
     int n = 0;
     while (std::getline(in, line)) {
@@ -539,7 +546,7 @@ TEST_CASE("Every shipped profile loads and every number in it carries a comment 
       CHECK(sourced);
     }
   }
-  CHECK(files >= 7);
+  CHECK(files.size() >= 7);
 }
 
 // ---- calibration --------------------------------------------------------------
@@ -619,16 +626,13 @@ TEST_CASE("A partial calibration file changes only the keys it sets", "[sim]") {
 
 TEST_CASE("Every measured calibration in topologies/calibrations applies over its device's shipped profile",
           "[sim]") {
-  const auto dir = std::filesystem::path(MEGASCOPE_DATA_DIR_FOR_TESTS) / "calibrations";
-  int files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() != ".toml") continue;
-    ++files;
-    INFO(e.path().string());
-    auto p = load_cost_profile(e.path().string());
+  const auto files = toml_files("calibrations");
+  for (const auto& path : files) {
+    INFO(path.string());
+    auto p = load_cost_profile(path.string());
     if (!p) FAIL(p.error().str());
     // A measured file: the date and command in its header, measured shapes in it.
-    std::ifstream in(e.path());
+    std::ifstream in(path);
     std::stringstream text;
     text << in.rdbuf();
     REQUIRE_THAT(text.str(), Catch::Contains("megascope calibrate --backend cuda") && Catch::Contains(p->date));
@@ -640,7 +644,7 @@ TEST_CASE("Every measured calibration in topologies/calibrations applies over it
       if (d.name == p->device) cm = CostModel::for_device(d).value();
     }
     REQUIRE(cm.has_value());
-    REQUIRE(cm->apply_calibration(e.path().string()).has_value());
+    REQUIRE(cm->apply_calibration(path.string()).has_value());
     for (const auto& [key, seconds] : p->gemm_seconds) {
       const auto [m, n, k, prec] = key;
       CHECK(cm->gemm_s({m, n, k}, static_cast<Precision>(prec)) == seconds);
@@ -649,7 +653,7 @@ TEST_CASE("Every measured calibration in topologies/calibrations applies over it
             cm->device().peak_bf16_flops);
     }
   }
-  CHECK(files >= 1);
+  CHECK(files.size() >= 1);
 }
 
 TEST_CASE("The shipped H200 BF16 GEMM curve is within 8 percent on average of cuBLASLt measured on an H200",
