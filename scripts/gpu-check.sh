@@ -9,7 +9,8 @@
 #   4. exec_cuda_tests: the no-device error paths (pass vacuously on a GPU machine);
 #   5. kernels_bench: GB/s of the memory-bound kernels and attention TFLOP/s (JSON kept);
 #   6. megascope calibrate --backend cuda (under mpirun over all GPUs when there
-#      are several), writing topologies/calibrations/<gpu>-measured-<date>.toml;
+#      are several), writing BUILD_DIR/gpu-check/<gpu>-measured-<date>.toml (copy it
+#      to topologies/calibrations/ to ship it; the CPU tests check every file there);
 #   7. megascope run --backend cuda: a one-GPU plan (gpt-1.7b) simulated with that
 #      profile and replayed, then `megascope compare` of the two traces; and one
 #      rank of a 32-GPU llama3-8b plan measured shard by shard.
@@ -66,8 +67,7 @@ step "exec_cuda_tests"
 step "kernels_bench"
 "$build/bench/kernels_bench" --json "$outdir/kernels_bench.json" 2>&1 | tee "$outdir/kernels_bench.log"
 step "megascope calibrate --backend cuda"
-profile=topologies/calibrations/$short-measured-$day.toml
-mkdir -p topologies/calibrations
+profile=$outdir/$short-measured-$day.toml
 # The default models' shapes, and gpt-1.7b's, which the one-GPU replay below runs.
 calibrate=("$build/apps/megascope" calibrate --backend cuda -o "$profile"
            --cluster-output "$outdir/$short-measured-$day-cluster.toml")

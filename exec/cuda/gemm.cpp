@@ -205,13 +205,23 @@ void Gemm::run(Plan& p, const void* a, const void* b, const void* c, void* d, fl
                                p.workspace_bytes > 0 ? workspace(stream) : nullptr, p.workspace_bytes, stream);
   };
   cublasStatus_t st = matmul();
-  // An algorithm the heuristic offered can still be refused at the call: take
-  // the next candidate for good (a plan keeps the first that runs).
-  while (st == CUBLAS_STATUS_NOT_SUPPORTED && !p.fallbacks.empty()) {
-    p.algo = p.fallbacks.front().algo;
-    p.workspace_bytes = p.fallbacks.front().workspaceSize;
-    p.fallbacks.erase(p.fallbacks.begin());
-    st = matmul();
+  // An algorithm the heuristic offered can still be refused at the call: the
+  // plan keeps the first candidate that runs. If none does, the plan is left
+  // as it was (the refusal may be this call's, not the algorithm's).
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED && !p.fallbacks.empty()) {
+    const cublasLtMatmulAlgo_t first = p.algo;
+    const std::size_t first_ws = p.workspace_bytes;
+    for (const cublasLtMatmulHeuristicResult_t& r : p.fallbacks) {
+      p.algo = r.algo;
+      p.workspace_bytes = r.workspaceSize;
+      st = matmul();
+      if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      p.algo = first;
+      p.workspace_bytes = first_ws;
+      MEGASCOPE_CUBLAS_CHECK(st);
+    }
   }
   MEGASCOPE_CUBLAS_CHECK(st);
   p.fallbacks.clear();

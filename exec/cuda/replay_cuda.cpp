@@ -40,6 +40,7 @@ class Arena final : public Buffers {
   explicit Arena(cudaStream_t s) : stream_(s) {}
   [[nodiscard]] cudaStream_t stream() const override { return stream_; }
   void begin_case() { next_ = next_id_ = 0; }
+  void begin_build() { next_owned_ = 0; }   // before the calls are (re)built
   [[nodiscard]] bool grew() const { return grew_; }
   void clear_grew() { grew_ = false; }
   [[nodiscard]] std::size_t bytes() const {
@@ -80,9 +81,14 @@ class Arena final : public Buffers {
     s.used = true;
     return s.mem.get();
   }
+  // Owned buffers in the order the cases ask for them: a rebuild of the
+  // calls (begin_build) asks again in the same order and gets the same ones.
   void* own_block(std::size_t bytes) override {
-    owned_.emplace_back((bytes + 255) / 256 * 256);
-    return owned_.back().get();
+    const std::size_t size = (bytes + 255) / 256 * 256;
+    if (next_owned_ == owned_.size()) owned_.emplace_back(size);
+    DeviceMemory& m = owned_[next_owned_++];
+    if (m.bytes() < size) m = DeviceMemory(size);
+    return m.get();
   }
 
  private:
@@ -93,6 +99,7 @@ class Arena final : public Buffers {
   cudaStream_t stream_;
   std::vector<Slot> slots_, ids_;
   std::vector<DeviceMemory> owned_;   // buffers of one case alone (Buffers::own)
+  std::size_t next_owned_ = 0;
   std::size_t next_ = 0, next_id_ = 0;
   bool grew_ = false;
 };
@@ -330,6 +337,7 @@ Result<ReplayReport> replay_on_device(const Program& p, const ReplayOptions& o, 
   std::vector<std::optional<Call>> calls;
   for (int attempt = 0; attempt < 2; ++attempt) {
     arena.clear_grew();
+    arena.begin_build();
     calls.clear();
     for (const ReplayKernel& k : plan->kernels) {
       arena.begin_case();

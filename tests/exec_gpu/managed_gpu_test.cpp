@@ -1,6 +1,6 @@
 // ManagedMemory (exec/cuda/kernel_ops_cuda.hpp): every alignment a memory
 // resource may be asked for is met, including the block-size alignments a
-// pool resource asks of its upstream, and the blocks are usable and freed.
+// pool resource asks of its upstream, and the blocks are usable from the host.
 #include <catch2/catch.hpp>
 
 #include <cstdint>

@@ -11,16 +11,15 @@ using namespace megascope::kernels;
 using namespace megascope::kernels::gpu_test;
 namespace cu = megascope::kernels::cuda;
 
-namespace {
-constexpr std::int64_t N = 77;
-}
 
 // C = 1000: a multiple of every pack (8 bf16 or fp16, 4 float) but not of 32,
-// the 128-bit path; C = 1001: the element-by-element path.
+// the 128-bit path; C = 1001: the element-by-element path. N = 77 gives the
+// packed backward at most 8 rows a block, N = 3000 more (each warp takes
+// several rows in its first pass).
 TEMPLATE_TEST_CASE("CUDA layernorm forward and backward match the CPU twin", "[gpu]", float, bf16, fp16) {
   using T = TestType;
-  const std::int64_t C = GENERATE(1000, 1001);
-  INFO("C = " << C);
+  const std::int64_t C = GENERATE(1000, 1001), N = GENERATE(77, 3000);
+  INFO("N = " << N << ", C = " << C);
   const auto x = random<T>(N * C, 1, -2.0, 3.0), w = random<T>(C, 2), b = random<T>(C, 3), dout = random<T>(N * C, 4);
   std::vector<float> want(N * C), mean(N), rstd(N), dx_want(N * C), dw_want(C, 1.0f), db_want(C, -1.0f);
   layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
@@ -43,8 +42,8 @@ TEMPLATE_TEST_CASE("CUDA layernorm forward and backward match the CPU twin", "[g
 
 TEMPLATE_TEST_CASE("CUDA rmsnorm forward and backward match the CPU twin", "[gpu]", float, bf16, fp16) {
   using T = TestType;
-  const std::int64_t C = GENERATE(1000, 1001);
-  INFO("C = " << C);
+  const std::int64_t C = GENERATE(1000, 1001), N = GENERATE(77, 3000);
+  INFO("N = " << N << ", C = " << C);
   const auto x = random<T>(N * C, 5), w = random<T>(C, 6), dout = random<T>(N * C, 7);
   std::vector<float> want(N * C), rstd(N), dx_want(N * C), dw_want(C, 0.0f);
   rmsnorm_forward(want.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
