@@ -58,8 +58,8 @@ struct CalibrationData {
 // How well each fitted part reproduces its own measurements.
 struct FitQuality {
   double gemm_curve_rms = 0;                       // RMS of log(predicted / measured) over every GEMM case
-  std::map<std::string, double> memory_rms;        // by MemoryOp kind (the profile's key prefix)
-  std::map<std::string, double> memory_GBps;       // the fitted bandwidth of each kind
+  std::map<std::string, double> memory_rms;        // by the profile's key prefix: the kind, or <kind>_bwd
+  std::map<std::string, double> memory_GBps;       // the fitted bandwidth of each
   double attention_fwd_rms = 0, attention_bwd_rms = 0;
   double comm_rms = 0;
   int comm_cases = 0;

@@ -64,20 +64,42 @@ double sq_log(double predicted, double measured) {
 
 double rms(double sum_sq, std::size_t n) { return n ? std::sqrt(sum_sq / static_cast<double>(n)) : 0.0; }
 
-// Memory kernels: t = bytes / bw_kind + L. Per kind the bandwidth, then the
-// shared launch overhead L, three rounds.
+// The kernels the Program emits in backward ops (Kernel::backward).
+bool backward_kernel(exec::MemoryKernel k) {
+  using K = exec::MemoryKernel;
+  switch (k) {
+    case K::layernorm_bwd:
+    case K::rmsnorm_bwd:
+    case K::gelu_bwd:
+    case K::swiglu_bwd:
+    case K::bias_dropout_add_bwd:
+    case K::embedding_bwd:
+    case K::cross_entropy_bwd: return true;
+    default: return false;
+  }
+}
+
+// A fitted bandwidth's name: the kind, with "_bwd" for the backward kernels'.
+std::string fit_name(MemoryOp op, bool backward) { return kind_name(op) + (backward ? "_bwd" : ""); }
+
+// Memory kernels: t = bytes / bw + L. Per kind and direction (forward
+// kernels, backward kernels: a LayerNorm's backward runs at a third of its
+// forward's bandwidth on an H200) the bandwidth, then the shared launch
+// overhead L, three rounds.
 void fit_memory(const CalibrationData& d, CalibrationFit& f) {
-  std::map<MemoryOp, std::vector<std::pair<double, double>>> by_kind;   // (program bytes, seconds)
+  using Key = std::pair<MemoryOp, bool>;   // (kind, backward)
+  std::map<Key, std::vector<std::pair<double, double>>> by_kind;   // (program bytes, seconds)
   for (std::size_t i = 0; i < d.memory.size(); ++i) {
     const exec::MemoryCase& c = d.memory[i];
     if (d.memory_t[i].seconds > 0)
-      by_kind[exec::memory_op_of(c.kernel)].push_back({exec::program_bytes(c.kernel, c.rows, c.width), d.memory_t[i].seconds});
+      by_kind[{exec::memory_op_of(c.kernel), backward_kernel(c.kernel)}].push_back(
+          {exec::program_bytes(c.kernel, c.rows, c.width), d.memory_t[i].seconds});
   }
   if (by_kind.empty()) return;
   double L = 0, t_min = kInf;
   for (const auto& [op, pts] : by_kind)
     for (const auto& p : pts) t_min = std::min(t_min, p.second);
-  std::map<MemoryOp, double> bw;
+  std::map<Key, double> bw;
   for (int round = 0; round < 3; ++round) {
     for (const auto& [op, pts] : by_kind) {
       const double lg = golden(
@@ -124,12 +146,13 @@ void fit_memory(const CalibrationData& d, CalibrationFit& f) {
   }
   for (const auto& [key, e] : exact)
     if (!e.ambiguous) f.profile.memory_seconds[key] = e.seconds;
-  for (const auto& [op, pts] : by_kind) {
-    f.profile.memory_Bps[op] = bw[op];
+  for (const auto& [key, pts] : by_kind) {
+    const auto [op, backward] = key;
+    (backward ? f.profile.memory_bwd_Bps : f.profile.memory_Bps)[op] = bw[key];
     double s = 0;
-    for (const auto& [b, t] : pts) s += sq_log(b / bw[op] + L, t);
-    f.quality.memory_rms[kind_name(op)] = rms(s, pts.size());
-    f.quality.memory_GBps[kind_name(op)] = bw[op] / 1e9;
+    for (const auto& [b, t] : pts) s += sq_log(b / bw[key] + L, t);
+    f.quality.memory_rms[fit_name(op, backward)] = rms(s, pts.size());
+    f.quality.memory_GBps[fit_name(op, backward)] = bw[key] / 1e9;
   }
 }
 
@@ -276,6 +299,7 @@ CalibrationFit fit_calibration(const CalibrationData& d, const ClusterSpec& clus
   f.profile = base;
   f.profile.gemm_seconds.clear();
   f.profile.memory_Bps.clear();
+  f.profile.memory_bwd_Bps.clear();
   f.profile.memory_seconds.clear();
   f.cluster = cluster;
   fit_memory(d, f);
@@ -299,11 +323,12 @@ std::string profile_toml(const CalibrationFit& f) {
   t += "sms = 0\n";
   t += fmt::format("roofline_exponent = {:.6g}\n\n", p.gemm_roofline_exponent);
   t += "[memory]\n";
-  for (const auto& [op, bw] : p.memory_Bps) {
-    const std::string kind = kind_name(op);
-    t += fmt::format("{}_GBps = {:.6g}   # bytes as the Program counts them per second (RMS log error {:.3f})\n", kind,
-                     bw / 1e9, f.quality.memory_rms.count(kind) ? f.quality.memory_rms.at(kind) : 0.0);
-  }
+  for (const bool backward : {false, true})
+    for (const auto& [op, bw] : backward ? p.memory_bwd_Bps : p.memory_Bps) {
+      const std::string name = fit_name(op, backward);
+      t += fmt::format("{}_GBps = {:.6g}   # {} kernels: bytes as the Program counts them per second (RMS log error {:.3f})\n",
+                       name, bw / 1e9, backward ? "backward" : op == MemoryOp::optimizer ? "optimizer" : "forward", f.quality.memory_rms.count(name) ? f.quality.memory_rms.at(name) : 0.0);
+    }
   t += "\n[attention]\n";
   t += fmt::format("fwd_efficiency = {:.6g}   # RMS log error {:.3f}\n", p.attention_fwd_efficiency,
                    f.quality.attention_fwd_rms);

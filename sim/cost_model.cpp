@@ -98,6 +98,7 @@ CostModel::CostModel(DeviceSpec device, CostProfile profile) : device_(std::move
   MEGASCOPE_CHECK(p.gemm_half_size >= 0 && p.gemm_fp8_half_size >= 0 && p.gemm_roofline_exponent >= 1,
                   "cost model: profile half sizes must be >= 0 and the roofline exponent >= 1");
   for (const auto& [op, bw] : p.memory_Bps) MEGASCOPE_CHECK(bw > 0, "cost model: per-kind bandwidths must be positive");
+  for (const auto& [op, bw] : p.memory_bwd_Bps) MEGASCOPE_CHECK(bw > 0, "cost model: per-kind bandwidths must be positive");
 }
 
 Result<CostModel> CostModel::for_device(const DeviceSpec& device) {
@@ -150,7 +151,7 @@ double CostModel::gemm_s(GemmShape s, Precision p, bool unfused_attention) const
   return (unfused_attention ? t / profile_.attention_unfused_efficiency : t) + profile_.launch_overhead_s;
 }
 
-double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention) const {
+double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention, bool backward) const {
   if (bytes <= 0) return 0;
   // An exact measured kernel wins, as for GEMMs.
   if (!profile_.memory_seconds.empty())
@@ -159,8 +160,12 @@ double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention) co
   // A calibrated bandwidth of the kind is measured on the executor's kernels of
   // that kind (GELU, bias-dropout-add, ...), not on a softmax over scores: the
   // unfused factor still applies to it.
-  auto it = profile_.memory_Bps.find(op);
-  const double bw = it != profile_.memory_Bps.end() ? it->second : hbm_Bps(device_, profile_);
+  // A backward kernel takes its kind's backward bandwidth where the profile
+  // has one, else the kind's, else the HBM's.
+  double bw = hbm_Bps(device_, profile_);
+  if (auto it = profile_.memory_Bps.find(op); it != profile_.memory_Bps.end()) bw = it->second;
+  if (backward)
+    if (auto it = profile_.memory_bwd_Bps.find(op); it != profile_.memory_bwd_Bps.end()) bw = it->second;
   const double t = bytes / bw;
   return (unfused_attention ? t / profile_.attention_unfused_efficiency : t) + profile_.launch_overhead_s;
 }
@@ -182,7 +187,7 @@ double CostModel::kernel_s(const Kernel& k) const {
     case KernelKind::gemm: return gemm_s(k.gemm, k.precision, k.unfused_attention);
     case KernelKind::attention_fwd: return attention_fwd_s(k.attention);
     case KernelKind::attention_bwd: return attention_bwd_s(k.attention);
-    case KernelKind::memory: return memory_s(k.memory, k.bytes, k.unfused_attention);
+    case KernelKind::memory: return memory_s(k.memory, k.bytes, k.unfused_attention, k.backward);
   }
   return 0;
 }

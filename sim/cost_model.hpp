@@ -64,7 +64,8 @@ struct CostProfile {
   double op_overhead_s = 0;
   // Measured overrides (calibration): exact shapes, seconds per call.
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, int>, double> gemm_seconds;  // (m,n,k,Precision)
-  std::map<MemoryOp, double> memory_Bps;    // per-kind achieved bandwidth
+  std::map<MemoryOp, double> memory_Bps;    // per-kind achieved bandwidth (both directions, unless below)
+  std::map<MemoryOp, double> memory_bwd_Bps;   // per-kind achieved bandwidth of backward kernels (Kernel::backward)
   // (kind, bytes as the Program counts them): seconds per call, measured.
   std::map<std::pair<MemoryOp, std::int64_t>, double> memory_seconds;
 };
@@ -84,7 +85,7 @@ class CostModel {
   // at attention_unfused_efficiency of the GEMM curve or of the kind's
   // bandwidth, unless its exact shape or (kind, bytes) is measured.
   [[nodiscard]] double gemm_s(GemmShape s, Precision p, bool unfused_attention = false) const;
-  [[nodiscard]] double memory_s(MemoryOp op, double bytes, bool unfused_attention = false) const;
+  [[nodiscard]] double memory_s(MemoryOp op, double bytes, bool unfused_attention = false, bool backward = false) const;
   [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;
   [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind

@@ -214,8 +214,17 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   }
   if (auto r = section(*doc, "memory", path, first)) {
     if (auto v = fraction(*r, "efficiency")) out.memory_efficiency = *v;
-    for (const auto& mk : kMemoryKeys)
-      if (auto v = positive(*r, mk.key)) out.memory_Bps[mk.op] = *v * 1e9;
+    for (const auto& mk : kMemoryKeys) {
+      const std::string bwd_key = std::string(mk.key).insert(std::string_view(mk.key).size() - 5, "_bwd");
+      const auto fwd = positive(*r, mk.key), bwd = positive(*r, bwd_key);
+      if (fwd) out.memory_Bps[mk.op] = *fwd * 1e9;
+      // A file that sets a kind's bandwidth without a backward one prices both
+      // directions with it, whatever a profile under it said of the backward.
+      if (bwd)
+        out.memory_bwd_Bps[mk.op] = *bwd * 1e9;
+      else if (fwd)
+        out.memory_bwd_Bps.erase(mk.op);
+    }
     if (const toml::array* list = r->opt_array("measured")) read_memory_measured(*r, *list, path, first, out);
     if (auto e = r->finish()) return tl::unexpected(*e);
   }

@@ -10,7 +10,8 @@ namespace {
 bool same(const Kernel& a, const Kernel& b) {
   const AttentionShape &x = a.attention, &y = b.attention;
   return a.kind == b.kind && a.gemm == b.gemm && a.memory == b.memory && a.bytes == b.bytes &&
-         a.unfused_attention == b.unfused_attention && a.precision == b.precision && x.batch == y.batch &&
+         a.unfused_attention == b.unfused_attention && a.backward == b.backward && a.precision == b.precision &&
+         x.batch == y.batch &&
          x.heads == y.heads && x.kv_heads == y.kv_heads && x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
          x.causal == y.causal;
 }
@@ -26,6 +27,7 @@ std::uint64_t hash_of(std::span<const Kernel> kernels) {
     const AttentionShape& a = k.attention;
     h = mix(h, static_cast<std::uint64_t>(k.kind) | (static_cast<std::uint64_t>(k.memory) << 8) |
                    (static_cast<std::uint64_t>(k.precision) << 16) | (static_cast<std::uint64_t>(a.causal) << 24) |
+                   (static_cast<std::uint64_t>(k.backward) << 26) |
                    (static_cast<std::uint64_t>(k.unfused_attention) << 25));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.m));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.n));
@@ -51,6 +53,13 @@ std::uint32_t StageWriter::push(Op op, const Deps& deps) {
 }
 
 std::uint32_t StageWriter::compute(OpLabel label, const OpContext& ctx, std::span<const Kernel> kernels, Deps deps) {
+  // The memory kernels of a backward op (input or weight gradient) say so:
+  // a calibrated profile may price backward kernels of a kind apart.
+  if (ctx.phase == Phase::backward_input || ctx.phase == Phase::backward_weight) {
+    marked_.assign(kernels.begin(), kernels.end());
+    for (Kernel& k : marked_) k.backward = k.kind == KernelKind::memory;
+    kernels = marked_;
+  }
   Op op;
   op.kind = OpKind::compute;
   op.stream = Stream::compute;

@@ -104,6 +104,7 @@ class StageWriter {
   StageProgram& out_;
   std::optional<std::uint32_t> last_compute_;
   std::unordered_map<std::uint64_t, KernelRange> ranges_;   // by hash of the kernel list
+  std::vector<Kernel> marked_;   // a backward op's kernels with Kernel::backward set on its memory kernels
 };
 
 // Kernel constructors.

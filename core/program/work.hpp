@@ -44,6 +44,9 @@ struct Kernel {
   // matrix (QK^T, softmax, dropout, PV and their backwards): the cost model
   // prices it at its own efficiency (docs/cost-model.md).
   bool unfused_attention = false;
+  // A memory kernel of a backward op (input or weight gradient): priced at
+  // the profile's backward bandwidth of its kind when it has one.
+  bool backward = false;
   double bytes = 0;                   // memory: bytes read + written
   Precision precision = Precision::bf16;
 };

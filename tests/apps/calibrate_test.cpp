@@ -92,7 +92,9 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
   }
   CHECK(file->gemm_seconds.size() >= 4);          // the tiny-gpt Program's exact shapes
   CHECK(file->memory_Bps.count(MemoryOp::norm));
+  CHECK(file->memory_bwd_Bps.count(MemoryOp::norm));        // the backward kernels fitted apart
   CHECK(file->memory_Bps.count(MemoryOp::optimizer));
+  CHECK_FALSE(file->memory_bwd_Bps.count(MemoryOp::optimizer));   // AdamW has no backward
   CHECK(file->memory_seconds.count({MemoryOp::norm, 4 * 64 * 64}));   // layernorm forward on the Program's 64 x 64 rows
   auto cluster = resolve_cluster(cluster_file);
   REQUIRE(cluster);
@@ -117,7 +119,8 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
   // Every compute op costs the written op overhead plus its kernels, each
   // at the file's numbers: an exact shape its measured seconds, a memory
   // kernel its measured seconds at the exact bytes, otherwise bytes over its
-  // kind's bandwidth plus the launch overhead.
+  // kind's bandwidth (its backward bandwidth for a backward op's kernel) plus
+  // the launch overhead.
   const StageProgram& st = program->stages[0];
   const std::vector<double> priced = sim::compute_durations(st, calibrated);
   double expected_total = 0;
@@ -137,6 +140,8 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
         if (it != file->memory_seconds.end()) {
           t_op += it->second;
           ++exact_memory;
+        } else if (kr.backward && file->memory_bwd_Bps.count(kr.memory)) {
+          t_op += kr.bytes / file->memory_bwd_Bps.at(kr.memory) + file->launch_overhead_s;
         } else if (file->memory_Bps.count(kr.memory)) {
           t_op += kr.bytes / file->memory_Bps.at(kr.memory) + file->launch_overhead_s;
         } else {

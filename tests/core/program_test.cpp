@@ -59,6 +59,30 @@ TEST_CASE("DualPipe programs carry the FLOPs once although every rank holds two 
   CHECK(program_flops(*p) == Approx(iteration_flops(s).hardware).epsilon(1e-9));
 }
 
+TEST_CASE("Memory kernels of backward ops are marked backward, and no other kernel is", "[core]") {
+  for (const char* plan : {"tp=2,pp=2,sp=on,recompute=full,recompute_method=uniform,recompute_layers=1",
+                           "tp=1,pp=1,recompute=selective"}) {
+    INFO(plan);
+    const Setup setup = make_setup(gpt(8, 512, 8), "dgx-a100", plan, 8, 4);
+    const auto p = build_program(setup);
+    REQUIRE(p);
+    std::size_t marked = 0, unmarked_memory = 0;
+    for (const StageProgram& s : p->stages)
+      for (const Op& op : s.ops) {
+        if (op.kind != OpKind::compute) continue;
+        const bool bwd = op.phase == Phase::backward_input || op.phase == Phase::backward_weight;
+        for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
+          const Kernel& kr = s.kernels[k];
+          CHECK(kr.backward == (bwd && kr.kind == KernelKind::memory));
+          marked += kr.backward ? 1 : 0;
+          unmarked_memory += kr.kind == KernelKind::memory && !kr.backward ? 1 : 0;
+        }
+      }
+    CHECK(marked > 0);             // norms, activations, dropouts of the backward
+    CHECK(unmarked_memory > 0);    // the forward's, the recompute's and AdamW's
+  }
+}
+
 TEST_CASE("1F1B sends one activation and one gradient per micro-batch between neighbouring stages", "[core]") {
   const Setup s = make_setup(gpt_no_bias(8, 512, 8), "dgx-a100", "tp=1,pp=4", 6, 4);
   auto p = build_program(s);

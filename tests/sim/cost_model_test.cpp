@@ -683,6 +683,43 @@ TEST_CASE("The shipped H200 BF16 GEMM curve is within 8 percent on average of cu
   CHECK(rms < 0.14);              // measured: 0.127
 }
 
+TEST_CASE("A backward bandwidth prices a kind's backward kernels only, and a file without one prices both directions",
+          "[sim]") {
+  const auto dir = std::filesystem::temp_directory_path() / "megascope-bwd-bandwidth-test";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const char* name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string both = write("both.toml", "[profile]\nsource = \"test\"\n[memory]\nnorm_GBps = 1000\nnorm_bwd_GBps = 250\n");
+  const std::string fwd_only = write("fwd.toml", "[profile]\nsource = \"test\"\n[memory]\nnorm_GBps = 500\n");
+  CostModel cm = model_for("dgx-h200");
+  const double hbm = cm.memory_s(MemoryOp::activation, 1e9, false, true);
+  REQUIRE(cm.apply_calibration(both).has_value());
+  const double L = cm.profile().launch_overhead_s;
+  CHECK(cm.memory_s(MemoryOp::norm, 1e9) == Approx(1e9 / 1000e9 + L));
+  CHECK(cm.memory_s(MemoryOp::norm, 1e9, false, true) == Approx(1e9 / 250e9 + L));
+  CHECK(cm.memory_s(MemoryOp::activation, 1e9, false, true) == hbm);   // another kind: the HBM's
+  // Through the Program's kernels: the flag decides.
+  Kernel k;
+  k.kind = KernelKind::memory;
+  k.memory = MemoryOp::norm;
+  k.bytes = 1e9;
+  CHECK(cm.kernel_s(k) == Approx(1e9 / 1000e9 + L));
+  k.backward = true;
+  CHECK(cm.kernel_s(k) == Approx(1e9 / 250e9 + L));
+  // A file that sets only the kind's bandwidth prices both directions with it.
+  REQUIRE(cm.apply_calibration(fwd_only).has_value());
+  CHECK(cm.memory_s(MemoryOp::norm, 1e9, false, true) == Approx(1e9 / 500e9 + L));
+  CHECK(cm.profile().memory_bwd_Bps.empty());
+  // Bad values are refused like the others.
+  const std::string bad = write("bad.toml", "[profile]\nsource = \"test\"\n[memory]\nnorm_bwd_GBps = 0\n");
+  const auto r = cm.apply_calibration(bad);
+  REQUIRE_FALSE(r.has_value());
+  CHECK_THAT(r.error().str(), Catch::Contains("norm_bwd_GBps"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("A bad calibration file leaves the model unchanged", "[sim]") {
   CostModel cm = model_for("dgx-a100");
   const double before = cm.gemm_s({4096, 4096, 4096}, Precision::bf16);
