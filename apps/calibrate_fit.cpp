@@ -64,21 +64,6 @@ double sq_log(double predicted, double measured) {
 
 double rms(double sum_sq, std::size_t n) { return n ? std::sqrt(sum_sq / static_cast<double>(n)) : 0.0; }
 
-// The kernels the Program emits in backward ops (Kernel::backward).
-bool backward_kernel(exec::MemoryKernel k) {
-  using K = exec::MemoryKernel;
-  switch (k) {
-    case K::layernorm_bwd:
-    case K::rmsnorm_bwd:
-    case K::gelu_bwd:
-    case K::swiglu_bwd:
-    case K::bias_dropout_add_bwd:
-    case K::embedding_bwd:
-    case K::cross_entropy_bwd: return true;
-    default: return false;
-  }
-}
-
 // A fitted bandwidth's name: the kind, with "_bwd" for the backward kernels'.
 std::string fit_name(MemoryOp op, bool backward) { return kind_name(op) + (backward ? "_bwd" : ""); }
 
@@ -92,7 +77,7 @@ void fit_memory(const CalibrationData& d, CalibrationFit& f) {
   for (std::size_t i = 0; i < d.memory.size(); ++i) {
     const exec::MemoryCase& c = d.memory[i];
     if (d.memory_t[i].seconds > 0)
-      by_kind[{exec::memory_op_of(c.kernel), backward_kernel(c.kernel)}].push_back(
+      by_kind[{exec::memory_op_of(c.kernel), exec::is_backward(c.kernel)}].push_back(
           {exec::program_bytes(c.kernel, c.rows, c.width), d.memory_t[i].seconds});
   }
   if (by_kind.empty()) return;

@@ -69,6 +69,19 @@ MemoryOp memory_op_of(MemoryKernel m) {
   return MemoryOp::other;
 }
 
+bool is_backward(MemoryKernel m) {
+  switch (m) {
+    case MemoryKernel::layernorm_bwd:
+    case MemoryKernel::rmsnorm_bwd:
+    case MemoryKernel::gelu_bwd:
+    case MemoryKernel::swiglu_bwd:
+    case MemoryKernel::bias_dropout_add_bwd:
+    case MemoryKernel::embedding_bwd:
+    case MemoryKernel::cross_entropy_bwd: return true;
+    default: return false;
+  }
+}
+
 double program_bytes(MemoryKernel m, std::int64_t rows, std::int64_t width) {
   const double e = static_cast<double>(rows) * static_cast<double>(width);
   switch (m) {   // bytes per element, as core/program/layer_ops.cpp and builder.cpp count them

@@ -56,6 +56,8 @@ enum class MemoryKernel : std::uint8_t {
 inline constexpr int kMemoryKernelCount = 15;
 const char* to_string(MemoryKernel k);
 MemoryOp memory_op_of(MemoryKernel k);
+// Whether the Program runs it in backward ops (a memory Kernel with backward set).
+bool is_backward(MemoryKernel k);
 // The bytes the Program charges for this kernel on (rows, width).
 double program_bytes(MemoryKernel k, std::int64_t rows, std::int64_t width);
 

@@ -14,8 +14,6 @@ namespace megascope::exec {
 
 namespace {
 
-bool backward(Phase phase) { return phase == Phase::backward_input || phase == Phase::backward_weight; }
-
 GemmPass pass_of(Phase phase) {
   switch (phase) {
     case Phase::backward_input: return GemmPass::backward_input;
@@ -136,7 +134,7 @@ ReplayKernel replay_kernel(const Setup& s, const Kernel& k, Phase phase) {
     case KernelKind::memory: break;
   }
   r.bytes = k.bytes;
-  const bool bwd = backward(phase);
+  const bool bwd = k.backward;   // the Program marks the memory kernels of backward ops
   const std::int64_t h = s.model.hidden_size;
   MemoryKernel m = MemoryKernel::layernorm_fwd;
   std::int64_t width = h;
@@ -205,7 +203,7 @@ Result<ReplayPlan> plan_replay(const Setup& s, const Program& p, int stage, bool
   r.lanes = kReplayProgramLanes + static_cast<int>(r.channels.size());
 
   // Ops with the same kernel range and pass share their kernel list.
-  std::map<std::tuple<std::uint32_t, std::uint32_t, GemmPass, bool>, std::vector<std::uint32_t>> lists;
+  std::map<std::tuple<std::uint32_t, std::uint32_t, GemmPass>, std::vector<std::uint32_t>> lists;
   auto kernel_index = [&](const ReplayKernel& k) {
     for (std::size_t i = 0; i < r.kernels.size(); ++i)
       if (r.kernels[i] == k) return static_cast<std::uint32_t>(i);
@@ -222,7 +220,7 @@ Result<ReplayPlan> plan_replay(const Setup& s, const Program& p, int stage, bool
       ro.lane = lane_of(op.stream);
     }
     if (op.kind == OpKind::compute) {
-      const auto key = std::make_tuple(op.kernel_begin, op.kernel_count, pass_of(op.phase), backward(op.phase));
+      const auto key = std::make_tuple(op.kernel_begin, op.kernel_count, pass_of(op.phase));
       auto it = lists.find(key);
       if (it == lists.end()) {
         std::vector<std::uint32_t> list;

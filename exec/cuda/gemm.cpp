@@ -1,9 +1,7 @@
 // cuBLASLt GEMMs of a linear layer (exec/cuda/gemm.hpp).
 #include "exec/cuda/gemm.hpp"
 
-#include <array>
 #include <string>
-#include <vector>
 #include <type_traits>
 
 #include "exec/cuda/cublaslt.hpp"
@@ -65,9 +63,6 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   std::size_t workspace_bytes = 0;
-  // The heuristic's other candidates, best first: tried in turn if the chosen
-  // one answers CUBLAS_STATUS_NOT_SUPPORTED at the first matmul.
-  std::vector<cublasLtMatmulHeuristicResult_t> fallbacks;
   bool bias = false, scales = false;
   ~Plan() {
     if (a) (void)lt().cublasLtMatrixLayoutDestroy(a);
@@ -160,8 +155,7 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   const std::uint64_t ws = kGemmWorkspaceBytes;
   const std::uint32_t al_a = 1u << (align & 15), al_b = 1u << (align >> 4 & 15), al_c = 1u << (align >> 8 & 15),
                       al_d = 1u << (align >> 12 & 15);
-  constexpr int kCandidates = 8;
-  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
+  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t st = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -173,11 +167,9 @@ Gemm::Plan& Gemm::plan(const Key& key) {
   if (st == CUBLAS_STATUS_SUCCESS)
     st = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt().cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->d, pref, kCandidates,
-                                             results.data(), &found);
+    st = lt().cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->d, pref, 1, &result, &found);
   (void)lt().cublasLtMatmulPreferenceDestroy(pref);
   MEGASCOPE_CUBLAS_CHECK(st);
-  const cublasLtMatmulHeuristicResult_t& result = results[0];
   if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
                              ": cublasLtMatmulAlgoGetHeuristic: no algorithm for " + pass_name(pass) + " " +
@@ -186,9 +178,6 @@ Gemm::Plan& Gemm::plan(const Key& key) {
                              lt().cublasLtGetStatusName(found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state));
   p->algo = result.algo;
   p->workspace_bytes = result.workspaceSize;
-  for (int i = 1; i < found; ++i)
-    if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
-      p->fallbacks.push_back(results[static_cast<std::size_t>(i)]);
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -200,31 +189,9 @@ void Gemm::run(Plan& p, const void* a, const void* b, const void* c, void* d, fl
     set(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
   }
   const float alpha = 1.0f;
-  auto matmul = [&] {
-    return lt().cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.c, d, p.d, &p.algo,
-                               p.workspace_bytes > 0 ? workspace(stream) : nullptr, p.workspace_bytes, stream);
-  };
-  cublasStatus_t st = matmul();
-  // An algorithm the heuristic offered can still be refused at the call: the
-  // plan keeps the first candidate that runs. If none does, the plan is left
-  // as it was (the refusal may be this call's, not the algorithm's).
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED && !p.fallbacks.empty()) {
-    const cublasLtMatmulAlgo_t first = p.algo;
-    const std::size_t first_ws = p.workspace_bytes;
-    for (const cublasLtMatmulHeuristicResult_t& r : p.fallbacks) {
-      p.algo = r.algo;
-      p.workspace_bytes = r.workspaceSize;
-      st = matmul();
-      if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
-    }
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      p.algo = first;
-      p.workspace_bytes = first_ws;
-      MEGASCOPE_CUBLAS_CHECK(st);
-    }
-  }
-  MEGASCOPE_CUBLAS_CHECK(st);
-  p.fallbacks.clear();
+  MEGASCOPE_CUBLAS_CHECK(lt().cublasLtMatmul(handle_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.c, d, p.d, &p.algo,
+                                             p.workspace_bytes > 0 ? workspace(stream) : nullptr, p.workspace_bytes,
+                                             stream));
 }
 
 template <typename T>

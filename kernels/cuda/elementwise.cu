@@ -37,8 +37,8 @@ __device__ __forceinline__ float gelu_grad(float x) {
   return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
 }
 
-// out[i] = f(a[i], b[i]) over n elements (b unused by unary maps); kPack: a
-// pack per step, then the tail element by element.
+// out[i] = f(a[i], b[i], i) over n elements (b may be null: f gets 0 for
+// it); kPack: a pack per step, then the tail element by element.
 template <typename T, bool kPack, typename F>
 __device__ __forceinline__ void map2(T* out, const T* a, const T* b, std::int64_t n, F f) {
   std::int64_t done = 0;
@@ -51,27 +51,27 @@ __device__ __forceinline__ void map2(T* out, const T* a, const T* b, std::int64_
       if (b != nullptr) {
         const Pack<T> z = load_pack(b + p * V);
 #pragma unroll
-        for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(f(to_float(x.v[j]), to_float(z.v[j])));
+        for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(f(to_float(x.v[j]), to_float(z.v[j]), p * V + j));
       } else {
 #pragma unroll
-        for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(f(to_float(x.v[j]), 0.0f));
+        for (int j = 0; j < V; ++j) y.v[j] = from_float<T>(f(to_float(x.v[j]), 0.0f, p * V + j));
       }
       store_pack(out + p * V, y);
     }
     done = packs * V;
   }
   for (std::int64_t i = done + global_index(); i < n; i += grid_stride())
-    out[i] = from_float<T>(f(to_float(a[i]), b != nullptr ? to_float(b[i]) : 0.0f));
+    out[i] = from_float<T>(f(to_float(a[i]), b != nullptr ? to_float(b[i]) : 0.0f, i));
 }
 
 template <typename T, bool kPack>
 __global__ void gelu_forward_kernel(T* out, const T* inp, std::int64_t n) {
-  map2<T, kPack>(out, inp, static_cast<const T*>(nullptr), n, [](float x, float) { return gelu(x); });
+  map2<T, kPack>(out, inp, static_cast<const T*>(nullptr), n, [](float x, float, std::int64_t) { return gelu(x); });
 }
 
 template <typename T, bool kPack>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::int64_t n) {
-  map2<T, kPack>(dinp, inp, dout, n, [](float x, float dy) { return gelu_grad(x) * dy; });
+  map2<T, kPack>(dinp, inp, dout, n, [](float x, float dy, std::int64_t) { return gelu_grad(x) * dy; });
 }
 
 // SwiGLU over (N, 2F) inputs [gate | up]: kPack (F a multiple of the pack,
@@ -128,43 +128,19 @@ __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, std
 
 template <typename T, bool kPack>
 __global__ void residual_kernel(T* out, const T* a, const T* b, std::int64_t n) {
-  map2<T, kPack>(out, a, b, n, [](float x, float y) { return x + y; });
+  map2<T, kPack>(out, a, b, n, [](float x, float y, std::int64_t) { return x + y; });
 }
 
 // out = residual + keep(offset + i) * (inp + bias[i % C]) * scale; residual
 // and bias may be null (plain dropout: C is then unused).
-template <typename T>
-__device__ __forceinline__ float dropout_one(float x, const T* bias, float r, std::int64_t i, std::int64_t C,
-                                             float scale, std::uint64_t threshold, std::uint64_t seed,
-                                             std::uint64_t offset) {
-  if (bias != nullptr) x += to_float(bias[i % C]);
-  const bool keep = dropout_keep(seed, offset + static_cast<std::uint64_t>(i), threshold);
-  return (keep ? x * scale : 0.0f) + r;
-}
-
 template <typename T, bool kPack>
 __global__ void dropout_kernel(T* out, const T* inp, const T* bias, const T* residual, std::int64_t n, std::int64_t C,
                                float scale, std::uint64_t threshold, std::uint64_t seed, std::uint64_t offset) {
-  std::int64_t done = 0;
-  if constexpr (kPack) {
-    constexpr int V = Pack<T>::n;
-    const std::int64_t packs = n / V;
-    for (std::int64_t p = global_index(); p < packs; p += grid_stride()) {
-      const Pack<T> x = load_pack(inp + p * V);
-      Pack<T> r{};
-      if (residual != nullptr) r = load_pack(residual + p * V);
-      Pack<T> y;
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        y.v[j] = from_float<T>(dropout_one(to_float(x.v[j]), bias, residual != nullptr ? to_float(r.v[j]) : 0.0f,
-                                           p * V + j, C, scale, threshold, seed, offset));
-      store_pack(out + p * V, y);
-    }
-    done = packs * V;
-  }
-  for (std::int64_t i = done + global_index(); i < n; i += grid_stride())
-    out[i] = from_float<T>(dropout_one(to_float(inp[i]), bias, residual != nullptr ? to_float(residual[i]) : 0.0f, i,
-                                       C, scale, threshold, seed, offset));
+  map2<T, kPack>(out, inp, residual, n, [=](float x, float r, std::int64_t i) {
+    if (bias != nullptr) x += to_float(bias[i % C]);
+    const bool keep = dropout_keep(seed, offset + static_cast<std::uint64_t>(i), threshold);
+    return (keep ? x * scale : 0.0f) + r;
+  });
 }
 
 // dbias[c] += sum over rows of keep * dout * scale. Block (32, 8): x runs

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_runner.hpp"
@@ -21,27 +22,31 @@ nlohmann::json replay(const std::vector<std::string>& extra, const std::string& 
   return nlohmann::json::parse(r.out);
 }
 
-std::size_t spans_in(const std::string& trace) {
+// The complete spans ("ph": "X") of a trace file.
+std::vector<nlohmann::json> spans_of(const std::string& trace) {
   std::ifstream f(trace);
   REQUIRE(f.good());
   const auto j = nlohmann::json::parse(f);
-  std::size_t n = 0;
+  std::vector<nlohmann::json> out;
   for (const auto& e : j.at("traceEvents"))
-    if (e.value("ph", "") == "X") {
-      ++n;
-      CHECK(e.at("dur").get<double>() >= 0);
-    }
+    if (e.value("ph", "") == "X") out.push_back(e);
+  return out;
+}
+
+std::size_t spans_in(const std::string& trace) {
+  std::size_t n = 0;
+  for (const auto& e : spans_of(trace)) {
+    ++n;
+    CHECK(e.at("dur").get<double>() >= 0);
+  }
   return n;
 }
 
 // FLOPs over time of the measured spans of the MLP ops.
 double mlp_tflops(const std::string& trace) {
-  std::ifstream f(trace);
-  REQUIRE(f.good());
-  const auto j = nlohmann::json::parse(f);
   double flops = 0, us = 0;
-  for (const auto& e : j.at("traceEvents"))
-    if (e.value("ph", "") == "X" && e.value("cat", "") == "mlp") {
+  for (const auto& e : spans_of(trace))
+    if (e.value("cat", "") == "mlp") {
       flops += e.at("args").value("flops", 0.0);
       us += e.at("dur").get<double>();
     }
@@ -97,12 +102,9 @@ TEST_CASE("run --backend cuda: attention backward replayed on its own forward's 
   const auto j = replay({"--model", "gpt-1.7b", "--cluster", "dgx-h100", "--plan", "tp=1,mbs=1", "--global-batch", "1"},
                         trace);
   REQUIRE(j.at("mode") == "replay");
-  std::ifstream f(trace);
-  REQUIRE(f.good());
-  const auto t = nlohmann::json::parse(f);
   double fwd = 0, bwd = 0;
-  for (const auto& e : t.at("traceEvents")) {
-    if (e.value("ph", "") != "X" || e.value("cat", "") != "attention") continue;
+  for (const auto& e : spans_of(trace)) {
+    if (e.value("cat", "") != "attention") continue;
     const std::string phase = e.at("args").at("phase");
     if (phase == "F") fwd += e.at("dur").get<double>();
     if (phase == "B") bwd += e.at("dur").get<double>();
