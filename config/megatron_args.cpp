@@ -340,6 +340,11 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.tp_comm_overlap = args.has("--tp-comm-overlap");
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
+  // Megatron-LM overlaps pipeline communication only in the interleaved
+  // schedule (on by default since 2023); its 1f1b always waits. Unset keeps
+  // the schedule's default.
+  if (args.has("--no-overlap-p2p-communication")) p.overlap_p2p_comm = false;
+  else if (args.has("--overlap-p2p-communication") && p.schedule == Schedule::interleaved) p.overlap_p2p_comm = true;
   // pp_scatter_gather stays off: a launch line runs on Megatron-Core, which
   // sends whole tensors whatever --no-scatter-gather-tensors-in-pipeline says.
 
@@ -519,6 +524,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.tp_comm_overlap) sw("--tp-comm-overlap");
   if (!p.tp_grad_overlap) sw("--no-async-tensor-model-parallel-allreduce");
   if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
+  if (p.schedule == Schedule::interleaved && !setup.overlap_p2p_comm) sw("--no-overlap-p2p-communication");
   // pp_scatter_gather has no flag: pre-Core Megatron-LM did it by default
   // (--no-scatter-gather-tensors-in-pipeline turned it off), Megatron-Core cannot.
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");

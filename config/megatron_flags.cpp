@@ -109,6 +109,8 @@ constexpr Entry kUsed[] = {
     {"--overlap-grad-reduce", Arity::none},
     {"--overlap-param-gather", Arity::none},
     {"--tp-comm-overlap", Arity::none},
+    {"--overlap-p2p-communication", Arity::none},      // plan overlap_p2p_comm (interleaved only)
+    {"--no-overlap-p2p-communication", Arity::none},
     {"--no-async-tensor-model-parallel-allreduce", Arity::none},
     {"--no-gradient-accumulation-fusion", Arity::none},
     {"--use-flash-attn", Arity::none},
@@ -360,8 +362,6 @@ constexpr Entry kIgnored[] = {
     {"--no-pin-cpu-grads", Arity::none},
     {"--no-pin-cpu-params", Arity::none},
     // communication tuning
-    {"--overlap-p2p-communication", Arity::none},
-    {"--no-overlap-p2p-communication", Arity::none},
     {"--overlap-p2p-communication-warmup-flush", Arity::none},
     {"--microbatch-group-size-per-virtual-pipeline-stage", Arity::one},
     {"--defer-embedding-wgrad-compute", Arity::none},

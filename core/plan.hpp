@@ -58,6 +58,13 @@ struct PlanSpec {
   // pipeline, then on by default); Megatron-Core sends the whole activation
   // from every TP rank. Off: Megatron-Core's way.
   bool pp_scatter_gather = false;
+  // Pipeline sends and receives overlapped with compute. Off: Megatron-LM's
+  // synchronous pipeline communication, where the compute stream waits for
+  // each communication point's sends and receives (batched, and before 2022
+  // followed by a device synchronize). Absent: Megatron-LM's behaviour for the
+  // schedule, off for gpipe and 1f1b (their p2p calls always wait) and on for
+  // the others (--overlap-p2p-communication, the interleaved default).
+  std::optional<bool> overlap_p2p_comm;
   Schedule schedule = Schedule::one_f_one_b;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;

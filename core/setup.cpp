@@ -244,6 +244,14 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
                                         "vpp = {}", to_string(sch), s.vpp));
   }
   const bool pipelined = sch != Schedule::gpipe && sch != Schedule::one_f_one_b;
+  // Synchronous pipeline communication is modelled on Megatron-LM's
+  // communication points, which exist for gpipe, 1f1b and interleaved only.
+  s.overlap_p2p_comm = p.overlap_p2p_comm.value_or(pipelined);
+  if (!s.overlap_p2p_comm && sch != Schedule::gpipe && sch != Schedule::one_f_one_b && sch != Schedule::interleaved)
+    return fail("plan.overlap_p2p_comm",
+                fmt::format("overlap_p2p_comm=off (Megatron-LM's synchronous pipeline communication) is modelled for "
+                            "the gpipe, 1f1b and interleaved schedules, not {}",
+                            to_string(sch)));
   if (pipelined && p.pp < 2)
     return fail("plan.schedule", fmt::format("schedule {} needs pp >= 2", to_string(sch)));
   if (sch == Schedule::dualpipe) {

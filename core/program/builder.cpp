@@ -310,6 +310,63 @@ Result<Program> build_program(const Setup& s) {
         grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::edp, OpLabel::dp_grad, ctx, expert * grad_bytes, deps));
     };
 
+    // Pipeline transfers. Overlapped (overlap_p2p_comm): each send is posted
+    // when its data is ready and each receive gates only what consumes it.
+    // Synchronous (Megatron-LM's 1f1b and gpipe, and its interleaved schedule
+    // without --overlap-p2p-communication): the rank's steps form groups
+    // separated by communication points. At each point the group's sends and
+    // the next group's receives are posted together, and the next group's
+    // compute waits for all of them. A group is one step (with an unsplit B's
+    // W); the interleaved schedule's steady state pairs a forward with the
+    // backward after it and sends the forward's output only after that
+    // backward (send_forward_backward_recv_forward_backward).
+    const bool sync_p2p = !s.overlap_p2p_comm && pp > 1;
+    const bool pair_fb = sync_p2p && s.plan.schedule == Schedule::interleaved;
+    std::vector<int> group_of(steps.size(), 0);
+    const int warmup = pair_fb ? interleaved_warmup(pp, s.vpp, m, r) : 0;
+    for (std::size_t i = 1, forwards = !steps.empty() && steps[0].pass == Pass::F ? 1 : 0; i < steps.size(); ++i) {
+      const ScheduleStep& a = steps[i - 1];
+      const ScheduleStep& b = steps[i];
+      const bool own_w = b.pass == Pass::W && b.paired && a.pass == Pass::B && a.microbatch == b.microbatch &&
+                         a.chunk == b.chunk;
+      // A steady-state forward (one after the warm-up) and the backward after it.
+      const bool fb = pair_fb && a.pass == Pass::F && b.pass == Pass::B && static_cast<int>(forwards) > warmup;
+      group_of[i] = group_of[i - 1] + (own_w || fb ? 0 : 1);
+      if (b.pass == Pass::F) ++forwards;
+    }
+    const auto peer_of = [&](const ScheduleStep& st, int stage) { return holder.at({dualpipe ? st.chunk : 0, stage}); };
+    // The receive step j needs from another rank, if any, posted after `deps`.
+    const auto receive = [&](std::size_t j, Deps deps) -> std::optional<std::uint32_t> {
+      const ScheduleStep& st = steps[j];
+      const int vs = chunks[static_cast<std::size_t>(st.chunk)].virtual_stage;
+      const int dir = dualpipe ? st.chunk : 0;
+      OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
+      if (st.pass == Pass::F && vs > 0 && peer_of(st, vs - 1) != r)
+        return gathered(w, w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer_of(st, vs - 1),
+                                 p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes, deps),
+                        ctx);
+      ctx.phase = Phase::backward_input;
+      if (st.pass == Pass::B && vs < last_vs && peer_of(st, vs + 1) != r)
+        return gathered(w, w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer_of(st, vs + 1),
+                                 p2p_tag(Pass::B, st.microbatch, vs, dir), p2p_bytes, deps),
+                        ctx);
+      return std::nullopt;
+    };
+    std::vector<std::optional<std::uint32_t>> posted(steps.size());   // synchronous: receives posted ahead
+    struct HeldSend {
+      OpLabel label;
+      OpContext ctx;
+      int peer;
+      std::uint64_t tag;
+      Deps deps;
+    };
+    std::vector<HeldSend> held;                 // synchronous: this group's sends, posted at its end
+    std::vector<std::uint32_t> sent;            // synchronous: the last group's sends
+    const auto send = [&](OpLabel label, const OpContext& ctx, int to, std::uint64_t tag, Deps deps) {
+      if (sync_p2p) held.push_back({label, ctx, to, tag, deps});
+      else w.p2p(OpKind::send, label, ctx, to, tag, p2p_bytes, deps);
+    };
+
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const ScheduleStep& st = steps[i];
       const ChunkLayers& ch = chunks[static_cast<std::size_t>(st.chunk)];
@@ -317,13 +374,22 @@ Result<Program> build_program(const Setup& s) {
       const int dir = dualpipe ? st.chunk : 0;
       OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
       const auto peer = [&](int stage) { return holder.at({dir, stage}); };
+      if (sync_p2p && (i == 0 || group_of[i] != group_of[i - 1])) {
+        // A communication point: the group's receives are posted with the
+        // last group's sends, and its first compute waits for all of them.
+        Deps gate;
+        for (std::uint32_t x : sent) gate.push(x);
+        sent.clear();
+        const std::optional<std::uint32_t> prev_end = w.last_compute();
+        for (std::size_t j = i; j < steps.size() && group_of[j] == group_of[i]; ++j)
+          if ((posted[j] = receive(j, prev_end))) gate.push(*posted[j]);
+        if (gate.count > 0) w.compute(OpLabel::attention, ctx, {}, gate);
+      }
 
       if (st.pass == Pass::F) {
         Deps first_deps;
         if (vs > 0 && peer(vs - 1) != r)
-          first_deps.push(gathered(w, w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer(vs - 1),
-                                         p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes),
-                                   ctx));
+          first_deps.push(sync_p2p ? *posted[i] : *receive(i, {}));
         else if (vs > 0)
           if (auto it = f_out.find({dir, st.microbatch, vs - 1}); it != f_out.end()) first_deps.push(it->second);
         const bool first_pass = !chunk_started[static_cast<std::size_t>(st.chunk)];
@@ -350,8 +416,7 @@ Result<Program> build_program(const Setup& s) {
         if (vs == last_vs) {
           dep = output_forward(w, s, ctx, dep);
         } else if (peer(vs + 1) != r) {
-          w.p2p(OpKind::send, OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir),
-                p2p_bytes, dep);
+          send(OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir), dep);
         } else if (dep) {
           f_out[{dir, st.microbatch, vs}] = *dep;
         }
@@ -408,9 +473,7 @@ Result<Program> build_program(const Setup& s) {
         };
         std::optional<std::uint32_t> dep;
         if (vs < last_vs && peer(vs + 1) != r)
-          dep = gathered(w, w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer(vs + 1), p2p_tag(Pass::B, st.microbatch, vs, dir),
-                               p2p_bytes),
-                         ctx);
+          dep = sync_p2p ? posted[i] : receive(i, {});
         else if (vs < last_vs)
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
         if (vs == last_vs) {
@@ -442,8 +505,7 @@ Result<Program> build_program(const Setup& s) {
         if (w_follows) carried_w = CarriedW{true, i + 1, dense, expert, dep, wdep};
         if (vs > 0 && peer(vs - 1) == r && dep) b_out[{dir, st.microbatch, vs}] = *dep;
         if (vs > 0 && peer(vs - 1) != r && !w_follows)
-          w.p2p(OpKind::send, OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
-                p2p_bytes, dep);
+          send(OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir), dep);
       } else {
         ctx.phase = Phase::backward_weight;
         // Weight gradients in backward order; with overlap_grad_reduce the last
@@ -488,14 +550,28 @@ Result<Program> build_program(const Setup& s) {
           OpContext bctx = ctx;
           bctx.phase = Phase::backward_input;
           if (dep) send_deps.push(*dep);
-          w.p2p(OpKind::send, OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
-                p2p_bytes, send_deps);
+          send(OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir), send_deps);
         }
         if (overlap) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
         else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));
       }
+      if (sync_p2p && (i + 1 == steps.size() || group_of[i + 1] != group_of[i])) {
+        // The group's sends go when its last compute has ended.
+        const std::optional<std::uint32_t> end = w.last_compute();
+        for (HeldSend& hs : held) {
+          if (end) hs.deps.push(*end);
+          sent.push_back(w.p2p(OpKind::send, hs.label, hs.ctx, hs.peer, hs.tag, p2p_bytes, hs.deps));
+        }
+        held.clear();
+      }
     }
 
+    // Synchronous: the schedule returns when its last sends have ended.
+    if (!sent.empty()) {
+      Deps tail;
+      for (std::uint32_t x : sent) tail.push(x);
+      w.compute(OpLabel::attention, OpContext{Phase::backward_input, std::nullopt, std::nullopt, std::nullopt}, {}, tail);
+    }
     // Gradient synchronisation not overlapped with the backward.
     const std::optional<std::uint32_t> last = w.last_compute();
     for (std::size_t c : pending_chunks) reduce(c, params[c].dense, params[c].expert, last);

@@ -13,6 +13,14 @@
 
 #include "core/schedule/builders.hpp"
 
+namespace megascope {
+
+int interleaved_warmup(int pp, int vpp, int microbatches, int r) {
+  return std::min((pp - r - 1) * 2 + (vpp - 1) * pp, microbatches * vpp);
+}
+
+}  // namespace megascope
+
 namespace megascope::schedule_detail {
 
 std::vector<RankSchedule> interleaved_order(int pp, int vpp, int m) {
@@ -27,7 +35,7 @@ std::vector<RankSchedule> interleaved_order(int pp, int vpp, int m) {
   std::vector<RankSchedule> out(static_cast<std::size_t>(pp));
   for (int r = 0; r < pp; ++r) {
     RankWriter w(out[static_cast<std::size_t>(r)]);
-    const int warmup = std::min((pp - r - 1) * 2 + (vpp - 1) * pp, total);
+    const int warmup = interleaved_warmup(pp, vpp, m, r);
     const int steady = total - warmup;
     for (int k = 0; k < warmup; ++k) w.f(microbatch_of(k), chunk_of(k, true));
     for (int i = 0; i < steady; ++i) {

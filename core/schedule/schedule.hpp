@@ -57,6 +57,11 @@ int virtual_stage(Schedule s, int pp, int rank, int chunk);
 // schedule's own constraints on m. Violations throw InternalError.
 std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches);
 
+// The interleaved schedule's warm-up forwards on pipeline rank r (Megatron-LM:
+// 2 (pp - r - 1) + (vpp - 1) pp, at most m vpp). The forwards after them run
+// in steady-state pairs with the backward that follows each.
+int interleaved_warmup(int pp, int vpp, int microbatches, int r);
+
 // Times on an ideal cluster (no communication cost): each pass takes the
 // given time on every stage; a step waits for its data dependencies
 //   F(mb, vs) after F(mb, vs - 1);  B(mb, vs) after B(mb, vs + 1) and F(mb, vs);

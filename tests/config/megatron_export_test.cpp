@@ -157,6 +157,14 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   p.pp_scatter_gather = true;
   const Setup oldest = validated(m, t, p);
   CHECK(*export_megatron_args(oldest) == *export_megatron_args(older));
+  CHECK_THAT(*export_megatron_args(oldest), !Catch::Contains("p2p-communication"));
+
+  // ... and waiting on every pipeline exchange, as the 2021 code did.
+  p.pp_scatter_gather = false;   // no flag: it would not come back
+  p.overlap_p2p_comm = false;
+  const Setup sync = validated(m, t, p);
+  check_round_trip(sync);
+  CHECK_THAT(*export_megatron_args(sync), Catch::Contains("--no-overlap-p2p-communication"));
 }
 
 TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",

@@ -452,6 +452,20 @@ TEST_CASE("A model Megatron accepts but validate_model rejects is an error namin
   CHECK(e.field == "model.num_query_groups");
 }
 
+TEST_CASE("Pipeline communication flags: off where the line says so, overlap only for the interleaved schedule",
+          "[config]") {
+  const std::string base = "--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 "
+                           "--vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+                           "--pipeline-model-parallel-size 4 ";
+  const std::string vpp = "--num-virtual-stages-per-pipeline-rank 3 ";
+  CHECK_FALSE(import_ok(base + vpp).plan.overlap_p2p_comm.has_value());   // the schedule's default
+  CHECK(import_ok(base + vpp + "--no-overlap-p2p-communication").plan.overlap_p2p_comm == false);
+  CHECK(import_ok(base + vpp + "--overlap-p2p-communication").plan.overlap_p2p_comm == true);
+  // Megatron-LM's 1f1b always waits: the flag changes nothing.
+  CHECK_FALSE(import_ok(base + "--overlap-p2p-communication").plan.overlap_p2p_comm.has_value());
+  CHECK(import_ok(base + "--no-overlap-p2p-communication").plan.overlap_p2p_comm == false);
+}
+
 TEST_CASE("A launch line runs Megatron-Core's pipeline transfers: no scatter-gather, whatever its flag says", "[config]") {
   CHECK_FALSE(import_ok(kSmall).plan.pp_scatter_gather);
   CHECK_FALSE(import_ok(kSmall + "--no-scatter-gather-tensors-in-pipeline").plan.pp_scatter_gather);

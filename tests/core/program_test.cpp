@@ -449,6 +449,72 @@ TEST_CASE("Unfused attention's score-matrix kernels, and only they, are marked f
   }
 }
 
+TEST_CASE("Synchronous pipeline communication: each group's compute waits for the last group's sends and its receives",
+          "[core]") {
+  const ModelSpec m = gpt_no_bias(8, 512, 8);
+  // Which ops depend directly on op i.
+  const auto users = [](const StageProgram& st, std::size_t i) {
+    std::vector<std::size_t> out;
+    for (std::size_t j = i + 1; j < st.ops.size(); ++j)
+      for (std::uint32_t d = st.ops[j].dep_begin; d < st.ops[j].dep_begin + st.ops[j].dep_count; ++d)
+        if (st.deps[d] == i) out.push_back(j);
+    return out;
+  };
+  const auto is_gate = [](const Op& op) { return op.kind == OpKind::compute && op.kernel_count == 0; };
+  for (const char* plan : {"tp=1,pp=4", "tp=1,pp=4,schedule=gpipe", "tp=1,pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off"}) {
+    INFO(plan);
+    const bool interleaved = std::string(plan).find("interleaved") != std::string::npos;
+    auto p = build_program(make_setup(m, "dgx-a100", plan, 8, interleaved ? 2 : 4));
+    REQUIRE(p);
+    int deferred = 0;
+    for (const StageProgram& st : p->stages) {
+      // The last compute op: sends after it have no group after them to gate.
+      std::size_t last_compute = 0;
+      for (std::size_t i = 0; i < st.ops.size(); ++i)
+        if (st.ops[i].kind == OpKind::compute && st.ops[i].phase != Phase::optimizer) last_compute = i;
+      bool first_recv = true;
+      for (std::size_t i = 0; i < st.ops.size(); ++i) {
+        const Op& op = st.ops[i];
+        if (op.kind == OpKind::send && i < last_compute) {
+          // Posted after a compute op, and a gate of the next group waits for it.
+          const auto u = users(st, i);
+          CHECK(std::any_of(u.begin(), u.end(), [&](std::size_t j) { return is_gate(st.ops[j]); }));
+          REQUIRE(op.dep_count >= 1);
+          bool after_backward = false;
+          for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
+            after_backward |= st.ops[st.deps[d]].phase == Phase::backward_input ||
+                              st.ops[st.deps[d]].phase == Phase::backward_weight;
+          // The interleaved steady state sends a forward's output after the next backward.
+          if (op.label == OpLabel::pp_activation && after_backward) ++deferred;
+        }
+        if (op.kind == OpKind::recv) {
+          // Posted at a communication point: after the last group's compute (none before the first).
+          if (!first_recv) {
+            REQUIRE(op.dep_count == 1);
+            CHECK(st.ops[st.deps[op.dep_begin]].kind == OpKind::compute);
+          }
+          first_recv = false;
+          const auto u = users(st, i);
+          CHECK(std::any_of(u.begin(), u.end(), [&](std::size_t j) { return is_gate(st.ops[j]); }));
+        }
+      }
+    }
+    if (interleaved) CHECK(deferred > 0);
+    else CHECK(deferred == 0);
+  }
+  // Overlapped: sends gate nothing and receives wait for nothing.
+  for (const char* plan : {"tp=1,pp=4,overlap_p2p_comm=on", "tp=1,pp=2,vpp=2,schedule=interleaved"}) {
+    INFO(plan);
+    auto p = build_program(make_setup(m, "dgx-a100", plan, 8, std::string(plan).find("vpp") != std::string::npos ? 2 : 4));
+    REQUIRE(p);
+    for (const StageProgram& st : p->stages)
+      for (std::size_t i = 0; i < st.ops.size(); ++i) {
+        if (st.ops[i].kind == OpKind::send) CHECK(users(st, i).empty());
+        if (st.ops[i].kind == OpKind::recv) CHECK(st.ops[i].dep_count == 0);
+      }
+  }
+}
+
 TEST_CASE("Pipeline transfers carry the SP shard, Megatron-Core's whole activation, or a scattered slice gathered over TP",
           "[core]") {
   // 4 layers, h 1024, s 2048, mbs 1, tp 2, pp 2: the activation is 2 x 2048 x 1024 bytes.

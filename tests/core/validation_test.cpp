@@ -1,6 +1,7 @@
 // Every validation rule has a negative test that checks the field and the
 // message (docs/validation-rules.md lists the rules).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "models.hpp"
 #include "support.hpp"
@@ -160,6 +161,24 @@ TEST_CASE("Schedule rules: interleaving needs vpp >= 2, pp >= 2 and m a multiple
   expect_error(try_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved", 6, 8), "training.global_batch_size",
                "micro-batch count (3) to be a multiple of pp (4)");
   expect_error(try_setup(dense(), "dgx-a100", "pp=2,vpp=2", 8, 8), "plan.vpp", "use schedule=interleaved");
+}
+
+TEST_CASE("Pipeline communication overlaps by the schedule's default; synchronous only where Megatron-LM has it",
+          "[core]") {
+  // Megatron-LM's 1f1b and gpipe wait on every exchange; its interleaved
+  // schedule overlaps by default (--overlap-p2p-communication).
+  CHECK_FALSE(try_setup(dense(), "dgx-a100", "pp=2", 8, 8)->overlap_p2p_comm);
+  CHECK_FALSE(try_setup(dense(), "dgx-a100", "pp=2,schedule=gpipe", 8, 8)->overlap_p2p_comm);
+  CHECK(try_setup(dense(), "dgx-a100", "pp=2,vpp=2,schedule=interleaved", 8, 8)->overlap_p2p_comm);
+  CHECK(try_setup(dense(), "dgx-a100", "pp=2,schedule=zb-h1", 8, 8)->overlap_p2p_comm);
+  CHECK_FALSE(
+      try_setup(dense(), "dgx-a100", "pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off", 8, 8)->overlap_p2p_comm);
+  CHECK(try_setup(dense(), "dgx-a100", "pp=2,overlap_p2p_comm=on", 8, 8)->overlap_p2p_comm);
+  for (const char* sch : {"zb-h1", "zb-v", "dualpipev"}) {
+    INFO(sch);
+    expect_error(try_setup(dense(), "dgx-a100", fmt::format("pp=2,schedule={},overlap_p2p_comm=off", sch), 8, 8),
+                 "plan.overlap_p2p_comm", "modelled for the gpipe, 1f1b and interleaved schedules");
+  }
 }
 
 TEST_CASE("Schedule rules: V schedules take two chunks, pipelined schedules need pp >= 2, DualPipe needs even counts", "[core]") {

@@ -2,6 +2,7 @@
 // hand (golden traces), deadlock detection, determinism, and full vs reduced
 // mode on a symmetric plan.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -212,6 +213,67 @@ TEST_CASE("The simulation is deterministic: the same input gives the same spans"
     CHECK(a->spans[i].op == b->spans[i].op);
     CHECK(a->spans[i].start == b->spans[i].start);
     CHECK(a->spans[i].end == b->spans[i].end);
+  }
+}
+
+TEST_CASE("Synchronous pipeline communication holds the next compute until the sends have ended", "[sim]") {
+  const ModelSpec m = megascope::test::gpt(8, 2048, 16, 1024, 2048);
+  struct Run {
+    double step = 0;
+    int compute_during_send = 0;   // compute spans of rank 0 that start after a send of it and before that send ends
+  };
+  auto run = [&](const char* plan) {
+    const Setup s = make_setup(m, "dgx-h100", plan, 8, 2, 2048);
+    auto program = build_program(s);
+    REQUIRE(program);
+    auto cost = CostModel::for_device(s.cluster.device);
+    REQUIRE(cost);
+    auto r = simulate(*program, Topology::build(s.cluster, s.world), *cost, {Mode::full, true, {}});
+    REQUIRE(r);
+    const StageProgram& st = program->stages[0];
+    std::map<std::uint32_t, Span> of_op;
+    for (const Span& sp : r->spans)
+      if (sp.rank == 0) of_op[sp.op] = sp;
+    Run out{r->step_time_s, 0};
+    for (const auto& [i, send] : of_op) {
+      if (st.ops[i].kind != OpKind::send) continue;
+      // The first compute with kernels after the send in the stage's list.
+      for (std::uint32_t j = i + 1; j < st.ops.size(); ++j)
+        if (st.ops[j].kind == OpKind::compute && st.ops[j].kernel_count > 0) {
+          if (of_op.at(j).start < send.end - 1e-12) ++out.compute_during_send;
+          break;
+        }
+    }
+    return out;
+  };
+  const Run sync = run("tp=1,pp=2");                       // Megatron-LM's 1f1b: synchronous
+  const Run overlapped = run("tp=1,pp=2,overlap_p2p_comm=on");
+  CHECK(sync.compute_during_send == 0);
+  CHECK(overlapped.compute_during_send > 0);   // the warm-up's next forward starts while the activation is on its way
+  CHECK(sync.step > overlapped.step);
+}
+
+TEST_CASE("Synchronous pipeline communication never deadlocks: every schedule that has it, every shape", "[sim]") {
+  // Includes the interleaved ranks whose forwards are all warm-up (m = pp):
+  // their last forward is not paired with the backward after it.
+  const auto run = [&](const std::string& plan, int batch, int pp, int vpp = 1) {
+    INFO(plan << ", " << batch << " micro-batches");
+    const Setup s = make_setup(megascope::test::gpt(2 * pp * vpp, 256, 4, 1024, 256), "dgx-h100", plan, batch, pp, 256);
+    auto program = build_program(s);
+    REQUIRE(program);
+    auto cost = CostModel::for_device(s.cluster.device);
+    auto r = simulate(*program, Topology::build(s.cluster, s.world), *cost, {Mode::full, false, {}});
+    if (!r) FAIL(r.error().str());
+    CHECK(r->step_time_s > 0);
+  };
+  for (int pp = 2; pp <= 5; ++pp) {
+    for (int vpp = 2; vpp <= 3; ++vpp)
+      for (int k = 1; k <= 3; ++k)
+        run(fmt::format("pp={},vpp={},schedule=interleaved,overlap_p2p_comm=off", pp, vpp), k * pp, pp, vpp);
+    for (int batch = 1; batch <= 2 * pp + 1; ++batch) {
+      run(fmt::format("pp={}", pp), batch, pp);
+      run(fmt::format("pp={},schedule=gpipe", pp), batch, pp);
+    }
   }
 }
 
