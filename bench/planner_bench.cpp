@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
       flash.tp_grad_overlap = true;               // and the asynchronous TP all-reduce
       flash.grad_accum_fusion = true;             // and fused gradient accumulation
       flash.pp_scatter_gather = false;            // and Megatron-Core's pipeline transfers
+      flash.overlap_p2p_comm.reset();             // overlapped as its schedule has them
       auto in_regime = planner::search(reg, so);
       std::string regime = "-", s1 = "-", share = "-";
       if (in_regime) {
