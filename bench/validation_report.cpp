@@ -284,9 +284,10 @@ int main(int argc, char** argv) {
   add("  a 14-15 s step), are 67-270 MB, where the NCCL model runs faster than Azure's 8-GPU A100");
   add("  measurements (+7.2% at 64 MiB, +1.1% at 256 MiB, tests/sim/collective_nccl_test.cpp; one LL128");
   add("  fit shared with GB200). The errors grow with the TP degree of the rows without a pipeline (tp 1: +1.9%,");
-  add("  tp 8: +9.0%), as the share of kernels that TP does not split (norms, dropout, residual adds, all");
-  add("  replicated without SP) grows; their 2021 kernels are priced at today's bandwidth fits. Waiting on each");
-  add("  pipeline exchange (modelled) costs the interleaved rows 0.5-1.3 points.");
+  add("  tp 8: +9.0%). One candidate, not verified: the kernels TP does not split (norms, dropout, residual adds,");
+  add("  replicated without SP) weigh more as TP grows, and their 2021 versions are priced at today's bandwidth");
+  add("  fits. Waiting on each pipeline exchange (modelled since the last report) cost the interleaved rows");
+  add("  0.5-1.3 points.");
   add(fmt::format("- **H100 rows split in two.** Small models (1.7B, 7.1B, tp <= 2) are over-predicted by {},",
                   range_of(h100, {"1.7B", "7.1B"})));
   add("  for the same missing per-kernel overheads, which weigh most when GEMMs are small. Rows with");
