@@ -286,8 +286,8 @@ int main(int argc, char** argv) {
   add("  fit shared with GB200). The errors grow with the TP degree of the rows without a pipeline (tp 1: +1.9%,");
   add("  tp 8: +9.0%). One candidate, not verified: the kernels TP does not split (norms, dropout, residual adds,");
   add("  replicated without SP) weigh more as TP grows, and their 2021 versions are priced at today's bandwidth");
-  add("  fits. Waiting on each pipeline exchange (modelled since the last report) cost the interleaved rows");
-  add("  0.5-1.3 points.");
+  add("  fits. Waiting on each pipeline exchange (`overlap_p2p_comm=off`) takes 0.5-1.3 points off the");
+  add("  interleaved rows' error against overlapped transfers.");
   add(fmt::format("- **H100 rows split in two.** Small models (1.7B, 7.1B, tp <= 2) are over-predicted by {},",
                   range_of(h100, {"1.7B", "7.1B"})));
   add("  for the same missing per-kernel overheads, which weigh most when GEMMs are small. Rows with");
