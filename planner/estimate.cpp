@@ -452,7 +452,11 @@ struct Estimator::Impl {
     // the whole activation from every TP rank without it (Megatron-Core).
     const double p2p_bytes = 2.0 * seq / c.cp * c.mbs * h / (c.sp && c.tp > 1 ? c.tp : 1);
     const double p2p = p > 1 ? comm_s(c.gpus, grid, sim::Collective::send_recv, CommGroup::pp, p2p_bytes) : 0.0;
-    const double pipeline = m * cmax + bubble + 2.0 * (p - 1) * p2p;
+    // Megatron-LM's gpipe and 1f1b wait for every transfer (the search's plans
+    // take their schedule's overlap_p2p_comm): each micro-batch's forward and
+    // backward end with one on the critical path.
+    const bool sync_p2p = c.schedule == Schedule::gpipe || c.schedule == Schedule::one_f_one_b;
+    const double pipeline = m * (cmax + (sync_p2p ? 2.0 * p2p : 0.0)) + bubble + 2.0 * (p - 1) * p2p;
 
     // Gradient reduction, optimizer, parameter gather: per rank after its last backward.
     const int edp = c.gpus / (c.etp * c.ep * c.pp);
