@@ -54,6 +54,17 @@ TraceComparison compareTraces(const Program& program, const std::vector<Span>& p
       continue;
     }
     const Op& op = program.stages[static_cast<std::size_t>(stage)].ops[r.op];
+    // The trace names its op: a span of another program (an older builder,
+    // another schedule) must not be compared with whatever op has its index.
+    const auto same = [](std::optional<int> a, std::optional<std::int32_t> b) {
+      return a.has_value() == b.has_value() && (!a || *a == *b);
+    };
+    if ((!r.phase.empty() && r.phase != to_string(op.phase)) || !same(r.microbatch, op.microbatch) ||
+        !same(r.chunk, op.chunk) || !same(r.layer, op.layer)) {
+      ++c.unmatched;
+      ++c.misplaced;
+      continue;
+    }
     KindError& k = acc[static_cast<std::size_t>(spanKindOf(op))];
     k.predictedS += d[r.op];
     k.measuredS += r.end_s - r.start_s;

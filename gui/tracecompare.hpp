@@ -44,6 +44,8 @@ struct TraceComparison {
   double measuredStepS = 0;
   std::size_t matched = 0;
   std::size_t unmatched = 0;              // measured spans with no predicted op (other plan, untraced stage)
+  std::size_t misplaced = 0;              // of those, spans whose op differs from the program's at that index
+                                          // (phase, micro-batch, chunk or layer): a trace of another program
   bool planMatches = true;                // the trace's plan/world agree with the program's
   [[nodiscard]] std::optional<double> stepError() const;
 };
