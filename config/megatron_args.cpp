@@ -341,8 +341,10 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
   // Megatron-LM overlaps pipeline communication only in the interleaved
-  // schedule (on by default since 2023); its 1f1b always waits. Unset keeps
-  // the schedule's default.
+  // schedule; its 1f1b always waits. The overlap was opt-in when it came
+  // (--overlap-p2p-communication, 2023) and is on by default today
+  // (--no-overlap-p2p-communication turns it off). A line with neither
+  // keeps the schedule's default: today's.
   if (args.has("--no-overlap-p2p-communication")) p.overlap_p2p_comm = false;
   else if (args.has("--overlap-p2p-communication") && p.schedule == Schedule::interleaved) p.overlap_p2p_comm = true;
   // pp_scatter_gather stays off: a launch line runs on Megatron-Core, which
@@ -411,6 +413,9 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   const TrainingSpec& t = setup.training;
   const PlanSpec& p = setup.plan;
 
+  if (p.schedule == Schedule::one_f_one_b && p.pp > 1 && setup.overlap_p2p_comm)
+    return fail("plan.overlap_p2p_comm", "Megatron-LM's 1f1b schedule always waits for its pipeline transfers; it "
+                                         "has no flag for overlap_p2p_comm=on (only the interleaved schedule overlaps)");
   switch (p.schedule) {
     case Schedule::one_f_one_b:
     case Schedule::interleaved:

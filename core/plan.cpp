@@ -58,6 +58,8 @@ std::optional<CpCommType> parse_cp_comm(std::string_view s) {
   return std::nullopt;
 }
 
+bool default_overlap_p2p_comm(Schedule s) { return s != Schedule::gpipe && s != Schedule::one_f_one_b; }
+
 int default_vpp(Schedule s) { return (s == Schedule::zb_v || s == Schedule::dualpipev) ? 2 : 1; }
 
 }  // namespace megascope

@@ -83,6 +83,11 @@ std::optional<CpCommType> parse_cp_comm(std::string_view s);
 // The accepted spellings, for error messages: "gpipe, 1f1b, interleaved, ...".
 const char* schedule_names();
 
+// overlap_p2p_comm when the plan leaves it unset: Megatron-LM's behaviour,
+// off for gpipe and 1f1b (their transfers are always waited for), on for the
+// other schedules.
+bool default_overlap_p2p_comm(Schedule s);
+
 // Model chunks per pipeline rank a schedule implies when vpp is not given:
 // 2 for the V-shaped schedules (zb-v, dualpipev), otherwise 1.
 int default_vpp(Schedule s);

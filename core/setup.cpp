@@ -246,7 +246,7 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   const bool pipelined = sch != Schedule::gpipe && sch != Schedule::one_f_one_b;
   // Synchronous pipeline communication is modelled on Megatron-LM's
   // communication points, which exist for gpipe, 1f1b and interleaved only.
-  s.overlap_p2p_comm = p.overlap_p2p_comm.value_or(pipelined);
+  s.overlap_p2p_comm = p.overlap_p2p_comm.value_or(default_overlap_p2p_comm(sch));
   if (!s.overlap_p2p_comm && sch != Schedule::gpipe && sch != Schedule::one_f_one_b && sch != Schedule::interleaved)
     return fail("plan.overlap_p2p_comm",
                 fmt::format("overlap_p2p_comm=off (Megatron-LM's synchronous pipeline communication) is modelled for "

@@ -455,7 +455,7 @@ struct Estimator::Impl {
     // Megatron-LM's gpipe and 1f1b wait for every transfer (the search's plans
     // take their schedule's overlap_p2p_comm): each micro-batch's forward and
     // backward end with one on the critical path.
-    const bool sync_p2p = c.schedule == Schedule::gpipe || c.schedule == Schedule::one_f_one_b;
+    const bool sync_p2p = !default_overlap_p2p_comm(c.schedule);
     const double pipeline = m * (cmax + (sync_p2p ? 2.0 * p2p : 0.0)) + bubble + 2.0 * (p - 1) * p2p;
 
     // Gradient reduction, optimizer, parameter gather: per rank after its last backward.

@@ -11,7 +11,9 @@
 // Ordering rules:
 //   - ops on the compute, tp, cp, ep and dp streams run in list order per stream;
 //   - ops on the pp_send/pp_recv streams are asynchronous: each starts when its
-//     dependencies allow (receives are posted up front, like pre-posted irecvs);
+//     dependencies allow (with overlapped pipeline communication receives
+//     have none and are posted up front, like pre-posted irecvs; synchronous,
+//     each waits for the compute before its communication point);
 //   - `deps` lists ops (same rank, any stream) that must finish first;
 //   - a collective starts when every member of its group has reached it (the
 //     k-th collective on a stream of a group matches the k-th on every member);

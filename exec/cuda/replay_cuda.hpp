@@ -22,9 +22,9 @@
 // so that the replay's streams do not share hardware queues.
 //
 // Transfers of one channel run one after another on its stream, so a
-// receive's span starts when the previous receive of its channel ends (the
-// Program posts receives up front): compare pipeline-transfer spans with
-// the simulator's with that in mind.
+// receive's span starts when the previous receive of its channel ends (with
+// overlapped pipeline communication the Program posts receives up front):
+// compare pipeline-transfer spans with the simulator's with that in mind.
 //
 // Failure: a refusal found before the device is used (the plan, the world,
 // the routes) fails on every rank with the first failing rank's message; an

@@ -165,6 +165,17 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   const Setup sync = validated(m, t, p);
   check_round_trip(sync);
   CHECK_THAT(*export_megatron_args(sync), Catch::Contains("--no-overlap-p2p-communication"));
+
+  // Megatron-LM's 1f1b cannot overlap its transfers: no line for it.
+  p.vpp.reset();
+  p.pp = 35;
+  p.schedule = Schedule::one_f_one_b;
+  p.overlap_p2p_comm = true;
+  auto e = export_megatron_args(validated(m, t, p));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().field == "plan.overlap_p2p_comm");
+  p.overlap_p2p_comm.reset();
+  CHECK(export_megatron_args(validated(m, t, p)).has_value());
 }
 
 TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the model, training and plan",

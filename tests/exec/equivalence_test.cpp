@@ -69,6 +69,8 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {2, "dp=2,distopt=on"},
       {2, "pp=2"},
       {2, "pp=2,vpp=2,schedule=interleaved"},
+      {2, "pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off"},   // forward sends held past the next backward
+      {2, "pp=2,overlap_p2p_comm=on"},
       {2, "pp=2,schedule=zb-h1"},
       {2, "pp=2,schedule=zb-v"},
       {2, "pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"},

@@ -46,6 +46,7 @@ const Case kCases[] = {
     {"gpt3-175b", "dgx-a100", "tp=8,pp=8,vpp=2,schedule=interleaved,sp=on,recompute=selective,distopt=on", 64, 128},
     {"gpt-1.7b", "dgx-a100", "tp=1,pp=2,schedule=zb-h1,attention=unfused", 16, 2},
     {"tiny-llama", "dgx-h100", "pp=4,schedule=gpipe", 8, 4},
+    {"tiny-gpt", "dgx-h100", "pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off", 8, 2},
 };
 
 Setup setup_of(const Case& c) {

@@ -206,3 +206,19 @@ TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (tied
   CHECK(b1->step_s == a1->step_s);
   CHECK(b2->step_s == a2->step_s);
 }
+
+TEST_CASE("A plan whose pipeline overlap is not its schedule's default is no search candidate") {
+  // Stage 1 prices each schedule's default (synchronous 1f1b, overlapped
+  // interleaved); another setting would be estimated as a different plan.
+  const auto candidate = [](const char* plan) {
+    auto p = parse_inline_plan(plan);
+    REQUIRE(p);
+    return from_plan(*p, 8, 8 / (p->tp * p->pp));
+  };
+  CHECK(candidate("tp=2,pp=2").has_value());
+  CHECK(candidate("tp=2,pp=2,overlap_p2p_comm=off").has_value());   // the default, spelled out
+  CHECK_FALSE(candidate("tp=2,pp=2,overlap_p2p_comm=on").has_value());
+  CHECK(candidate("tp=2,pp=2,vpp=2,schedule=interleaved").has_value());
+  CHECK_FALSE(candidate("tp=2,pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off").has_value());
+  CHECK(candidate("tp=2,pp=1,overlap_p2p_comm=on").has_value());     // no pipeline: nothing to overlap
+}

@@ -421,7 +421,8 @@ TEST_CASE("Regions of local ops simulated as one event give every span of the op
                        Case{"llama3-8b", "tp=8,pp=4,schedule=dualpipe,sp=on", 32, 10, 1.8},
                        Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, 0, 0},
                        Case{"llama3-8b", "tp=8,pp=4,vpp=2,schedule=interleaved,sp=on,recompute=selective,distopt=on", 32,
-                            5, 1.8}})
+                            5, 1.8},
+                       Case{"llama3-8b", "tp=8,pp=4,vpp=2,schedule=interleaved,sp=on,overlap_p2p_comm=off", 32, 0, 0}})
     for (const Mode mode : {Mode::full, Mode::reduced}) {
       const auto [on, off] = same_spans(c.model, c.plan, c.gpus, mode, &SimOptions::regions);
       INFO(on << " events with regions, " << off << " without");
