@@ -163,7 +163,7 @@ TEST_CASE("Schedule rules: interleaving needs vpp >= 2, pp >= 2 and m a multiple
   expect_error(try_setup(dense(), "dgx-a100", "pp=2,vpp=2", 8, 8), "plan.vpp", "use schedule=interleaved");
 }
 
-TEST_CASE("Pipeline communication overlaps by the schedule's default; synchronous only where Megatron-LM has it",
+TEST_CASE("Pipeline communication overlaps by the schedule's default, and is synchronous only where Megatron-LM has it",
           "[core]") {
   // Megatron-LM's 1f1b and gpipe wait on every exchange; its interleaved
   // schedule overlaps by default (--overlap-p2p-communication).
