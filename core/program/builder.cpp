@@ -373,7 +373,7 @@ Result<Program> build_program(const Setup& s) {
       const int vs = ch.virtual_stage;
       const int dir = dualpipe ? st.chunk : 0;
       OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
-      const auto peer = [&](int stage) { return holder.at({dir, stage}); };
+      const auto peer = [&](int stage) { return peer_of(st, stage); };
       if (sync_p2p && (i == 0 || group_of[i] != group_of[i - 1])) {
         // A communication point: the group's receives are posted with the
         // last group's sends, and its first compute waits for all of them.
@@ -388,10 +388,12 @@ Result<Program> build_program(const Setup& s) {
 
       if (st.pass == Pass::F) {
         Deps first_deps;
-        if (vs > 0 && peer(vs - 1) != r)
-          first_deps.push(sync_p2p ? *posted[i] : *receive(i, {}));
-        else if (vs > 0)
+        if (vs > 0 && peer(vs - 1) != r) {
+          // Synchronous: the communication point's gate has waited for it.
+          if (!sync_p2p) first_deps.push(*receive(i, {}));
+        } else if (vs > 0) {
           if (auto it = f_out.find({dir, st.microbatch, vs - 1}); it != f_out.end()) first_deps.push(it->second);
+        }
         const bool first_pass = !chunk_started[static_cast<std::size_t>(st.chunk)];
         chunk_started[static_cast<std::size_t>(st.chunk)] = true;
         if (first_pass && embedding_gate[static_cast<std::size_t>(st.chunk)])

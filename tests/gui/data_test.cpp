@@ -21,6 +21,7 @@
 using namespace megascope;
 using namespace megascope::gui;
 using megascope::gui::test::simulateSmall;
+using megascope::gui::test::simulateFixtureRun;
 
 class SpanKindTest : public QObject {
   Q_OBJECT
@@ -200,25 +201,14 @@ class TraceCompareTest : public QObject {
   void aRealMeasuredTraceMatchesItsPlanOpByOp() {
     // A trace measured by the CPU executor (mpirun -np 2 megascope run --backend cpu --model
     // tiny-gpt --plan pp=2 --global-batch 8 --steps 3 --trace ...) matches the simulation of the
-    // same plan span for span (262 spans, each naming the op the Program has at its index, none
+    // same plan span for span (254 spans, each naming the op the Program has at its index, none
     // left over), with forward and PP kinds present.
     // When the Program builder or tiny-gpt changes, regenerate the fixture with that command.
     auto t = read_trace(MEGASCOPE_GUI_FIXTURES "/tiny-gpt-pp2-measured.json");
     QVERIFY2(t.has_value(), t ? "" : t.error().str().c_str());
     QCOMPARE(t->info.source, TraceSource::measured);
-    StartOptions o;
-    o.model = "tiny-gpt";
-    o.cluster = "cpu-host";
-    o.gpus = 2;
-    o.plan = "pp=2";
-    o.globalBatch = 8;
-    auto in = loadInputs(o);
-    QVERIFY(in.has_value());
-    auto setup = makeSetup(*in);
-    QVERIFY(setup.has_value());
-    auto sim = simulateSetup(*setup);
-    QVERIFY(sim.has_value());
-    const SimulationOutcome& p = **sim;
+    const auto sim = simulateFixtureRun("pp=2");
+    const SimulationOutcome& p = *sim;
     const TraceComparison c = compareTraces(p.program, p.result.spans, p.result.step_time_s, *t);
     QVERIFY(c.planMatches);
     QCOMPARE(c.matched, t->spans.size());
@@ -248,19 +238,8 @@ class TraceCompareTest : public QObject {
     // name ops the Program does not have there.
     auto t = read_trace(MEGASCOPE_GUI_FIXTURES "/tiny-gpt-pp2-measured.json");
     QVERIFY(t.has_value());
-    StartOptions o;
-    o.model = "tiny-gpt";
-    o.cluster = "cpu-host";
-    o.gpus = 2;
-    o.plan = "pp=2,overlap_p2p_comm=on";
-    o.globalBatch = 8;
-    auto in = loadInputs(o);
-    QVERIFY(in.has_value());
-    auto setup = makeSetup(*in);
-    QVERIFY(setup.has_value());
-    auto sim = simulateSetup(*setup);
-    QVERIFY(sim.has_value());
-    const SimulationOutcome& p = **sim;
+    const auto sim = simulateFixtureRun("pp=2,overlap_p2p_comm=on");
+    const SimulationOutcome& p = *sim;
     const TraceComparison c = compareTraces(p.program, p.result.spans, p.result.step_time_s, *t);
     QVERIFY(c.misplaced > 0);
     QCOMPARE(c.matched + c.unmatched, t->spans.size());

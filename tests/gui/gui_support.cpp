@@ -14,6 +14,24 @@ std::vector<Registered>& registry() {
   return r;
 }
 
+namespace {
+
+Inputs inputsOf(const StartOptions& o) {
+  auto in = loadInputs(o);
+  if (!in) qFatal("test inputs: %s", in.error().str().c_str());
+  return *in;
+}
+
+std::shared_ptr<SimulationOutcome> simulateInputs(const Inputs& in) {
+  auto setup = makeSetup(in);
+  if (!setup) qFatal("test simulation: %s", setup.error().str().c_str());
+  auto out = simulateSetup(*setup);
+  if (!out) qFatal("test simulation: %s", out.error().str().c_str());
+  return *out;
+}
+
+}  // namespace
+
 Inputs smallInputs() {
   StartOptions o;
   o.model = "gpt-1.7b";
@@ -21,9 +39,7 @@ Inputs smallInputs() {
   o.gpus = 8;
   o.plan = "tp=2,pp=4,mbs=1,schedule=1f1b";
   o.globalBatch = 16;
-  auto in = loadInputs(o);
-  if (!in) qFatal("smallInputs: %s", in.error().str().c_str());
-  return *in;
+  return inputsOf(o);
 }
 
 std::shared_ptr<SimulationOutcome> simulateSmall(const std::string& plan) {
@@ -31,11 +47,17 @@ std::shared_ptr<SimulationOutcome> simulateSmall(const std::string& plan) {
   auto p = parse_inline_plan(plan);
   if (!p) qFatal("simulateSmall: %s", p.error().str().c_str());
   in.plan = *p;
-  auto setup = makeSetup(in);
-  if (!setup) qFatal("simulateSmall: %s", setup.error().str().c_str());
-  auto out = simulateSetup(*setup);
-  if (!out) qFatal("simulateSmall: %s", out.error().str().c_str());
-  return *out;
+  return simulateInputs(in);
+}
+
+std::shared_ptr<SimulationOutcome> simulateFixtureRun(const std::string& plan) {
+  StartOptions o;
+  o.model = "tiny-gpt";
+  o.cluster = "cpu-host";
+  o.gpus = 2;
+  o.plan = plan;
+  o.globalBatch = 8;
+  return simulateInputs(inputsOf(o));
 }
 
 int countColor(const QImage& img, const QColor& c, int tolerance) {

@@ -28,6 +28,9 @@ struct Register {
 // gpt-1.7b on 8 A100s, tp=2, pp=4, 1F1B, global batch 16 (16 micro-batches).
 Inputs smallInputs();
 std::shared_ptr<SimulationOutcome> simulateSmall(const std::string& plan = "tp=2,pp=4,mbs=1,schedule=1f1b");
+// The run of the measured fixture (fixtures/tiny-gpt-pp2-measured.json):
+// tiny-gpt on 2 cpu-host ranks, global batch 8, with `plan`.
+std::shared_ptr<SimulationOutcome> simulateFixtureRun(const std::string& plan);
 
 // Pixels of `img` within `tolerance` (per channel) of `c`.
 int countColor(const QImage& img, const QColor& c, int tolerance = 6);
