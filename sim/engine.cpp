@@ -49,7 +49,7 @@ Collective collective_of(OpKind k) {
 struct alignas(64) RankState {
   std::uint32_t stage = 0;
   std::int32_t rank = 0;
-  std::size_t bits = 0;                 // its words in Engine::bits_: started, finished, per 64 ops
+  std::size_t bits = 0;                 // its index among the simulated ranks: its column of Engine::bits_
   std::uint32_t remaining = 0;
   std::uint32_t ahead = 0;              // its ops' records before this index are prefetched
   double* start_time = nullptr;         // traced ranks, when spans are recorded: start of each op
@@ -105,15 +105,15 @@ class Engine {
         for (int k = 0; k < kCommGroupCount; ++k)
           sizes_of_stage[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
               static_cast<std::int32_t>(g.group(g.rank_of(0, 0, 0, s), static_cast<CommGroup>(k)).size());
-    std::size_t words = 0, flows = 0;
+    std::size_t words = 0, flows = 0;   // words: the most 64-op words of any stage
     for (int r : out.simulated_ranks) {
       RankState st;
       st.rank = r;
       st.stage = static_cast<std::uint32_t>(g.coord(r).pp);
       const StageInfo& info = stages_[st.stage];
       const std::size_t n = info.ops.size();
-      st.bits = words;
-      words += 2 * ((n + 63) / 64);
+      st.bits = states_.size();
+      words = std::max(words, (n + 63) / 64);
       st.remaining = static_cast<std::uint32_t>(n);
       st.flows = static_cast<std::uint32_t>(flows);
       flows += info.class_op.size();
@@ -124,7 +124,8 @@ class Engine {
       state_of_rank_[static_cast<std::size_t>(r)] = static_cast<int>(states_.size());
       states_.push_back(st);
     }
-    bits_.assign(words, 0);
+    bits_.assign(2 * words * n_states, 0);
+    stride_ = 2 * n_states;
     flow_of_class_.assign(flows, kNone);
     start_times_.resize(n_states);
     for (int r : traced) {
@@ -142,10 +143,7 @@ class Engine {
     if (regions_) {
       std::size_t most = 0;
       for (const StageInfo& info : stages_) most = std::max(most, info.ops.size());
-      mark_.assign(most, 0U);
-      posted_.assign(most, 0U);
-      start_of_.assign(most, 0.0);
-      end_of_.assign(most, 0.0);
+      slot_.assign(most, Slot{});
     }
     if (record_) {   // one span per op of each traced rank
       std::size_t spans = 0;
@@ -225,17 +223,18 @@ class Engine {
   }
 
  private:
-  // Started and finished bits of a rank's ops, interleaved per 64 ops.
-  [[nodiscard]] bool started(const RankState& st, std::uint32_t i) const {
-    return (bits_[st.bits + 2 * (i >> 6)] >> (i & 63)) & 1U;
-  }
+  // Started and finished bits of the ranks' ops: for each 64 ops, a row of
+  // every rank's (started, finished) word pair, ranks side by side. The ranks
+  // of a stage run in near lockstep at the same op indices, so the words that
+  // the events of a moment touch sit together in a few pages and cache lines,
+  // instead of one page per rank (full mode: thousands, past the TLB's reach).
+  [[nodiscard]] std::size_t word(const RankState& st, std::uint32_t i) const { return (i >> 6) * stride_ + 2 * st.bits; }
+  [[nodiscard]] bool started(const RankState& st, std::uint32_t i) const { return (bits_[word(st, i)] >> (i & 63)) & 1U; }
   [[nodiscard]] bool finished(const RankState& st, std::uint32_t i) const {
-    return (bits_[st.bits + 2 * (i >> 6) + 1] >> (i & 63)) & 1U;
+    return (bits_[word(st, i) + 1] >> (i & 63)) & 1U;
   }
-  void set_started(const RankState& st, std::uint32_t i) { bits_[st.bits + 2 * (i >> 6)] |= std::uint64_t{1} << (i & 63); }
-  void set_finished(const RankState& st, std::uint32_t i) {
-    bits_[st.bits + 2 * (i >> 6) + 1] |= std::uint64_t{1} << (i & 63);
-  }
+  void set_started(const RankState& st, std::uint32_t i) { bits_[word(st, i)] |= std::uint64_t{1} << (i & 63); }
+  void set_finished(const RankState& st, std::uint32_t i) { bits_[word(st, i) + 1] |= std::uint64_t{1} << (i & 63); }
 
   // Every predecessor (the op before it on its stream, its deps) finished.
   bool preds_done(const RankState& st, const StageInfo& info, const OpInfo& op) const {
@@ -523,28 +522,27 @@ class Engine {
     RankState& st = states_[s];
     const StageInfo& info = stages_[st.stage];
     if (++stamp_ == 0) {   // wrapped: clear the marks once
-      std::fill(mark_.begin(), mark_.end(), 0U);
-      std::fill(posted_.begin(), posted_.end(), 0U);
+      std::fill(slot_.begin(), slot_.end(), Slot{});
       stamp_ = 1;
     }
     const std::uint32_t g = stamp_;
     region_.clear();
     ahead_.clear();
     region_.push_back(x0);
-    mark_[x0] = g;
-    start_of_[x0] = now;
-    end_of_[x0] = x0_end;
+    slot_[x0].mark = g;
+    slot_[x0].start = now;
+    slot_[x0].end = x0_end;
     // Breadth-first over "lets start": an op is tried once per predecessor
     // in the region and joins at the last one, so the list is in
     // topological order.
     for (std::size_t k = 0; k < region_.size(); ++k) {
       each_enabled(info, region_[k], [&](std::uint32_t y) {
-        if (mark_[y] == g || posted_[y] == g || started(st, y)) return;
+        if (slot_[y].mark == g || slot_[y].posted == g || started(st, y)) return;
         const OpInfo& o = info.ops[y];
         double start = now;
         const auto pred = [&](std::uint32_t d) {
-          if (mark_[d] == g) {
-            start = std::max(start, end_of_[d]);
+          if (slot_[d].mark == g) {
+            start = std::max(start, slot_[d].end);
             return true;
           }
           return finished(st, d);
@@ -554,15 +552,15 @@ class Engine {
         const std::optional<double> end = local_end(s, y, start);
         if (!end) {
           if (joinable(s, o)) {   // posted ahead; its successors wait for its end
-            posted_[y] = g;
-            start_of_[y] = start;
+            slot_[y].posted = g;
+            slot_[y].start = start;
             ahead_.push_back(y);
           }
           return;
         }
-        mark_[y] = g;
-        start_of_[y] = start;
-        end_of_[y] = *end;
+        slot_[y].mark = g;
+        slot_[y].start = start;
+        slot_[y].end = *end;
         region_.push_back(y);
       });
     }
@@ -572,7 +570,7 @@ class Engine {
     }
     prefetch(st, info, x0);
     for (const std::uint32_t x : region_) {
-      const double start = start_of_[x];
+      const double start = slot_[x].start;
       if (x != x0) {
         set_started(st, x);
         if (st.start_time) st.start_time[x] = start;
@@ -582,31 +580,31 @@ class Engine {
       // cannot start before that collective ends, which is an event).
       bool inside = true;
       each_enabled(info, x, [&](std::uint32_t y) {
-        if (!inside || mark_[y] == g || posted_[y] == g) return;
+        if (!inside || slot_[y].mark == g || slot_[y].posted == g) return;
         const OpInfo& o = info.ops[y];
         bool guarded = false;
         for (std::uint32_t p = o.pred_begin; p < o.pred_begin + o.pred_count && !guarded; ++p) {
           const std::uint32_t d = info.preds[p];
-          guarded = posted_[d] == g && start_of_[d] >= end_of_[x];
+          guarded = slot_[d].posted == g && slot_[d].start >= slot_[x].end;
         }
         inside = guarded;
       });
       if (!inside) {
-        heap_.push(end_of_[x], {s, x});
+        heap_.push(slot_[x].end, {s, x});
         continue;
       }
       set_finished(st, x);
       st.remaining -= 1;
-      end_ = std::max(end_, end_of_[x]);
-      if (record_ && st.start_time) spans_.push_back({st.rank, x, start, end_of_[x]});
+      end_ = std::max(end_, slot_[x].end);
+      if (record_ && st.start_time) spans_.push_back({st.rank, x, start, slot_[x].end});
     }
     // Collectives whose members the region reaches: each joins its group at
     // its arrival time, which only sets when the group's last member
     // launches it (launch); the group's end finishes every member.
     for (const std::uint32_t y : ahead_) {
       set_started(st, y);
-      if (st.start_time) st.start_time[y] = start_of_[y];
-      join(s, y, start_of_[y], now);
+      if (st.start_time) st.start_time[y] = slot_[y].start;
+      join(s, y, slot_[y].start, now);
     }
   }
 
@@ -717,7 +715,8 @@ class Engine {
   Network net_;
   std::vector<StageInfo> stages_;
   std::vector<RankState> states_;
-  std::vector<std::uint64_t> bits_;                       // every rank's started/finished bits
+  std::vector<std::uint64_t> bits_;                       // every rank's started/finished bits (word())
+  std::size_t stride_ = 0;                                 // words per row of bits_: two per simulated rank
   std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
   std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
   std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage
@@ -742,10 +741,15 @@ class Engine {
   bool net_changed_ = true;   // t_net_ is stale
   bool regions_ = false;      // SimOptions::regions, streams execution only
   std::vector<std::uint32_t> region_;     // run_region's ops, reused
-  std::vector<std::uint32_t> mark_;       // per op index of a stage: stamp_ while in the region
-  std::vector<std::uint32_t> posted_;     // per op index of a stage: stamp_ while posted ahead by the region
+  // run_region's scratch per op index of a stage, one record per op (one
+  // cache line touched, not four).
+  struct Slot {
+    std::uint32_t mark = 0;     // stamp_ while in the region
+    std::uint32_t posted = 0;   // stamp_ while posted ahead by the region
+    double start = 0, end = 0;  // its times in the region
+  };
+  std::vector<Slot> slot_;
   std::vector<std::uint32_t> ahead_;      // run_region's collectives posted ahead, reused
-  std::vector<double> start_of_, end_of_;  // per op index of a stage: its times in the region
   std::uint32_t stamp_ = 0;
   double t_net_ = kInf;       // the network's next event time
   bool serial_ = false;   // Execution::serial
