@@ -49,11 +49,10 @@ Collective collective_of(OpKind k) {
 struct alignas(64) RankState {
   std::uint32_t stage = 0;
   std::int32_t rank = 0;
-  std::size_t bits = 0;                 // its index among the simulated ranks: its column of Engine::bits_
+  std::uint32_t index = 0;              // its index among the simulated ranks (Engine::word, Engine::per_class)
   std::uint32_t remaining = 0;
   std::uint32_t ahead = 0;              // its ops' records before this index are prefetched
   double* start_time = nullptr;         // traced ranks, when spans are recorded: start of each op
-  std::uint32_t flows = 0;              // its flows in Engine::flow_of_class_, by the stage's CommClass
   std::uint32_t next = 0;               // serial execution: the next op of the list
 };
 
@@ -105,18 +104,17 @@ class Engine {
         for (int k = 0; k < kCommGroupCount; ++k)
           sizes_of_stage[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
               static_cast<std::int32_t>(g.group(g.rank_of(0, 0, 0, s), static_cast<CommGroup>(k)).size());
-    std::size_t words = 0, flows = 0;   // words: the most 64-op words of any stage
+    std::size_t words = 0, classes = 0;   // the most 64-op words and CommClasses of any stage
     for (int r : out.simulated_ranks) {
       RankState st;
       st.rank = r;
       st.stage = static_cast<std::uint32_t>(g.coord(r).pp);
       const StageInfo& info = stages_[st.stage];
       const std::size_t n = info.ops.size();
-      st.bits = states_.size();
+      st.index = static_cast<std::uint32_t>(states_.size());
       words = std::max(words, (n + 63) / 64);
       st.remaining = static_cast<std::uint32_t>(n);
-      st.flows = static_cast<std::uint32_t>(flows);
-      flows += info.class_op.size();
+      classes = std::max(classes, info.class_op.size());
       std::array<std::int64_t, kCommGroupCount> ids{};
       for (int k = 0; k < kCommGroupCount; ++k) ids[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
       group_id_.push_back(ids);
@@ -126,7 +124,7 @@ class Engine {
     }
     bits_.assign(2 * words * n_states, 0);
     stride_ = 2 * n_states;
-    flow_of_class_.assign(flows, kNone);
+    flow_of_class_.assign(classes * n_states, kNone);
     start_times_.resize(n_states);
     for (int r : traced) {
       if (r < 0 || r >= g.world() || state_of_rank_[static_cast<std::size_t>(r)] < 0)
@@ -223,12 +221,17 @@ class Engine {
   }
 
  private:
+  // The (rank, CommClass) entries of flow_of_class_ and local_comm_: by
+  // class, ranks side by side, for the same reason as the bits below.
+  [[nodiscard]] std::size_t per_class(const RankState& st, std::size_t c) const {
+    return c * states_.size() + st.index;
+  }
   // Started and finished bits of the ranks' ops: for each 64 ops, a row of
   // every rank's (started, finished) word pair, ranks side by side. The ranks
   // of a stage run in near lockstep at the same op indices, so the words that
   // the events of a moment touch sit together in a few pages and cache lines,
   // instead of one page per rank (full mode: thousands, past the TLB's reach).
-  [[nodiscard]] std::size_t word(const RankState& st, std::uint32_t i) const { return (i >> 6) * stride_ + 2 * st.bits; }
+  [[nodiscard]] std::size_t word(const RankState& st, std::uint32_t i) const { return (i >> 6) * stride_ + 2 * st.index; }
   [[nodiscard]] bool started(const RankState& st, std::uint32_t i) const { return (bits_[word(st, i)] >> (i & 63)) & 1U; }
   [[nodiscard]] bool finished(const RankState& st, std::uint32_t i) const {
     return (bits_[word(st, i) + 1] >> (i & 63)) & 1U;
@@ -287,7 +290,7 @@ class Engine {
       for (std::size_t c = 0; c < info.class_op.size(); ++c) {
         const std::uint32_t i = info.class_op[c];
         const Op& op = info.prog->ops[i];
-        Network::Prepared& flow = flow_of_class_[st.flows + c];
+        Network::Prepared& flow = flow_of_class_[per_class(st, c)];
         if (is_p2p(op.kind)) {
           if (info.ops[i].comm.pair == kNone) continue;
           const int peer = p_.grid.on_stage(st.rank, op.peer_stage);
@@ -321,7 +324,7 @@ class Engine {
       const RankState& st = states_[s];
       const StageInfo& info = stages_[st.stage];
       for (std::size_t c = 0; c < info.class_op.size(); ++c) {
-        const Network::Prepared f = flow_of_class_[st.flows + c];
+        const Network::Prepared f = flow_of_class_[per_class(st, c)];
         if (f == kNone) continue;
         if (f >= key_of_flow.size()) key_of_flow.resize(f + 1, unset);
         const Op& op = info.prog->ops[info.class_op[c]];
@@ -351,7 +354,7 @@ class Engine {
   static constexpr double kJoinable = -2;
   [[nodiscard]] bool joinable(std::uint32_t s, const OpInfo& op) const {
     return op.kind != OpKind::compute && !is_p2p(op.kind) &&
-           local_comm_[states_[s].flows + op.comm.comm_class].latency == kJoinable;
+           local_comm_[per_class(states_[s], op.comm.comm_class)].latency == kJoinable;
   }
 
   [[nodiscard]] bool lone(Network::Prepared flow) const { return flow < lone_.size() && lone_[flow].latency >= 0; }
@@ -430,7 +433,7 @@ class Engine {
       w = acquire();
       pool_[w].push_back({s, i});
       pool_at_[w] = arrival;
-      pool_flow_[w] = flow_of_class_[st.flows + op.comm.comm_class];
+      pool_flow_[w] = flow_of_class_[per_class(st, op.comm.comm_class)];
     } else {
       const std::int64_t gid = group_id_[s][static_cast<std::size_t>(op.group)];
       Channel& ch = channel(gid, op.stream);
@@ -443,7 +446,7 @@ class Engine {
       pool_[w].push_back({s, i});
       if (pool_[w].size() == 1 || arrival >= pool_at_[w]) {   // the last to arrive launches it, with its flow
         pool_at_[w] = arrival;
-        pool_flow_[w] = flow_of_class_[st.flows + op.comm.comm_class];
+        pool_flow_[w] = flow_of_class_[per_class(st, op.comm.comm_class)];
       }
       if (static_cast<int>(pool_[w].size()) < expected) return;
       ch.slots[k] = kNone;
@@ -472,7 +475,7 @@ class Engine {
     const RankState& st = states_[s];
     const OpInfo& op = stages_[st.stage].ops[i];
     if (op.kind == OpKind::compute) return start + op.duration;
-    const Network::LoneTerms& t = local_comm_[st.flows + op.comm.comm_class];
+    const Network::LoneTerms& t = local_comm_[per_class(st, op.comm.comm_class)];
     if (t.latency < 0) return std::nullopt;
     return (start + t.latency) + t.transfer;   // Network::lone_terms
   }
@@ -488,10 +491,10 @@ class Engine {
       const StageInfo& info = stages_[st.stage];
       for (std::size_t c = 0; c < info.class_op.size(); ++c) {
         const Op& op = info.prog->ops[info.class_op[c]];
-        const Network::Prepared flow = flow_of_class_[st.flows + c];
+        const Network::Prepared flow = flow_of_class_[per_class(st, c)];
         if (is_p2p(op.kind) || !lone(flow)) continue;
-        if (expected_members(s, op.group) > 1) local_comm_[st.flows + c].latency = kJoinable;
-        else local_comm_[st.flows + c] = lone_[flow];
+        if (expected_members(s, op.group) > 1) local_comm_[per_class(st, c)].latency = kJoinable;
+        else local_comm_[per_class(st, c)] = lone_[flow];
       }
     }
   }
@@ -620,7 +623,7 @@ class Engine {
     const std::uint32_t w = acquire();
     pool_[w].push_back({static_cast<std::uint32_t>(ps), j});
     pool_[w].push_back({s, i});
-    launch(w, flow_of_class_[st.flows + op.comm.comm_class], now);
+    launch(w, flow_of_class_[per_class(st, op.comm.comm_class)], now);
   }
 
   // Serial execution: op i gives the rank up; its next op of the list starts.
@@ -719,11 +722,11 @@ class Engine {
   std::size_t stride_ = 0;                                 // words per row of bits_: two per simulated rank
   std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
   std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
-  std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage
+  std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage (per_class)
   // Per prepared flow: always alone on its links (find_lone_flows), with the
   // terms of its end (Network::lone_terms); latency -1 for the others.
   std::vector<Network::LoneTerms> lone_;
-  std::vector<Network::LoneTerms> local_comm_;            // per rank, per CommClass: see prepare_local_comm
+  std::vector<Network::LoneTerms> local_comm_;            // per rank, per CommClass (per_class): see prepare_local_comm
   std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;
   EventQueue heap_;   // compute completions
