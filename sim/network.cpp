@@ -324,6 +324,37 @@ struct Network::State {
     }
   }
 
+  // A transferring flow that is alone on every one of its links (a pipeline
+  // transfer on its own NIC ports, typically): no other flow's rate depends
+  // on it, nor its on theirs, so its max-min rate is its solo rate.
+  bool isolated(const Flow& f) const {
+    for (const auto& [l, w] : f.load)
+      if (links[l].flows.size() != 1) return false;
+    return true;
+  }
+  // What solve() does for a set of that one flow, step for step in the same
+  // arithmetic (its level is its solo rate; none of its links is binding),
+  // without the solve's heaps and scratch: pipeline transfers are most of
+  // the network's flows. Marked as visited for this epoch, not as in the set.
+  void settle_alone(std::uint32_t slot) {
+    Flow& f = flows[slot];
+    f.in_set = epoch;
+    f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.last));
+    f.last = now;
+    const double rate = std::max(f.solo, 0.0);
+    f.frozen = true;   // as freeze() leaves it
+    f.new_rate = rate;
+    f.new_bottleneck = f.bottleneck = no_link;
+    if (rate == f.rate) return;  // its finish event stands
+    for (const auto& [l, w] : f.load) {
+      links[l].usage += w * (rate - f.rate);
+      touch(l);
+    }
+    f.rate = rate;
+    ++f.version;
+    if (f.rate > 0) push_event(now + f.remaining / f.rate, slot);
+  }
+
   // Re-solves around the dirty links until the allocation is max-min fair.
   void recompute() {
     if (dirty.empty()) return;
@@ -334,7 +365,11 @@ struct Network::State {
     for (LinkId l : dirty) {
       links[l].dirty = false;
       touch(l);
-      for (const Member& m : links[l].flows) enlist(m.flow);
+      for (const Member& m : links[l].flows) {
+        if (flows[m.flow].in_set == epoch) continue;
+        if (isolated(flows[m.flow])) settle_alone(m.flow);
+        else enlist(m.flow);
+      }
     }
     dirty.clear();
     if (set.empty()) return;

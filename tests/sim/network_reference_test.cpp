@@ -94,16 +94,16 @@ std::vector<double> reference(const std::vector<Job>& jobs, const std::vector<do
   return done;
 }
 
-}  // namespace
-
-TEST_CASE("Incremental max-min sharing finishes random flows when a global re-solve at every event does", "[sim]") {
-  const Topology t = fabric(6, 100);  // 12 links of 100 bytes/s
+// Random jobs on `devices` device links both ways (2 x devices links):
+// `per_job` links each, the network against the reference, `rounds` times.
+void check_random_jobs(int devices, int max_links_per_job, int rounds, unsigned seed) {
+  const Topology t = fabric(devices, 100);  // 2 x devices links of 100 bytes/s
   std::vector<double> cap;
   for (const auto& l : t.links()) cap.push_back(l.capacity_Bps);
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int> link(0, static_cast<int>(cap.size()) - 1), count(1, 4), payload(10, 400);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> link(0, static_cast<int>(cap.size()) - 1), count(1, max_links_per_job), payload(10, 400);
   std::uniform_real_distribution<double> weight(0.5, 3.0), latency(0.0, 2.0), start(0.0, 6.0);
-  for (int round = 0; round < 20; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     std::vector<Job> jobs(30);
     for (auto& j : jobs) {
       std::map<LinkId, double> load;
@@ -140,4 +140,13 @@ TEST_CASE("Incremental max-min sharing finishes random flows when a global re-so
       CHECK(got[i] == Approx(expected[i]).epsilon(1e-6));
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("Incremental max-min sharing finishes random flows when a global re-solve at every event does", "[sim]") {
+  SECTION("dense: 30 flows of 1-4 links on 12 links") { check_random_jobs(6, 4, 20, 7); }
+  // Most flows start alone on their links (the network settles them at
+  // their solo rate without a solve), and later ones join some of them.
+  SECTION("sparse: 30 flows of 1-2 links on 60 links") { check_random_jobs(30, 2, 20, 11); }
 }
