@@ -95,14 +95,13 @@ class Engine {
     const std::size_t n_states = out.simulated_ranks.size();
     states_.reserve(n_states);
     group_id_.reserve(n_states);
-    group_size_.reserve(n_states);
     // Group sizes depend only on the group kind's shape; computed for one
     // rank per stage and shared (full mode only).
-    std::vector<std::array<std::int32_t, kCommGroupCount>> sizes_of_stage(static_cast<std::size_t>(g.pp));
+    group_size_.assign(static_cast<std::size_t>(g.pp), {});
     if (opt_.mode == Mode::full)
       for (int s = 0; s < g.pp; ++s)
         for (int k = 0; k < kCommGroupCount; ++k)
-          sizes_of_stage[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
+          group_size_[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)] =
               static_cast<std::int32_t>(g.group(g.rank_of(0, 0, 0, s), static_cast<CommGroup>(k)).size());
     std::size_t words = 0, classes = 0;   // the most 64-op words and CommClasses of any stage
     for (int r : out.simulated_ranks) {
@@ -118,7 +117,6 @@ class Engine {
       std::array<std::int64_t, kCommGroupCount> ids{};
       for (int k = 0; k < kCommGroupCount; ++k) ids[static_cast<std::size_t>(k)] = g.group_id(r, static_cast<CommGroup>(k));
       group_id_.push_back(ids);
-      group_size_.push_back(sizes_of_stage[st.stage]);
       state_of_rank_[static_cast<std::size_t>(r)] = static_cast<int>(states_.size());
       states_.push_back(st);
     }
@@ -247,7 +245,7 @@ class Engine {
   }
 
   int expected_members(std::uint32_t s, CommGroup g) const {
-    if (opt_.mode == Mode::full) return group_size_[s][static_cast<std::size_t>(g)];
+    if (opt_.mode == Mode::full) return group_size_[states_[s].stage][static_cast<std::size_t>(g)];
     // Reduced: the other members of an intra-stage group are symmetric copies.
     return g == CommGroup::embedding ? (p_.grid.pp > 1 ? 2 : 1) : 1;
   }
@@ -721,7 +719,7 @@ class Engine {
   std::vector<std::uint64_t> bits_;                       // every rank's started/finished bits (word())
   std::size_t stride_ = 0;                                 // words per row of bits_: two per simulated rank
   std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
-  std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per rank (full mode)
+  std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per stage (full mode): every rank of a stage alike
   std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage (per_class)
   // Per prepared flow: always alone on its links (find_lone_flows), with the
   // terms of its end (Network::lone_terms); latency -1 for the others.
