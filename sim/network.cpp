@@ -236,8 +236,7 @@ struct Network::State {
     levels.clear();
     for (std::uint32_t slot : set) {
       Flow& f = flows[slot];
-      f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.last));
-      f.last = now;
+      catch_up(f);
       f.frozen = false;
       for (const auto& [l, w] : f.load) {
         Link& L = links[l];
@@ -310,18 +309,27 @@ struct Network::State {
         if (f.in_set == epoch && !f.frozen) freeze(m.flow, floor, top.link);
       }
     }
-    for (std::uint32_t slot : set) {
-      Flow& f = flows[slot];
-      f.bottleneck = f.new_bottleneck;
-      if (f.new_rate == f.rate) continue;  // its finish event stands
-      for (const auto& [l, w] : f.load) {
-        links[l].usage += w * (f.new_rate - f.rate);
-        touch(l);
-      }
-      f.rate = f.new_rate;
-      ++f.version;
-      if (f.rate > 0) push_event(now + f.remaining / f.rate, slot);
+    for (std::uint32_t slot : set) commit(slot);
+  }
+
+  // A flow's progress up to now at its current rate.
+  void catch_up(Flow& f) {
+    f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.last));
+    f.last = now;
+  }
+  // Applies a flow's new rate and bottleneck: its links' use, and a new
+  // finish event when the rate changed (else its finish event stands).
+  void commit(std::uint32_t slot) {
+    Flow& f = flows[slot];
+    f.bottleneck = f.new_bottleneck;
+    if (f.new_rate == f.rate) return;
+    for (const auto& [l, w] : f.load) {
+      links[l].usage += w * (f.new_rate - f.rate);
+      touch(l);
     }
+    f.rate = f.new_rate;
+    ++f.version;
+    if (f.rate > 0) push_event(now + f.remaining / f.rate, slot);
   }
 
   // A transferring flow that is alone on every one of its links (a pipeline
@@ -332,27 +340,18 @@ struct Network::State {
       if (links[l].flows.size() != 1) return false;
     return true;
   }
-  // What solve() does for a set of that one flow, step for step in the same
-  // arithmetic (its level is its solo rate; none of its links is binding),
-  // without the solve's heaps and scratch: pipeline transfers are most of
-  // the network's flows. Marked as visited for this epoch, not as in the set.
+  // What solve() does for a set of that one flow (its level is its solo
+  // rate; none of its links is binding), through the same steps, without the
+  // solve's heaps and scratch: pipeline transfers are most of the network's
+  // flows. Marked as visited for this epoch, not as in the set.
   void settle_alone(std::uint32_t slot) {
     Flow& f = flows[slot];
     f.in_set = epoch;
-    f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.last));
-    f.last = now;
-    const double rate = std::max(f.solo, 0.0);
+    catch_up(f);
     f.frozen = true;   // as freeze() leaves it
-    f.new_rate = rate;
-    f.new_bottleneck = f.bottleneck = no_link;
-    if (rate == f.rate) return;  // its finish event stands
-    for (const auto& [l, w] : f.load) {
-      links[l].usage += w * (rate - f.rate);
-      touch(l);
-    }
-    f.rate = rate;
-    ++f.version;
-    if (f.rate > 0) push_event(now + f.remaining / f.rate, slot);
+    f.new_rate = std::max(f.solo, 0.0);
+    f.new_bottleneck = no_link;
+    commit(slot);
   }
 
   // Re-solves around the dirty links until the allocation is max-min fair.
