@@ -57,30 +57,60 @@ struct PublishedRun {
   Dtype grad_dtype = Dtype::fp32;
 };
 
-// Narayanan Table 1: 2021, no fused attention, full recomputation, no
-// asynchronous TP all-reduce and no gradient accumulation fusion (both added
-// to Megatron-LM later), pipeline tensors scattered over TP and gathered after
-// the receive (removed in Megatron-Core); PyTorch DDP ("torch") overlaps the gradient
-// all-reduce, Megatron's "local" does not. fp16 weights and fp16 main
-// gradients (the sc21 scripts' --fp16 without
+// A plan as Megatron-LM of 2021 ran it (the sc21 scripts): no fused
+// attention, full recomputation, no asynchronous TP all-reduce and no gradient
+// accumulation fusion (both added to Megatron-LM later), pipeline tensors
+// scattered over TP and gathered after the receive (removed in Megatron-Core);
+// PyTorch DDP ("torch") overlaps the gradient all-reduce, Megatron's "local"
+// does not. With vpp > 1 the interleaved schedule, every batched pipeline
+// exchange waited for (and the device then synchronized): the 2021 code had
+// no overlapped pipeline communication.
+inline std::string megatron_2021_plan(int tp, int pp, int mbs, int vpp, bool torch_ddp) {
+  std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused,grad_accum_fusion=off",
+                                 tp, pp, mbs);
+  if (tp != 1) plan += ",tp_grad_overlap=off";
+  if (tp != 1 && pp > 1) plan += ",pp_scatter_gather=on";
+  if (torch_ddp) plan += ",overlap_grad_reduce=on";
+  if (vpp > 1) plan += fmt::format(",vpp={},schedule=interleaved,overlap_p2p_comm=off", vpp);
+  return plan;
+}
+
+// Narayanan Table 1: the sc21 run_table_1.sh settings (megatron_2021_plan),
+// fp16 weights and fp16 main gradients (the scripts' --fp16 without
 // --accumulate-allreduce-grads-in-fp32).
 inline std::vector<PublishedRun> narayanan_table1(const std::string& ref_dir) {
   std::vector<PublishedRun> out;
   for (const auto& row : read_csv(ref_dir + "/narayanan2021_table1_weak_scaling.csv")) {
     const int L = std::stoi(row.at("num_layers")), pp = std::stoi(row.at("pp"));
-    std::string plan = fmt::format("tp={},pp={},mbs={},recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused,grad_accum_fusion=off",
-                                   row.at("tp"), row.at("pp"), row.at("micro_batch"));
-    if (row.at("tp") != "1") plan += ",tp_grad_overlap=off";
-    if (row.at("tp") != "1" && pp > 1) plan += ",pp_scatter_gather=on";
-    if (row.at("ddp_impl") == "torch") plan += ",overlap_grad_reduce=on";
-    if (!row.at("layers_per_virtual_stage").empty()) {
-      const int vpp = L / pp / std::stoi(row.at("layers_per_virtual_stage"));
-      // The 2021 code waited on every batched pipeline exchange (and then
-      // synchronized the device); it had no overlapped pipeline communication.
-      if (vpp > 1) plan += fmt::format(",vpp={},schedule=interleaved,overlap_p2p_comm=off", vpp);
-    }
+    const int vpp = row.at("layers_per_virtual_stage").empty() ? 1 : L / pp / std::stoi(row.at("layers_per_virtual_stage"));
+    const std::string plan = megatron_2021_plan(std::stoi(row.at("tp")), pp, std::stoi(row.at("micro_batch")), vpp,
+                                                row.at("ddp_impl") == "torch");
     out.push_back({"narayanan-table1", row.at("params_b") + "B", model_name("gpt-", row.at("params_b")), "dgx-a100",
                    plan, std::stoi(row.at("gpus")), static_cast<std::int64_t>(std::stod(row.at("global_batch"))),
+                   std::stod(row.at("tflops_per_gpu")), Dtype::fp16, Dtype::fp16});
+  }
+  return out;
+}
+
+// Narayanan Table 2, its PTD-P rows (GPT-3 175B and the 530B model at three
+// GPU counts each; the ZeRO-3 rows are a sharding Megascope does not model).
+// The table gives t*p and the micro-batch; t = 8, so p = 12 and 35. No script
+// for this table was published, so the rest follows the paper's other runs of
+// the same models: 530B as its Table 1 row (run_table_1.sh: interleaved, one
+// layer per virtual stage, vpp 3), 175B as the interleaved case of Figure 12
+// (run_figure_12.sh: two layers per virtual stage, vpp 4); both with
+// Megatron's "local" DDP (no overlapped gradient all-reduce), as every
+// pipelined sc21 run; fp16.
+inline std::vector<PublishedRun> narayanan_table2_ptdp(const std::string& ref_dir) {
+  std::vector<PublishedRun> out;
+  for (const auto& row : read_csv(ref_dir + "/narayanan2021_table2_zero3_vs_ptdp.csv")) {
+    if (row.at("scheme") != "PTD-P") continue;
+    const std::string& size = row.at("params_b");
+    const bool gpt3 = size == "174.6";
+    const int tp = 8, pp = std::stoi(row.at("model_parallel_size")) / tp;
+    const std::string plan = megatron_2021_plan(tp, pp, std::stoi(row.at("micro_batch")), gpt3 ? 4 : 3, false);
+    out.push_back({"narayanan-table2", size + "B", gpt3 ? "gpt3-175b" : model_name("gpt-", size), "dgx-a100", plan,
+                   std::stoi(row.at("gpus")), static_cast<std::int64_t>(std::stod(row.at("global_batch"))),
                    std::stod(row.at("tflops_per_gpu")), Dtype::fp16, Dtype::fp16});
   }
   return out;
