@@ -7,12 +7,16 @@
 //     where the script sets it, full (uniform) recomputation. Compared:
 //     TFLOP/s per GPU counted as the paper does (Eq. 3: with recomputation,
 //     no causal halving).
+//   Narayanan et al. 2021 Table 2, its PTD-P rows: GPT-3 175B and 530B at
+//     three GPU counts each, in the same 2021 software (published.hpp says
+//     which settings follow which of the paper's scripts).
 //   Megatron-LM README (2024): GPT 1.7B-462B on up to 6144 H100s, with the
 //     README's flags: distributed optimizer, overlapped gradient reduce and
 //     parameter gather, TP communication overlap (so sequence parallelism).
 //     Compared: TFLOP/s per GPU as Megatron-LM counted then (model FLOPs,
 //     no causal halving).
-// Ablations the papers report, checked as directions.
+// Ablations the papers report, checked as directions. The predictions come
+// from published_predict.hpp, which tests/apps/validation_test.cpp shares.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -27,85 +31,15 @@
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
-#include "published.hpp"
+#include "published_predict.hpp"
 
 using namespace megascope;
 using namespace megascope::cli;
 
 namespace {
 
-struct Prediction {
-  bool ok = false;
-  std::string error;
-  SimulateOutcome out;
-  bool fits = false;
-  double peak_gib = 0;
-};
-
-Prediction predict(const bench::PublishedRun& run) {
-  Prediction p;
-  ScenarioOptions o;
-  o.model = run.model;
-  o.cluster = run.cluster;
-  o.gpus = run.gpus;
-  o.plan = run.plan;
-  o.global_batch = run.batch;
-  auto sc = load_scenario(o);
-  if (!sc) {
-    p.error = sc.error().str();
-    return p;
-  }
-  // The run's number formats (the command line has no option for them).
-  TrainingSpec t = sc->setup.training;
-  t.params_dtype = run.params_dtype;
-  t.grad_dtype = run.grad_dtype;
-  auto s = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, run.gpus);
-  if (!s) {
-    p.error = s.error().str();
-    return p;
-  }
-  sc->setup = std::move(*s);
-  auto out = run_simulation(*sc, SimulateOptions{});
-  if (!out) {
-    p.error = out.error().str();
-    return p;
-  }
-  const nlohmann::json j = simulate_json(*sc, *out, SimulateOptions{});
-  p.fits = j["memory"]["fits"].get<bool>();
-  p.peak_gib = j["memory"]["peak_bytes"].get<double>() / (1024.0 * 1024 * 1024);
-  p.out = std::move(*out);
-  p.ok = true;
-  return p;
-}
-
-// A run of `model` on `gpus` GPUs of `cluster` with `plan` and `batch`, in today's number formats.
-bench::PublishedRun run_of(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
-                           std::int64_t batch) {
-  bench::PublishedRun run;
-  run.model = model;
-  run.cluster = cluster;
-  run.gpus = gpus;
-  run.plan = plan;
-  run.batch = batch;
-  return run;
-}
-
-Prediction predict(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
-                   std::int64_t batch) {
-  return predict(run_of(model, cluster, gpus, plan, batch));
-}
-
-// The same as Megatron-LM of 2021 ran it (the Narayanan et al. ablations):
-// no asynchronous TP all-reduce, no gradient accumulation fusion, pipeline
-// tensors scattered and gathered over TP, every pipeline exchange waited for,
-// fp16 weights and main gradients.
-Prediction predict_2021(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
-                        std::int64_t batch) {
-  bench::PublishedRun run = run_of(model, cluster, gpus, plan + ",tp_grad_overlap=off,grad_accum_fusion=off,pp_scatter_gather=on,overlap_p2p_comm=off", batch);
-  run.params_dtype = Dtype::fp16;
-  run.grad_dtype = Dtype::fp16;
-  return predict(run);
-}
+using bench::Prediction;
+using bench::predict;
 
 // Signed relative errors of a table's rows, by label.
 using Errors = std::map<std::string, double>;
@@ -267,17 +201,15 @@ int main(int argc, char** argv) {
     std::string cells;
     bool all = true;
     for (int batch : {12, 24, 48}) {
-      const Prediction a = predict_2021("gpt3-175b", "dgx-a100", 96, "tp=8,pp=12,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", batch);
-      const Prediction b = predict_2021("gpt3-175b", "dgx-a100", 96,
-                                   "tp=8,pp=12,vpp=4,schedule=interleaved,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", batch);
-      if (!a.ok || !b.ok) {
-        cells += fmt::format("batch {}: error {} ", batch, a.ok ? b.error : a.error);
+      std::string error;
+      const std::optional<double> gain = bench::interleaving_gain(batch, &error);
+      if (!gain) {
+        cells += fmt::format("batch {}: error {} ", batch, error);
         all = false;
         continue;
       }
-      const double gain = a.out.report.step_time_s / b.out.report.step_time_s - 1;
-      cells += fmt::format("batch {}: {:+.1f}%; ", batch, 100 * gain);
-      all = all && gain > 0;
+      cells += fmt::format("batch {}: {:+.1f}%; ", batch, 100 * *gain);
+      all = all && *gain > 0;
     }
     add(fmt::format("| interleaved beats 1F1B at small batch (Narayanan Fig. 12) | GPT-3 175B, 96 A100, tp 8 pp 12, v 4 | {} | {} |",
                     cells, all ? "yes" : "no"));
@@ -287,22 +219,14 @@ int main(int argc, char** argv) {
     std::string cells;
     double best = 0;
     int best_tp = 0;
-    for (int tp : {2, 4, 8, 16, 32}) {
-      const std::string model_file = "/tmp/megascope-validation-162b.toml";
-      std::ofstream(model_file) << "[model]\nname = \"gpt-162b\"\nnum_layers = 32\nhidden_size = 20480\nffn_hidden_size = 81920\n"
-                                   "num_attention_heads = 128\nvocab_size = 51200\nseq_length = 2048\nactivation = \"gelu\"\n"
-                                   "norm = \"layernorm\"\nposition_embedding = \"learned\"\nadd_bias_linear = true\n"
-                                   "tied_embeddings = true\nhidden_dropout = 0.1\nattention_dropout = 0.1\n";
-      const Prediction p = predict_2021(model_file, "dgx-a100", 64,
-                                   fmt::format("tp={},pp={},mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", tp, 64 / tp), 128);
-      if (!p.ok) {
+    for (const auto& [tp, thr] : bench::tp_split_throughputs("/tmp/megascope-validation-162b.toml")) {
+      if (!thr) {
         cells += fmt::format("tp {}: error; ", tp);
         continue;
       }
-      const double thr = p.out.report.tokens_per_s;
-      cells += fmt::format("tp {}: {:.0f} tok/s; ", tp, thr);
-      if (thr > best) {
-        best = thr;
+      cells += fmt::format("tp {}: {:.0f} tok/s; ", tp, *thr);
+      if (*thr > best) {
+        best = *thr;
         best_tp = tp;
       }
     }
@@ -311,15 +235,13 @@ int main(int argc, char** argv) {
   }
   {
     // Korthikanti et al. 2022 Table 4: selective recomputation (+SP) vs full, GPT-3 175B, tp 8 pp 8, ~30% faster.
-    const std::string base = "tp=8,pp=8,mbs=1,sp=on,vpp=3,schedule=interleaved,attention=unfused";
-    const Prediction sel = predict("gpt3-175b", "dgx-a100", 64, base + ",recompute=selective", 64);
-    const Prediction full = predict("gpt3-175b", "dgx-a100", 64, base + ",recompute=full,recompute_method=uniform,recompute_layers=1", 64);
-    if (sel.ok && full.ok) {
-      const double gain = full.out.report.step_time_s / sel.out.report.step_time_s - 1;
+    std::string error;
+    const std::optional<double> gain = bench::selective_recompute_gain(&error);
+    if (gain) {
       add(fmt::format("| selective recomputation beats full by about 30% (Korthikanti Table 4: 175B +29%) | GPT-3 175B, 64 A100, tp 8 pp 8 SP | {:+.1f}% | {} |",
-                      100 * gain, gain > 0.2 && gain < 0.4 ? "yes" : "no"));
+                      100 * *gain, *gain > 0.2 && *gain < 0.4 ? "yes" : "no"));
     } else {
-      add(fmt::format("| selective vs full recomputation | GPT-3 175B | error: {} | no |", sel.ok ? full.error : sel.error));
+      add(fmt::format("| selective vs full recomputation | GPT-3 175B | error: {} | no |", error));
     }
   }
   add("");

@@ -1,0 +1,113 @@
+// End-to-end accuracy against published runs, as docs/validation.md reports
+// it (bench/published_predict.hpp computes both): every row of Narayanan
+// et al. 2021 Tables 1 and 2 (PTD-P) and of the Megatron-LM README H100 table
+// predicted within a bound, each table's mean absolute error held at most
+// where it stands, and the published ablations reproduced in direction. The
+// 5% target is not met yet (docs/validation.md says by how much and why);
+// these bounds keep what is validated from sliding back.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench/published_predict.hpp"
+
+namespace {
+
+using megascope::bench::PublishedRun;
+
+struct TableError {
+  double mean_abs = 0, worst = 0;
+  int rows = 0;
+};
+
+// Predicts every row, in TFLOP/s per GPU as the table counts them: the
+// hardware FLOPs with recomputation (Narayanan et al. Eq. 3) or the model
+// FLOPs (Megatron-LM of 2024), neither halving causal attention.
+TableError table_error(const std::vector<PublishedRun>& runs, bool hardware_flops) {
+  TableError e;
+  double sum = 0;
+  for (const PublishedRun& run : runs) {
+    INFO(run.table << " " << run.label << " on " << run.gpus << " GPUs: " << run.plan);
+    const megascope::bench::Prediction p = megascope::bench::predict(run);
+    REQUIRE(p.error == "");
+    REQUIRE(p.ok);
+    CHECK(p.fits);
+    const double predicted = hardware_flops ? p.out.report.hardware_tflops_per_gpu_no_causal : p.out.report.tflops_per_gpu_no_causal;
+    const double err = std::abs(predicted - run.tflops_per_gpu) / run.tflops_per_gpu;
+    INFO("published " << run.tflops_per_gpu << ", predicted " << predicted);
+    sum += err;
+    e.worst = std::max(e.worst, err);
+    ++e.rows;
+  }
+  e.mean_abs = sum / e.rows;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("Narayanan Table 1 (10 A100 runs): every row within 13 percent, mean absolute error at most 7 percent", "[validation]") {
+  const auto runs = megascope::bench::narayanan_table1(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(runs.size() == 10);
+  const TableError e = table_error(runs, true);
+  CHECK(e.worst < 0.13);
+  CHECK(e.mean_abs < 0.07);
+}
+
+TEST_CASE("Narayanan Table 2 PTD-P (6 A100 runs of 175B and 530B): every row within 12 percent, mean absolute error at most 7.5 percent",
+          "[validation]") {
+  const auto runs = megascope::bench::narayanan_table2_ptdp(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(runs.size() == 6);
+  const TableError e = table_error(runs, true);
+  CHECK(e.worst < 0.12);
+  CHECK(e.mean_abs < 0.075);
+}
+
+TEST_CASE("Megatron-LM README H100 (9 runs): every row within 30 percent, mean absolute error at most 12 percent", "[validation]") {
+  const auto runs = megascope::bench::megatron_h100(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(runs.size() == 9);
+  const TableError e = table_error(runs, false);
+  CHECK(e.worst < 0.30);
+  CHECK(e.mean_abs < 0.12);
+}
+
+TEST_CASE("Narayanan Fig. 12: the interleaved schedule beats 1F1B on GPT-3 175B at batch 12, 24 and 48, by less as the batch grows",
+          "[validation]") {
+  double previous = 1e9;
+  for (int batch : {12, 24, 48}) {
+    std::string error;
+    const std::optional<double> gain = megascope::bench::interleaving_gain(batch, &error);
+    INFO("batch " << batch << ": " << error);
+    REQUIRE(gain);
+    CHECK(*gain > 0);
+    CHECK(*gain < previous);
+    previous = *gain;
+  }
+}
+
+TEST_CASE("Narayanan Fig. 13: TP 8 is the fastest TP x PP split of 64 A100s for the 162B model", "[validation]") {
+  const std::string file = (std::filesystem::temp_directory_path() / "megascope-validation-test-162b.toml").string();
+  int best_tp = 0;
+  double best = 0;
+  for (const auto& [tp, thr] : megascope::bench::tp_split_throughputs(file)) {
+    INFO("tp " << tp);
+    REQUIRE(thr);
+    if (*thr > best) {
+      best = *thr;
+      best_tp = tp;
+    }
+  }
+  std::filesystem::remove(file);
+  CHECK(best_tp == 8);
+}
+
+TEST_CASE("Korthikanti Table 4: selective recomputation beats full by 20-40 percent on GPT-3 175B (published: 29)", "[validation]") {
+  std::string error;
+  const std::optional<double> gain = megascope::bench::selective_recompute_gain(&error);
+  INFO(error);
+  REQUIRE(gain);
+  CHECK(*gain > 0.20);
+  CHECK(*gain < 0.40);
+}
