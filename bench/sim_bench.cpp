@@ -6,8 +6,10 @@
 // one another (SimOptions::regions), so ops/s is the rate to compare across
 // engines.
 //
-//   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT]
+//   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT] [--no-regions]
 // --case keeps the cases whose name contains TEXT ("gpt3", "1t").
+// --no-regions runs the engine with every op's end its own event (the same
+// times): the classic event-per-op rate of the event loop.
 // With --repeat N every case runs N times and the fastest run is reported
 // (the first run of a process pays for page faults the later ones reuse).
 // Cases: GPT-3 175B on 1024 A100s (the default example) in both modes, and
@@ -50,11 +52,12 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool skip_full = false;
+  bool skip_full = false, regions = true;
   int repeat = 1;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     skip_full = skip_full || std::strcmp(argv[i], "--skip-full") == 0;
+    regions = regions && std::strcmp(argv[i], "--no-regions") != 0;
     if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = argv[++i];
   }
@@ -102,7 +105,9 @@ int main(int argc, char** argv) {
       auto cost = sim::CostModel::for_device(setup->cluster.device);
       const sim::Topology topo = sim::Topology::build(setup->cluster, setup->world);
       const auto t2 = Clock::now();
-      auto r = sim::simulate(*program, topo, *cost, {c.mode, false, {}});
+      sim::SimOptions so{c.mode, false, {}};
+      so.regions = regions;
+      auto r = sim::simulate(*program, topo, *cost, so);
       const auto t3 = Clock::now();
       if (!r) {
         fmt::print(stderr, "{}: {}\n", c.name, r.error().str());
