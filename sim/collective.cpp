@@ -152,9 +152,22 @@ FlowSpec to_flow(const Shape& s, const ProtocolParams& p, double bytes) {
   f.latency_s = p.base_s;
   for (const Phase& ph : s.phases)
     if (ph.steps > 0) f.latency_s += ph.steps * (ph.hop_latency_s + p.per_step_s);
-  for (int cls = 0; cls < 3; ++cls)
-    for (const auto& [l, w] : s.load[cls]) f.load.emplace_back(l, w / p.efficiency[cls]);
-  merge(f.load);
+  // Each class's load is sorted by link with no link twice (candidate_shapes
+  // merged it): the three runs merge in one pass (a link in more than one
+  // class sums, as merge() would), with no sort.
+  const auto& load = s.load;
+  f.load.reserve(load[0].size() + load[1].size() + load[2].size());
+  std::size_t at[3] = {0, 0, 0};
+  for (;;) {
+    int next = -1;
+    for (int cls = 0; cls < 3; ++cls)
+      if (at[cls] < load[cls].size() && (next < 0 || load[cls][at[cls]].first < load[next][at[next]].first)) next = cls;
+    if (next < 0) break;
+    const auto& [l, w] = load[next][at[next]++];
+    if (!f.load.empty() && f.load.back().first == l) f.load.back().second += w / p.efficiency[next];
+    else f.load.emplace_back(l, w / p.efficiency[next]);
+  }
+  std::erase_if(f.load, [](const auto& e) { return !(e.second > 0); });
   return f;
 }
 
