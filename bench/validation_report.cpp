@@ -21,15 +21,11 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "apps/scenario.hpp"
-#include "apps/simulate.hpp"
-#include "config/library.hpp"
 #include "config/plan_settings.hpp"
 #include "published_predict.hpp"
 
@@ -59,14 +55,16 @@ std::string range_of(const Errors& e, std::initializer_list<const char*> labels)
 
 // One markdown row per published run (its TFLOP/s per GPU against the
 // predicted `metric`); returns the mean absolute error and the rows that ran,
-// and fills `errors`.
+// and fills `errors` and, if given, `predicted` (per run, in order; nullopt
+// where the simulation failed).
 template <class Add>
 std::pair<double, int> add_rows(Add& add, const std::vector<bench::PublishedRun>& runs, double sim::SimReport::*metric, int digits,
-                                Errors& errors) {
+                                Errors& errors, std::vector<std::optional<double>>* predicted_out = nullptr) {
   double sum_err = 0;
   int n = 0;
   for (const bench::PublishedRun& run : runs) {
     const Prediction p = predict(run);
+    if (predicted_out) predicted_out->push_back(p.ok ? std::optional<double>(p.out.report.*metric) : std::nullopt);
     const std::string published = fmt::format("{:.{}f}", run.tflops_per_gpu, digits);
     if (!p.ok) {
       add(fmt::format("| {} | {} | `{}` | {} | {} | error: {} | | |", run.label, run.gpus, run.plan, run.batch, published, p.error));
@@ -81,6 +79,14 @@ std::pair<double, int> add_rows(Add& add, const std::vector<bench::PublishedRun>
                     run.batch, published, predicted, 100 * err, p.peak_gib, p.fits ? "" : " (does not fit)"));
   }
   return {n ? sum_err / n : 0, n};
+}
+
+// A run of megatron_2021_plan without interleaving, everything else as run
+// (the interleaving options come last in its plan string).
+bench::PublishedRun without_interleaving(const bench::PublishedRun& run) {
+  bench::PublishedRun f = run;
+  if (const auto at = f.plan.find(",vpp="); at != std::string::npos) f.plan.resize(at);
+  return f;
 }
 
 }  // namespace
@@ -132,8 +138,10 @@ int main(int argc, char** argv) {
   add("| model | GPUs | plan | batch | published | predicted | error | peak memory |");
   add("|---|---|---|---|---|---|---|---|");
   Errors a100_t2;
+  const std::vector<bench::PublishedRun> table2 = bench::narayanan_table2_ptdp(ref);
+  std::vector<std::optional<double>> predicted_t2;
   const auto [mae_t2, rows_t2] =
-      add_rows(add, bench::narayanan_table2_ptdp(ref), &sim::SimReport::hardware_tflops_per_gpu_no_causal, 0, a100_t2);
+      add_rows(add, table2, &sim::SimReport::hardware_tflops_per_gpu_no_causal, 0, a100_t2, &predicted_t2);
   add("");
   add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_t2, rows_t2));
   add("");
@@ -146,16 +154,15 @@ int main(int argc, char** argv) {
     };
     std::map<std::string, std::vector<Point>> by_model;   // label -> its rows, by GPUs
     std::string flat;
-    for (const bench::PublishedRun& run : bench::narayanan_table2_ptdp(ref)) {
-      const Prediction p = predict(run);
-      const int pp = run.label == "174.6B" ? 12 : 35, vpp = run.label == "174.6B" ? 4 : 3;
-      bench::PublishedRun f = run;
-      f.plan = bench::megatron_2021_plan(8, pp, 1, 1, false);
-      const Prediction q = predict(f);
-      if (!p.ok || !q.ok) continue;
-      const double m = static_cast<double>(run.batch) / (run.gpus / (8 * pp));   // micro-batches per pipeline (mbs 1)
-      by_model[run.label].push_back({run.tflops_per_gpu, p.out.report.hardware_tflops_per_gpu_no_causal,
-                                     (pp - 1) / (vpp * m), (pp - 1) / m});
+    for (std::size_t i = 0; i < table2.size(); ++i) {
+      const bench::PublishedRun& run = table2[i];
+      const auto plan = parse_inline_plan(run.plan);
+      const Prediction q = predict(without_interleaving(run));
+      if (!predicted_t2[i] || !plan || !q.ok) continue;
+      const int pp = plan->pp, vpp = plan->vpp.value_or(1);
+      const double m = static_cast<double>(run.batch) /
+                       (run.gpus / (plan->tp * pp) * plan->micro_batch_size);   // micro-batches per pipeline
+      by_model[run.label].push_back({run.tflops_per_gpu, *predicted_t2[i], (pp - 1) / (vpp * m), (pp - 1) / m});
       const double err = (q.out.report.hardware_tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
       flat += fmt::format("{}{} on {} GPUs {:+.1f}%", flat.empty() ? "" : ", ", run.label, run.gpus, 100 * err);
     }
@@ -315,11 +322,8 @@ int main(int argc, char** argv) {
     std::string flat;
     Errors as_1f1b = a100;   // the table's errors with these rows replaced
     for (const bench::PublishedRun& run : bench::narayanan_table1(ref)) {
-      const auto at = run.plan.find(",vpp=");
-      if (at == std::string::npos) continue;
-      bench::PublishedRun f = run;
-      f.plan = run.plan.substr(0, at);   // the interleaving options come last (megatron_2021_plan)
-      const Prediction q = predict(f);
+      if (run.plan.find(",vpp=") == std::string::npos) continue;
+      const Prediction q = predict(without_interleaving(run));
       if (!q.ok) continue;
       const double err = (q.out.report.hardware_tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
       flat += fmt::format("{}{} {:+.1f}%", flat.empty() ? "" : ", ", run.label, 100 * err);
