@@ -66,9 +66,9 @@ void sort_nearly_sorted(Intervals& v) {
 }
 
 // Sorted, overlapping and touching intervals joined. Spans of one stream
-// arrive in start order, so the sort is usually skipped.
+// arrive in start order, so the sort is usually one pass that moves nothing.
 Intervals merged(Intervals v) {
-  if (!std::is_sorted(v.begin(), v.end())) sort_nearly_sorted(v);
+  sort_nearly_sorted(v);
   std::size_t n = 0;   // in place: v[0..n) is the merged prefix
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (n > 0 && v[i].first <= v[n - 1].second) v[n - 1].second = std::max(v[n - 1].second, v[i].second);
