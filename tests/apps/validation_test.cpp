@@ -18,16 +18,13 @@ namespace {
 
 using megascope::bench::PublishedRun;
 
-struct TableError {
-  double mean_abs = 0, worst = 0;
-  int rows = 0;
-};
-
-// Predicts every row, in TFLOP/s per GPU as the table counts them: the
-// hardware FLOPs with recomputation (Narayanan et al. Eq. 3) or the model
-// FLOPs (Megatron-LM of 2024), neither halving causal attention.
-TableError table_error(const std::vector<PublishedRun>& runs, bool hardware_flops) {
-  TableError e;
+// Predicts every row of a table, in TFLOP/s per GPU as the table counts
+// them: the hardware FLOPs with recomputation (Narayanan et al. Eq. 3) or the
+// model FLOPs (Megatron-LM of 2024), neither halving causal attention. Every
+// row must fit and be within `worst` of the published figure, and the mean
+// absolute error at most `mean`.
+void check_table(const std::vector<PublishedRun>& runs, std::size_t rows, bool hardware_flops, double worst, double mean) {
+  REQUIRE(runs.size() == rows);
   double sum = 0;
   for (const PublishedRun& run : runs) {
     INFO(run.table << " " << run.label << " on " << run.gpus << " GPUs: " << run.plan);
@@ -38,39 +35,25 @@ TableError table_error(const std::vector<PublishedRun>& runs, bool hardware_flop
     const double predicted = hardware_flops ? p.out.report.hardware_tflops_per_gpu_no_causal : p.out.report.tflops_per_gpu_no_causal;
     const double err = std::abs(predicted - run.tflops_per_gpu) / run.tflops_per_gpu;
     INFO("published " << run.tflops_per_gpu << ", predicted " << predicted);
+    CHECK(err < worst);
     sum += err;
-    e.worst = std::max(e.worst, err);
-    ++e.rows;
   }
-  e.mean_abs = sum / e.rows;
-  return e;
+  CHECK(sum / static_cast<double>(runs.size()) < mean);
 }
 
 }  // namespace
 
 TEST_CASE("Narayanan Table 1 (10 A100 runs): every row within 13 percent, mean absolute error at most 7 percent", "[validation]") {
-  const auto runs = megascope::bench::narayanan_table1(MEGASCOPE_REFERENCE_DIR);
-  REQUIRE(runs.size() == 10);
-  const TableError e = table_error(runs, true);
-  CHECK(e.worst < 0.13);
-  CHECK(e.mean_abs < 0.07);
+  check_table(megascope::bench::narayanan_table1(MEGASCOPE_REFERENCE_DIR), 10, true, 0.13, 0.07);
 }
 
 TEST_CASE("Narayanan Table 2 PTD-P (6 A100 runs of 175B and 530B): every row within 12 percent, mean absolute error at most 7.5 percent",
           "[validation]") {
-  const auto runs = megascope::bench::narayanan_table2_ptdp(MEGASCOPE_REFERENCE_DIR);
-  REQUIRE(runs.size() == 6);
-  const TableError e = table_error(runs, true);
-  CHECK(e.worst < 0.12);
-  CHECK(e.mean_abs < 0.075);
+  check_table(megascope::bench::narayanan_table2_ptdp(MEGASCOPE_REFERENCE_DIR), 6, true, 0.12, 0.075);
 }
 
 TEST_CASE("Megatron-LM README H100 (9 runs): every row within 30 percent, mean absolute error at most 12 percent", "[validation]") {
-  const auto runs = megascope::bench::megatron_h100(MEGASCOPE_REFERENCE_DIR);
-  REQUIRE(runs.size() == 9);
-  const TableError e = table_error(runs, false);
-  CHECK(e.worst < 0.30);
-  CHECK(e.mean_abs < 0.12);
+  check_table(megascope::bench::megatron_h100(MEGASCOPE_REFERENCE_DIR), 9, false, 0.30, 0.12);
 }
 
 TEST_CASE("Narayanan Fig. 12: the interleaved schedule beats 1F1B on GPT-3 175B at batch 12, 24 and 48, by less as the batch grows",
