@@ -67,13 +67,7 @@ inline Prediction predict(const PublishedRun& run) {
 // A run of `model` on `gpus` GPUs of `cluster` with `plan` and `batch`, in today's number formats.
 inline PublishedRun run_of(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
                            std::int64_t batch) {
-  PublishedRun run;
-  run.model = model;
-  run.cluster = cluster;
-  run.gpus = gpus;
-  run.plan = plan;
-  run.batch = batch;
-  return run;
+  return PublishedRun{"", "", model, cluster, plan, gpus, batch};
 }
 
 inline Prediction predict(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
