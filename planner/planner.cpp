@@ -58,12 +58,14 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
   const sim::Topology topo = shared ? shared->get(s->cluster, s->world) : sim::Topology::build(s->cluster, s->world);
   sim::SimOptions so;
   so.mode = sim::Mode::reduced;
+  so.record_trace = false;   // the report only: the engine gathers what it reads
+  so.activity = true;
   auto result = sim::simulate(*program, topo, cost, so);
   if (!result) return tl::unexpected(result.error());
   SimulatedPlan out;
   out.plan = plan;
   out.gpus = gpus;
-  out.report = sim::make_report(*s, *program, *result);
+  out.report = sim::make_report(*s, *program, std::move(*result));
   out.memory = memory_report(*s);
   if (auto c = from_setup(*s)) out.candidate = *c;
   return out;

@@ -52,8 +52,10 @@ struct alignas(64) RankState {
   std::uint32_t index = 0;              // its index among the simulated ranks (Engine::word, Engine::per_class)
   std::uint32_t remaining = 0;
   std::uint32_t ahead = 0;              // its ops' records before this index are prefetched
-  double* start_time = nullptr;         // traced ranks, when spans are recorded: start of each op
+  double* start_time = nullptr;         // traced ranks, when spans or activity are recorded: start of each op
   std::uint32_t next = 0;               // serial execution: the next op of the list
+  RankActivity* activity = nullptr;     // traced ranks, SimOptions::activity
+  const std::uint8_t* codes = nullptr;  // with activity: activity_code of each op of its stage
 };
 
 // Collectives of one (group instance, stream) waiting for members, by
@@ -124,13 +126,27 @@ class Engine {
     stride_ = 2 * n_states;
     flow_of_class_.assign(classes * n_states, kNone);
     start_times_.resize(n_states);
+    if (opt_.activity) {
+      activity_.reserve(traced.size());   // no reallocation: the ranks point into it
+      codes_.resize(stages_.size());
+    }
     for (int r : traced) {
       if (r < 0 || r >= g.world() || state_of_rank_[static_cast<std::size_t>(r)] < 0)
         return fail("simulate", fmt::format("rank {} to trace is not simulated in this mode", r));
       const auto s = static_cast<std::size_t>(state_of_rank_[static_cast<std::size_t>(r)]);
-      if (opt_.record_trace) {   // start times serve only the spans
-        start_times_[s].assign(stages_[states_[s].stage].ops.size(), 0.0);
-        states_[s].start_time = start_times_[s].data();
+      RankState& st = states_[s];
+      if (opt_.record_trace || opt_.activity) {   // start times serve only the spans and the activity
+        start_times_[s].assign(stages_[st.stage].ops.size(), 0.0);
+        st.start_time = start_times_[s].data();
+      }
+      if (opt_.activity && !st.activity) {   // a rank named twice is gathered once
+        std::vector<std::uint8_t>& codes = codes_[st.stage];
+        if (codes.empty()) codes = activity_codes(*stages_[st.stage].prog);
+        st.codes = codes.data();
+        RankActivity& a = activity_.emplace_back();
+        a.rank = r;
+        a.compute.reserve(codes.size());
+        st.activity = &a;
       }
       out.traced_ranks.push_back(r);
     }
@@ -213,6 +229,7 @@ class Engine {
     }
     out.step_time_s = end_;
     out.spans = std::move(spans_);
+    out.activity = std::move(activity_);
     out.events = events_;
     for (const StageInfo& info : stages_) out.compute_time_s.push_back(info.compute_s);
     return out;
@@ -597,7 +614,7 @@ class Engine {
       set_finished(st, x);
       st.remaining -= 1;
       end_ = std::max(end_, slot_[x].end);
-      if (record_ && st.start_time) spans_.push_back({st.rank, x, start, slot_[x].end});
+      if (st.start_time) record(st, x, start, slot_[x].end);
     }
     // Collectives whose members the region reaches: each joins its group at
     // its arrival time, which only sets when the group's last member
@@ -691,6 +708,12 @@ class Engine {
     st.ahead = std::max(st.ahead, to);
   }
 
+  // Op i of a traced rank ran from start to end: its span and its activity.
+  void record(const RankState& st, std::uint32_t i, double start, double end) {
+    if (record_) spans_.push_back({st.rank, i, start, end});
+    if (st.activity) st.activity->add(st.codes[i], start, end);
+  }
+
   void finish(std::uint32_t s, std::uint32_t i, double now) {
     RankState& st = states_[s];
     const StageInfo& info = stages_[st.stage];
@@ -702,11 +725,11 @@ class Engine {
     if (serial_) {
       // A send held the rank only while it was posted.
       const bool send = op.kind == OpKind::send;
-      if (record_ && st.start_time) spans_.push_back({st.rank, i, st.start_time[i], send ? st.start_time[i] : now});
+      if (st.start_time) record(st, i, st.start_time[i], send ? st.start_time[i] : now);
       if (!send) advance_serial(s, i, now);
       return;
     }
-    if (record_ && st.start_time) spans_.push_back({st.rank, i, st.start_time[i], now});
+    if (st.start_time) record(st, i, st.start_time[i], now);
     for (std::uint32_t d = op.succ_begin; d < op.succ_begin + op.succ_count; ++d) try_start(s, info.succs[d], now);
   }
 
@@ -738,6 +761,8 @@ class Engine {
   std::map<std::tuple<std::int64_t, int, double>, Network::Prepared> spec_cache_;
   std::map<std::tuple<int, int, double>, Network::Prepared> p2p_cache_;
   std::vector<Span> spans_;
+  std::vector<RankActivity> activity_;                   // SimOptions::activity: per traced rank
+  std::vector<std::vector<std::uint8_t>> codes_;          // with activity: per stage, activity_code of each op
   bool record_ = true;
   bool net_changed_ = true;   // t_net_ is stale
   bool regions_ = false;      // SimOptions::regions, streams execution only

@@ -30,6 +30,7 @@
 #include "core/program/program.hpp"
 #include "core/result.hpp"
 #include "core/trace.hpp"
+#include "sim/activity.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/network.hpp"
 
@@ -58,6 +59,9 @@ struct SimOptions {
   // posted ahead and end for all members in one event: the same times, far
   // fewer events. Off: one event per op.
   bool regions = true;
+  // Gather the traced ranks' activity (sim/activity.hpp) as their ops end,
+  // for make_report, whether or not spans are recorded.
+  bool activity = false;
 };
 
 // The execution a simulation of `device` uses when SimOptions leaves it open.
@@ -73,6 +77,7 @@ struct SimResult {
   std::vector<int> simulated_ranks;
   std::uint64_t events = 0;                // op completions + network events processed
   std::vector<double> compute_time_s;      // per stage program: summed duration of its compute ops
+  std::vector<RankActivity> activity;      // SimOptions::activity: per traced rank (once each), in traced_ranks' order
 };
 
 // Duration of each compute op of a stage (sum of its kernels' costs).

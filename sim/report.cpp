@@ -38,8 +38,6 @@ std::optional<CommKind> comm_kind(OpLabel l) {
   }
 }
 
-using Intervals = std::vector<std::pair<double, double>>;
-
 // Sorts intervals that are nearly in order: spans arrive in completion
 // order, and an op finishes out of start order only by a few places (the
 // engine ends a region's inner ops before an exit it started earlier). An
@@ -114,73 +112,26 @@ double minus(const Intervals& a, const Intervals& b) {
 
 }  // namespace
 
-SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
+namespace {
+
+// The report of per-rank activity, whichever way it was gathered.
+SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::vector<RankActivity> per_rank) {
   SimReport rep;
-  rep.step_time_s = r.step_time_s;
+  rep.step_time_s = step_time_s;
   const double tokens = static_cast<double>(s.tokens_per_iteration());
   const IterationFlops fl = iteration_flops(s);
   rep.model_flops = fl.model;
-  if (r.step_time_s > 0) {
-    rep.tokens_per_s = tokens / r.step_time_s;
-    rep.tflops_per_gpu = fl.model / r.step_time_s / s.world / 1e12;
-    rep.tflops_per_gpu_no_causal = fl.model_no_causal / r.step_time_s / s.world / 1e12;
-    rep.hardware_tflops_per_gpu_no_causal = fl.hardware_no_causal / r.step_time_s / s.world / 1e12;
+  if (step_time_s > 0) {
+    rep.tokens_per_s = tokens / step_time_s;
+    rep.tflops_per_gpu = fl.model / step_time_s / s.world / 1e12;
+    rep.tflops_per_gpu_no_causal = fl.model_no_causal / step_time_s / s.world / 1e12;
+    rep.hardware_tflops_per_gpu_no_causal = fl.hardware_no_causal / step_time_s / s.world / 1e12;
     const double peak = s.cluster.device.peak_bf16_flops / 1e12;
     rep.mfu = rep.tflops_per_gpu / peak;
     rep.mfu_no_causal = rep.tflops_per_gpu_no_causal / peak;
   }
-  // Intervals per traced rank, and compute time by label (summed in span
-  // order). Ranks are looked up by index, labels by enum: no per-span maps.
-  struct RankSpans {
-    int rank = 0;
-    const std::vector<std::uint8_t>* codes = nullptr;
-    Intervals compute;
-    std::array<Intervals, kCommKinds> comm;
-    std::array<double, kOpLabelCount> by_label{};
-    std::array<bool, kOpLabelCount> has_label{};
-  };
-  std::vector<RankSpans> per_rank;
-  std::vector<std::int32_t> slot_of_rank(static_cast<std::size_t>(std::max(0, p.grid.world())), -1);
-  // What a span needs of its op, one byte per op of each stage (read once, in
-  // order; spans come in completion order, interleaved over ranks): compute
-  // (kCompute | label), a kind of communication, or kIgnored.
-  constexpr std::uint8_t kCompute = 0x80, kIgnored = 0x7f;
-  static_assert(kOpLabelCount < kIgnored && kCommKinds < kIgnored);
-  std::vector<std::vector<std::uint8_t>> codes(p.stages.size());
-  const auto codes_of = [&](int rank) -> const std::vector<std::uint8_t>* {
-    const StageProgram& sp = p.of_rank(rank);
-    auto& c = codes[static_cast<std::size_t>(&sp - p.stages.data())];
-    if (c.empty() && !sp.ops.empty()) {
-      c.resize(sp.ops.size());
-      for (std::size_t i = 0; i < sp.ops.size(); ++i) {
-        const Op& op = sp.ops[i];
-        const auto k = comm_kind(op.label);
-        c[i] = op.kind == OpKind::compute ? static_cast<std::uint8_t>(kCompute | static_cast<std::uint8_t>(op.label))
-               : k                        ? static_cast<std::uint8_t>(*k)
-                                          : kIgnored;
-      }
-    }
-    return &c;
-  };
-  for (const Span& sp : r.spans) {
-    auto& slot = slot_of_rank.at(static_cast<std::size_t>(sp.rank));
-    if (slot < 0) {
-      slot = static_cast<std::int32_t>(per_rank.size());
-      per_rank.push_back(RankSpans{sp.rank, codes_of(sp.rank), {}, {}, {}, {}});
-      per_rank.back().compute.reserve(per_rank.back().codes->size());
-    }
-    RankSpans& entry = per_rank[static_cast<std::size_t>(slot)];
-    const std::uint8_t code = (*entry.codes)[sp.op];
-    if (code & kCompute) {
-      entry.compute.push_back({sp.start, sp.end});
-      const auto l = static_cast<std::size_t>(code & ~kCompute);
-      entry.by_label[l] += sp.end - sp.start;
-      entry.has_label[l] = true;
-    } else if (code != kIgnored) {
-      entry.comm[code].push_back({sp.start, sp.end});
-    }
-  }
-  for (RankSpans& entry : per_rank) {
+  for (RankActivity& entry : per_rank) {
+    if (!entry.any) continue;
     const int rank = entry.rank;
     StageReport st;
     st.rank = rank;
@@ -193,7 +144,7 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
       st.exposed_comm_s[static_cast<std::size_t>(k)] = minus(c, compute);
       if (!c.empty()) busy = united(busy, c);
     }
-    st.bubble_s = std::max(0.0, r.step_time_s - length(busy));
+    st.bubble_s = std::max(0.0, step_time_s - length(busy));
     for (int l = 0; l < kOpLabelCount; ++l)
       if (entry.has_label[static_cast<std::size_t>(l)])
         st.compute_by_label_s[to_string(static_cast<OpLabel>(l))] = entry.by_label[static_cast<std::size_t>(l)];
@@ -202,15 +153,62 @@ SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
   std::sort(rep.stages.begin(), rep.stages.end(), [](const auto& a, const auto& b) {
     return a.stage != b.stage ? a.stage < b.stage : a.rank < b.rank;
   });
-  if (!rep.stages.empty() && r.step_time_s > 0) {
+  if (!rep.stages.empty() && step_time_s > 0) {
     for (const StageReport& st : rep.stages) {
-      rep.bubble_fraction += st.bubble_s / r.step_time_s;
+      rep.bubble_fraction += st.bubble_s / step_time_s;
       for (int k = 0; k < kCommKinds; ++k) rep.exposed_comm_s[static_cast<std::size_t>(k)] += st.exposed_comm_s[static_cast<std::size_t>(k)];
     }
     rep.bubble_fraction /= static_cast<double>(rep.stages.size());
     for (double& e : rep.exposed_comm_s) e /= static_cast<double>(rep.stages.size());
   }
   return rep;
+}
+
+// Per traced rank, its spans' activity, ranks in the order of their first
+// span. Ranks are looked up by index, op codes by stage: no per-span maps.
+std::vector<RankActivity> activity_of_spans(const Program& p, const std::vector<Span>& spans) {
+  std::vector<RankActivity> per_rank;
+  std::vector<const std::vector<std::uint8_t>*> codes_of_slot;
+  std::vector<std::int32_t> slot_of_rank(static_cast<std::size_t>(std::max(0, p.grid.world())), -1);
+  std::vector<std::vector<std::uint8_t>> codes(p.stages.size());   // per stage, made when first needed
+  for (const Span& sp : spans) {
+    auto& slot = slot_of_rank.at(static_cast<std::size_t>(sp.rank));
+    if (slot < 0) {
+      slot = static_cast<std::int32_t>(per_rank.size());
+      const StageProgram& stage = p.of_rank(sp.rank);
+      auto& c = codes[static_cast<std::size_t>(&stage - p.stages.data())];
+      if (c.empty()) c = activity_codes(stage);
+      per_rank.push_back(RankActivity{sp.rank, {}, {}, {}, {}, false});
+      per_rank.back().compute.reserve(c.size());
+      codes_of_slot.push_back(&c);
+    }
+    const auto k = static_cast<std::size_t>(slot);
+    per_rank[k].add((*codes_of_slot[k])[sp.op], sp.start, sp.end);
+  }
+  return per_rank;
+}
+
+}  // namespace
+
+std::uint8_t activity_code(const Op& op) {
+  const auto k = comm_kind(op.label);
+  return op.kind == OpKind::compute ? static_cast<std::uint8_t>(kActivityCompute | static_cast<std::uint8_t>(op.label))
+         : k                        ? static_cast<std::uint8_t>(*k)
+                                    : kActivityIgnored;
+}
+
+std::vector<std::uint8_t> activity_codes(const StageProgram& stage) {
+  std::vector<std::uint8_t> c(stage.ops.size());
+  for (std::size_t i = 0; i < stage.ops.size(); ++i) c[i] = activity_code(stage.ops[i]);
+  return c;
+}
+
+SimReport make_report(const Setup& s, const Program& p, const SimResult& r) {
+  return report_of(s, p, r.step_time_s, r.activity.empty() ? activity_of_spans(p, r.spans) : r.activity);
+}
+
+SimReport make_report(const Setup& s, const Program& p, SimResult&& r) {
+  return report_of(s, p, r.step_time_s, r.activity.empty() ? activity_of_spans(p, r.spans) : std::move(r.activity));
 }
 
 Result<void> write_trace(const std::string& path, const Program& p, const SimResult& r, TraceInfo info) {

@@ -22,13 +22,10 @@
 
 #include "core/program/program.hpp"
 #include "core/setup.hpp"
+#include "sim/activity.hpp"
 #include "sim/engine.hpp"
 
 namespace megascope::sim {
-
-enum class CommKind : std::uint8_t { tp, cp, ep, dp, pp };
-inline constexpr int kCommKinds = 5;
-const char* to_string(CommKind k);
 
 struct StageReport {
   int stage = 0;
@@ -53,7 +50,11 @@ struct SimReport {
   std::vector<StageReport> stages;
 };
 
+// From r.activity when the engine gathered it (SimOptions::activity), else
+// from r.spans; the same report either way. The second form consumes
+// r.activity instead of copying it.
 SimReport make_report(const Setup& s, const Program& p, const SimResult& r);
+SimReport make_report(const Setup& s, const Program& p, SimResult&& r);
 
 // The simulated iteration as a trace file (core/trace.hpp), source
 // "simulated"; `info` supplies the plan and model names. Returns an error if

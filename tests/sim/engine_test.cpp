@@ -327,6 +327,64 @@ TEST_CASE("The report does not depend on the order spans arrive in", "[sim]") {
   CHECK(base.bubble_fraction > 0);
 }
 
+TEST_CASE("The report from the engine's gathered activity equals the report from the spans", "[sim]") {
+  // SimOptions::activity (the planner's stage 2: no spans) against the spans
+  // (simulate's trace): every figure of the report equal, bit for bit, in
+  // both modes, with streams and with serial execution, on plans with TP,
+  // CP, DP, PP and their overlaps.
+  struct Case {
+    const char* model;
+    const char* plan;
+    int batch, gpus;
+    Mode mode;
+    Execution execution;
+  };
+  const Case cases[] = {
+      {"llama3-8b", "tp=2,pp=2,vpp=2,schedule=interleaved,dp=2,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on",
+       8, 8, Mode::reduced, Execution::streams},
+      {"llama3-8b", "tp=2,pp=2,cp=2,sp=on,distopt=on,overlap_grad_reduce=on", 8, 8, Mode::full, Execution::streams},
+      {"llama3-8b", "tp=2,pp=2,schedule=zb-h1", 8, 4, Mode::full, Execution::serial},
+  };
+  for (const Case& c : cases) {
+    INFO(c.plan);
+    const Setup s = make_setup(shipped_model(c.model), "dgx-h100", c.plan, c.batch, c.gpus, 2048);
+    auto program = build_program(s);
+    REQUIRE(program);
+    auto cost = CostModel::for_device(s.cluster.device);
+    const Topology topo = Topology::build(s.cluster, s.world);
+    SimOptions with_spans{c.mode, true, {}, c.execution};
+    SimOptions with_activity{c.mode, false, {}, c.execution};
+    with_activity.activity = true;
+    auto a = simulate(*program, topo, *cost, with_spans);
+    auto b = simulate(*program, topo, *cost, with_activity);
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(a->activity.empty());
+    CHECK(b->spans.empty());
+    REQUIRE(b->activity.size() == b->traced_ranks.size());
+    CHECK(b->step_time_s == a->step_time_s);
+    const SimReport from_spans = make_report(s, *program, *a);
+    const SimReport from_activity = make_report(s, *program, *b);
+    const SimReport consumed = make_report(s, *program, std::move(*b));
+    for (const SimReport* other : {&from_activity, &consumed}) {
+      CHECK(other->bubble_fraction == from_spans.bubble_fraction);
+      CHECK(other->exposed_comm_s == from_spans.exposed_comm_s);
+      REQUIRE(other->stages.size() == from_spans.stages.size());
+      for (std::size_t i = 0; i < from_spans.stages.size(); ++i) {
+        CHECK(other->stages[i].rank == from_spans.stages[i].rank);
+        CHECK(other->stages[i].compute_busy_s == from_spans.stages[i].compute_busy_s);
+        CHECK(other->stages[i].bubble_s == from_spans.stages[i].bubble_s);
+        CHECK(other->stages[i].exposed_comm_s == from_spans.stages[i].exposed_comm_s);
+        CHECK(other->stages[i].compute_by_label_s == from_spans.stages[i].compute_by_label_s);
+      }
+    }
+    CHECK(from_spans.stages.size() == b->traced_ranks.size());
+    double exposed = 0;
+    for (double e : from_spans.exposed_comm_s) exposed += e;
+    CHECK(exposed > 0);   // the cases have communication to count
+  }
+}
+
 TEST_CASE("The trace file is valid Chrome trace JSON with one event per span", "[sim]") {
   const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=2,pp=2", 4, 4, 2048);
   auto program = build_program(s);

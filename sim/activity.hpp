@@ -1,0 +1,54 @@
+// What the report reads of one traced rank's spans: its compute intervals,
+// its communication intervals by kind and its compute time by label. The
+// report gathers them from SimResult::spans, or the engine gathers them as
+// ops end (SimOptions::activity), which spares a search that needs only the
+// report the spans and their second pass. Both add the same spans in the
+// same order through RankActivity::add, so the reports are identical.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/program/program.hpp"
+
+namespace megascope::sim {
+
+enum class CommKind : std::uint8_t { tp, cp, ep, dp, pp };
+inline constexpr int kCommKinds = 5;
+const char* to_string(CommKind k);
+
+using Intervals = std::vector<std::pair<double, double>>;
+
+// What a span needs of its op, one byte per op: compute (kActivityCompute |
+// its label), a kind of communication, or kActivityIgnored (a transfer the
+// report does not count).
+inline constexpr std::uint8_t kActivityCompute = 0x80, kActivityIgnored = 0x7f;
+static_assert(kOpLabelCount < kActivityIgnored && kCommKinds < kActivityIgnored);
+std::uint8_t activity_code(const Op& op);
+// One code per op of a stage.
+std::vector<std::uint8_t> activity_codes(const StageProgram& stage);
+
+struct RankActivity {
+  int rank = 0;
+  Intervals compute;                              // compute spans, in the order they are added
+  std::array<Intervals, kCommKinds> comm;         // communication spans by kind
+  std::array<double, kOpLabelCount> by_label{};   // compute time by label, summed in that order
+  std::array<bool, kOpLabelCount> has_label{};
+  bool any = false;                               // a span was added (the report skips ranks with none)
+
+  void add(std::uint8_t code, double start, double end) {
+    any = true;
+    if (code & kActivityCompute) {
+      compute.emplace_back(start, end);
+      const auto l = static_cast<std::size_t>(code & ~kActivityCompute);
+      by_label[l] += end - start;
+      has_label[l] = true;
+    } else if (code != kActivityIgnored) {
+      comm[code].emplace_back(start, end);
+    }
+  }
+};
+
+}  // namespace megascope::sim
