@@ -26,7 +26,20 @@ using Intervals = std::vector<std::pair<double, double>>;
 // report does not count).
 inline constexpr std::uint8_t kActivityCompute = 0x80, kActivityIgnored = 0x7f;
 static_assert(kOpLabelCount < kActivityIgnored && kCommKinds < kActivityIgnored);
-std::uint8_t activity_code(const Op& op);
+inline std::uint8_t activity_code(const Op& op) {
+  if (op.kind == OpKind::compute) return static_cast<std::uint8_t>(kActivityCompute | static_cast<std::uint8_t>(op.label));
+  switch (op.label) {
+    case OpLabel::tp_comm: return static_cast<std::uint8_t>(CommKind::tp);
+    case OpLabel::cp_comm: return static_cast<std::uint8_t>(CommKind::cp);
+    case OpLabel::ep_comm: return static_cast<std::uint8_t>(CommKind::ep);
+    case OpLabel::dp_grad:
+    case OpLabel::dp_param:
+    case OpLabel::embedding_grad: return static_cast<std::uint8_t>(CommKind::dp);
+    case OpLabel::pp_activation:
+    case OpLabel::pp_gradient: return static_cast<std::uint8_t>(CommKind::pp);
+    default: return kActivityIgnored;
+  }
+}
 // One code per op of a stage.
 std::vector<std::uint8_t> activity_codes(const StageProgram& stage);
 

@@ -55,7 +55,7 @@ struct alignas(64) RankState {
   double* start_time = nullptr;         // traced ranks, when spans or activity are recorded: start of each op
   std::uint32_t next = 0;               // serial execution: the next op of the list
   RankActivity* activity = nullptr;     // traced ranks, SimOptions::activity
-  const std::uint8_t* codes = nullptr;  // with activity: activity_code of each op of its stage
+  const std::uint8_t* codes = nullptr;  // with activity: activity_code of each op of its stage (StageInfo::codes)
 };
 
 // Collectives of one (group instance, stream) waiting for members, by
@@ -72,7 +72,7 @@ class Engine {
       : p_(p), topo_(topo), opt_(opt), net_(topo),
         serial_(opt.execution.value_or(default_execution(cost.device())) == Execution::serial) {
     stages_.reserve(p.stages.size());
-    for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost));
+    for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost, opt.activity));
     detail::match_transfers(p, stages_);
   }
 
@@ -126,10 +126,7 @@ class Engine {
     stride_ = 2 * n_states;
     flow_of_class_.assign(classes * n_states, kNone);
     start_times_.resize(n_states);
-    if (opt_.activity) {
-      activity_.reserve(traced.size());   // no reallocation: the ranks point into it
-      codes_.resize(stages_.size());
-    }
+    if (opt_.activity) activity_.reserve(traced.size());   // no reallocation: the ranks point into it
     for (int r : traced) {
       if (r < 0 || r >= g.world() || state_of_rank_[static_cast<std::size_t>(r)] < 0)
         return fail("simulate", fmt::format("rank {} to trace is not simulated in this mode", r));
@@ -140,8 +137,7 @@ class Engine {
         st.start_time = start_times_[s].data();
       }
       if (opt_.activity && !st.activity) {   // a rank named twice is gathered once
-        std::vector<std::uint8_t>& codes = codes_[st.stage];
-        if (codes.empty()) codes = activity_codes(*stages_[st.stage].prog);
+        const std::vector<std::uint8_t>& codes = stages_[st.stage].codes;   // analyse's
         st.codes = codes.data();
         RankActivity& a = activity_.emplace_back();
         a.rank = r;
@@ -762,7 +758,6 @@ class Engine {
   std::map<std::tuple<int, int, double>, Network::Prepared> p2p_cache_;
   std::vector<Span> spans_;
   std::vector<RankActivity> activity_;                   // SimOptions::activity: per traced rank
-  std::vector<std::vector<std::uint8_t>> codes_;          // with activity: per stage, activity_code of each op
   bool record_ = true;
   bool net_changed_ = true;   // t_net_ is stale
   bool regions_ = false;      // SimOptions::regions, streams execution only

@@ -6,6 +6,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "sim/activity.hpp"
 #include "sim/engine.hpp"
 
 namespace megascope::sim {
@@ -67,12 +68,13 @@ struct CommClassHash {
 
 }  // namespace
 
-StageInfo analyse(const StageProgram& s, const CostModel& cost) {
+StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   StageInfo info;
   info.prog = &s;
   Pricer price(s, cost);
   const auto n = static_cast<std::uint32_t>(s.ops.size());
   info.ops.resize(n);
+  if (codes) info.codes.resize(n);
   // At most one stream predecessor per op, then its deps: n + deps.size()
   // unless ops share ranges of deps (valid), when the array grows.
   info.preds.resize(n + s.deps.size());
@@ -92,6 +94,7 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   for (std::uint32_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = ops[i];
+    if (codes) info.codes[i] = activity_code(op);
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;

@@ -65,12 +65,13 @@ struct StageInfo {
   std::vector<std::int32_t> class_peer;  // CommClass -> peer stage of its sends or receives (0: a collective)
   std::vector<P2pEnd> p2p;               // its sends and receives, in program order
   double compute_s = 0;                  // summed duration of its compute ops
+  std::vector<std::uint8_t> codes;       // with codes asked for: activity_code of each op (sim/activity.hpp)
 };
 
 // Packs one stage: durations priced once per kernel range, predecessors and
 // successors (stream order and deps), collective ordinals, communication
-// classes.
-StageInfo analyse(const StageProgram& s, const CostModel& cost);
+// classes; with `codes`, each op's activity code for the report.
+StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes = false);
 
 // Pairs every send with the receive of the same tag on its peer stage.
 void match_transfers(const Program& p, std::vector<StageInfo>& stages);

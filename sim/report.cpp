@@ -24,20 +24,6 @@ const char* to_string(CommKind k) {
 
 namespace {
 
-std::optional<CommKind> comm_kind(OpLabel l) {
-  switch (l) {
-    case OpLabel::tp_comm: return CommKind::tp;
-    case OpLabel::cp_comm: return CommKind::cp;
-    case OpLabel::ep_comm: return CommKind::ep;
-    case OpLabel::dp_grad:
-    case OpLabel::dp_param:
-    case OpLabel::embedding_grad: return CommKind::dp;
-    case OpLabel::pp_activation:
-    case OpLabel::pp_gradient: return CommKind::pp;
-    default: return std::nullopt;
-  }
-}
-
 // Sorts intervals that are nearly in order: spans arrive in completion
 // order, and an op finishes out of start order only by a few places (the
 // engine ends a region's inner ops before an exit it started earlier). An
@@ -189,13 +175,6 @@ std::vector<RankActivity> activity_of_spans(const Program& p, const std::vector<
 }
 
 }  // namespace
-
-std::uint8_t activity_code(const Op& op) {
-  const auto k = comm_kind(op.label);
-  return op.kind == OpKind::compute ? static_cast<std::uint8_t>(kActivityCompute | static_cast<std::uint8_t>(op.label))
-         : k                        ? static_cast<std::uint8_t>(*k)
-                                    : kActivityIgnored;
-}
 
 std::vector<std::uint8_t> activity_codes(const StageProgram& stage) {
   std::vector<std::uint8_t> c(stage.ops.size());
