@@ -1,11 +1,12 @@
 // planner_bench: speed and quality of the planner. Prints tables, not a test.
 //
-//   ./build/bench/planner_bench [--quick] [reference dir, default tests/reference]
+//   ./build/bench/planner_bench [--quick] [--repeat N] [reference dir, default tests/reference]
 //
 // Speed: for GPT-3 175B on 1024 A100s and the 530B model of Narayanan Table 1
 // on 2520 A100s, every dimension open: plans in the space, stage-1 rate on one
 // core (cold: caches filled during the pass; warm: a second pass), and the
-// wall time of the whole search (stage 1 + 32 simulations on all cores).
+// wall time of the whole search (stage 1 + 32 simulations on all cores;
+// with --repeat N, the median of N searches and their spread).
 // Quality: for every row of Narayanan Table 1 and the Megatron-LM README H100
 // table, the published plan's simulated throughput against the planner's pick
 // (open search), where the published plan ranks in a search restricted
@@ -13,10 +14,13 @@
 // split (tp, pp, dp; the micro-batch size and virtual stages open) ranks there.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
@@ -47,7 +51,13 @@ planner::SearchInputs inputs(const bench::PublishedRun& run) {
   return in;
 }
 
-void speed(const std::string& name, const planner::SearchInputs& in) {
+// The median of a list (the lower middle of an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[(v.size() - 1) / 2];
+}
+
+void speed(const std::string& name, const planner::SearchInputs& in, int repeat) {
   auto cost = sim::CostModel::for_device(in.cluster.device);
   planner::Estimator est(in, *cost);
   planner::Rejections rej;
@@ -64,30 +74,52 @@ void speed(const std::string& name, const planner::SearchInputs& in) {
   const double warm = since(t0);
   planner::SearchOptions so;
   so.top_k = 32;
-  t0 = Clock::now();
-  auto r = planner::search(in, so);
-  const double whole = since(t0);
-  fmt::print("{:<28} {:>9} {:>8} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>9.2f}   {}\n", name, n, fit,
-             static_cast<double>(n) / cold / 1e6, static_cast<double>(n) / warm / 1e6, r ? r->stage1_s : 0.0, r ? r->stage2_s : 0.0, whole,
-             r && !r->ranked.empty() ? format_inline_plan(r->ranked.front().plan) : "-");
+  // The whole search `repeat` times: medians, and the spread of the total
+  // (this machine's speed drifts from run to run; one run says little).
+  std::vector<double> s1, s2, whole;
+  std::string best = "-";
+  for (int k = 0; k < repeat; ++k) {
+    t0 = Clock::now();
+    auto r = planner::search(in, so);
+    whole.push_back(since(t0));
+    s1.push_back(r ? r->stage1_s : 0.0);
+    s2.push_back(r ? r->stage2_s : 0.0);
+    if (r && !r->ranked.empty()) best = format_inline_plan(r->ranked.front().plan);
+  }
+  const auto [lo, hi] = std::minmax_element(whole.begin(), whole.end());
+  fmt::print("{:<28} {:>9} {:>8} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>11}   {}\n", name, n, fit,
+             static_cast<double>(n) / cold / 1e6, static_cast<double>(n) / warm / 1e6, median(s1), median(s2),
+             median(whole), fmt::format("{:.2f}-{:.2f}", *lo, *hi), best);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
+  int repeat = 1;
   std::string ref = "tests/reference";
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else ref = argv[i];
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
+      repeat = std::atoi(argv[++i]);
+      if (repeat < 1) {
+        fmt::print(stderr, "planner_bench: --repeat needs a count of at least 1\n");
+        return 2;
+      }
+    } else {
+      ref = argv[i];
+    }
   }
   fmt::print("planner speed ({} hardware threads; the M/s columns: stage 1 on one core, cold and warm caches; the search runs both stages on every thread)\n", std::thread::hardware_concurrency());
-  fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}   {}\n", "case", "plans", "fit", "stage1", "stage1",
-             "stage1", "stage2", "search", "best plan");
-  fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9}\n", "", "", "", "M/s cold", "M/s warm", "s", "s (32)",
-             "s total");
-  speed("gpt3-175b, 1024 A100", inputs("gpt3-175b", "dgx-a100", 1024, 1536));
-  speed("gpt-529.6b, 2520 A100", inputs("gpt-529.6b", "dgx-a100", 2520, 2520));
+  fmt::print("(stage and search times: the median of {} whole search{}, and the fastest and slowest)\n", repeat,
+             repeat == 1 ? "" : "es");
+  fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>11}   {}\n", "case", "plans", "fit", "stage1", "stage1",
+             "stage1", "stage2", "search", "search", "best plan");
+  fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>11}\n", "", "", "", "M/s cold", "M/s warm", "s", "s (32)",
+             "s total", "s range");
+  speed("gpt3-175b, 1024 A100", inputs("gpt3-175b", "dgx-a100", 1024, 1536), repeat);
+  speed("gpt-529.6b, 2520 A100", inputs("gpt-529.6b", "dgx-a100", 2520, 2520), repeat);
   if (quick) return 0;
 
   fmt::print("\nquality: published plan vs the planner's pick (simulated tokens/s; open search, top 32)\n");
