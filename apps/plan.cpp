@@ -339,6 +339,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
         if (ex->stage1_rank) e["stage1_rank"] = *ex->stage1_rank;
         e["result"] = plan_json(ex->plan, ex->simulated_rank);
         e["reasons"] = ex->reasons;
+        if (ex->split_best) e["split_best"] = plan_json(*ex->split_best, ex->split_rank);
       }
       j["explain"] = e;
     }
@@ -423,6 +424,17 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
       if (ex->stage1_rank) out << fmt::format("; rank {} of {} fitting plans by the stage-1 estimate", *ex->stage1_rank, res->fitting);
       out << "\n";
       for (const std::string& s : ex->reasons) out << "  - " << s << "\n";
+      if (ex->split_best) {
+        const planner::SimulatedPlan& b = *ex->split_best;
+        std::string split = fmt::format("tp {}", b.plan.tp);
+        if (b.plan.cp > 1) split += fmt::format(", cp {}", b.plan.cp);
+        split += fmt::format(", pp {}, dp {}", b.plan.pp, b.plan.dp.value_or(0));
+        if (b.plan.ep > 1) split += fmt::format(", ep {}", b.plan.ep);
+        out << fmt::format("  its split ({}) does better with other settings:\n", split);
+        out << fmt::format("    {}: {:.3f} s per step ({:.1f}% less), rank {} among the simulated plans\n", plan_text(b.plan),
+                           b.report.step_time_s, 100 * (1 - b.report.step_time_s / ex->plan.report.step_time_s),
+                           ex->split_rank);
+      }
     }
   }
   return 0;

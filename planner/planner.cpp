@@ -376,6 +376,30 @@ Result<Explanation> explain(const SearchInputs& raw, const SearchResult& r, cons
   for (const SimulatedPlan& p : r.ranked)
     if (p.report.step_time_s < ex.plan.report.step_time_s) ++ex.simulated_rank;
 
+  // The best plan of its split: a search with the split fixed.
+  {
+    SearchInputs split = in;
+    split.gpu_counts = {gpus};
+    Constraints& k = split.constraints;
+    k.tp = IntSet{{s->plan.tp}, {}, {}};
+    k.cp = IntSet{{s->plan.cp}, {}, {}};
+    k.pp = IntSet{{s->plan.pp}, {}, {}};
+    k.dp = IntSet{{s->dp}, {}, {}};
+    k.ep = IntSet{{s->plan.ep}, {}, {}};
+    k.etp = IntSet{{s->etp}, {}, {}};
+    SearchOptions so = o;
+    so.progress = nullptr;
+    so.top_k = std::min(o.top_k, 8);
+    auto best = search(split, so);
+    if (!best) return tl::unexpected(best.error());
+    if (!best->ranked.empty() && best->ranked.front().report.step_time_s < ex.plan.report.step_time_s) {
+      ex.split_best = best->ranked.front();
+      ex.split_rank = 1;
+      for (const SimulatedPlan& p : r.ranked)
+        if (p.report.step_time_s < ex.split_best->report.step_time_s) ++ex.split_rank;
+    }
+  }
+
   if (!ex.fits) {
     ex.reasons.push_back(fmt::format("does not fit: needs {:.1f} GiB on stage {} plus {:.1f} GiB headroom, the GPU has "
                                      "{:.1f} GiB",

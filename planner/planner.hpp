@@ -70,6 +70,14 @@ struct Explanation {
   std::optional<std::uint64_t> stage1_rank;   // among fitting plans (nullopt: not representable or not fitting)
   int simulated_rank = 0;                  // 1-based among the simulated plans with it inserted
   std::vector<std::string> reasons;        // why it is slower than the winner (or that it is the winner)
+  // The fastest plan of the same split (gpus, tp, cp, pp, dp, ep, etp fixed;
+  // everything else as the search's constraints allow), when the search
+  // finds one faster than the plan; split_rank is its rank among the
+  // simulated plans with it inserted. It says whether the split or the rest
+  // of the plan (micro-batch size, virtual stages, recomputation, overlaps)
+  // costs the time.
+  std::optional<SimulatedPlan> split_best;
+  int split_rank = 0;
 };
 Result<Explanation> explain(const SearchInputs& in, const SearchResult& r, const PlanSpec& plan, int gpus,
                             const SearchOptions& o);

@@ -83,6 +83,20 @@ TEST_CASE("plan --explain places a given plan among the simulated ones and says 
   CHECK_THAT(r.out, Catch::Contains("explain tp=4,pp=2") && Catch::Contains("among the 7 simulated plans") &&
                         Catch::Contains("slower than the best plan") && Catch::Contains("compute on the busiest stage"));
   CHECK_THAT(r.out, Catch::Contains("Megatron-LM arguments:") && Catch::Contains("--tensor-model-parallel-size"));
+  // Its split does better with the rest of the plan open: named, with that plan and its time.
+  CHECK_THAT(r.out, Catch::Contains("its split (tp 4, pp 2, dp 8) does better with other settings:") &&
+                        Catch::Contains("    tp=4,pp=2,"));
+  const Run j = run(with(kSmall, {"--json", "--explain", "tp=4,pp=2,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1"}));
+  REQUIRE(j.code == 0);
+  const auto e = nlohmann::json::parse(j.out).at("explain");
+  REQUIRE(e.contains("split_best"));
+  CHECK_THAT(e.at("split_best").at("plan").get<std::string>(), Catch::StartsWith("tp=4,pp=2,"));
+  CHECK(e.at("split_best").at("step_time_s").get<double>() < e.at("result").at("step_time_s").get<double>());
+  // The winner is the best of its split: no such line.
+  const auto ranked = nlohmann::json::parse(run(with(kSmall, {"--json"})).out).at("ranked");
+  const Run best = run(with(kSmall, {"--explain", ranked.at(0).at("plan").get<std::string>()}));
+  REQUIRE(best.code == 0);
+  CHECK_THAT(best.out, Catch::Contains("as fast as the search's best plan") && !Catch::Contains("its split"));
 
   // An uneven plan that sets only the last stage (36 layers: 5 on each of the first 7, 1 on the last)
   // is the enumerated split (5, 1): it gets a stage-1 rank too.

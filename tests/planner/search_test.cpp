@@ -90,3 +90,42 @@ TEST_CASE("A progress callback that throws in stage 2 ends the search with its e
     CHECK(calls == 1);
   }
 }
+
+TEST_CASE("explain names the fastest plan of the given plan's split, the one a search with that split finds") {
+  const SearchInputs in = small_inputs();
+  SearchOptions o;
+  o.top_k = 8;
+  auto r = search(in, o);
+  REQUIRE(r);
+  REQUIRE(r->ranked.size() > 1);
+  // A slow plan: a split the search also ran, with its slowest settings.
+  auto plan = parse_inline_plan("tp=2,pp=2,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1");
+  REQUIRE(plan);
+  auto ex = explain(in, *r, *plan, 16, o);
+  REQUIRE(ex);
+  REQUIRE(ex->legal);
+  REQUIRE(ex->split_best);
+  const SimulatedPlan& b = *ex->split_best;
+  CHECK(b.plan.tp == 2);
+  CHECK(b.plan.pp == 2);
+  CHECK(b.plan.cp == 1);
+  CHECK(b.plan.dp.value_or(0) == 4);
+  CHECK(b.report.step_time_s < ex->plan.report.step_time_s);
+  // The same plan and time as the best of a search restricted to that split.
+  SearchInputs split = in;
+  split.constraints.tp.values = {2};
+  split.constraints.pp.values = {2};
+  split.constraints.dp.values = {4};
+  auto s = search(split, o);
+  REQUIRE(s);
+  REQUIRE_FALSE(s->ranked.empty());
+  CHECK(format_inline_plan(b.plan) == format_inline_plan(s->ranked.front().plan));
+  CHECK(b.report.step_time_s == s->ranked.front().report.step_time_s);
+  int rank = 1;
+  for (const SimulatedPlan& p : r->ranked) rank += p.report.step_time_s < b.report.step_time_s;
+  CHECK(ex->split_rank == rank);
+  // The winner is the best of its own split: none.
+  auto top = explain(in, *r, r->ranked.front().plan, 16, o);
+  REQUIRE(top);
+  CHECK_FALSE(top->split_best);
+}
