@@ -96,10 +96,6 @@ double minus(const Intervals& a, const Intervals& b) {
   return t;
 }
 
-}  // namespace
-
-namespace {
-
 // The report of per-rank activity, whichever way it was gathered.
 SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::vector<RankActivity> per_rank) {
   SimReport rep;
