@@ -25,13 +25,31 @@ struct Row {
   const char* published;
 };
 
-void check_row(const Row& row, int max_rank) {
-  INFO(row.model << " on " << row.gpus << " GPUs, published " << row.published);
+SearchInputs inputs_of(const Row& row) {
   SearchInputs in;
   in.model = test::shipped_model(row.model);
   in.cluster = *with_device_count(test::shipped_cluster(row.cluster), row.gpus);
   in.training.global_batch_size = row.batch;
   in.gpu_counts = {row.gpus};
+  return in;
+}
+
+// The regime of a published run: its recomputation, sequence parallelism, optimizer and overlap options.
+SearchInputs regime_of(SearchInputs in, const PlanSpec& plan) {
+  Constraints& k = in.constraints;
+  k.recompute = {plan.recompute.granularity};
+  k.block_recompute = plan.recompute.method == RecomputeMethod::block;
+  k.distopt = plan.distributed_optimizer;
+  k.overlap_grad_reduce = plan.overlap_grad_reduce;
+  k.overlap_param_gather = plan.overlap_param_gather;
+  k.tp_comm_overlap = plan.tp_comm_overlap;
+  if (plan.tp > 1) k.sp = plan.sequence_parallel;
+  return in;
+}
+
+void check_row(const Row& row, int max_rank) {
+  INFO(row.model << " on " << row.gpus << " GPUs, published " << row.published);
+  const SearchInputs in = inputs_of(row);
   SearchOptions so;
   so.top_k = 8;
   auto open = search(in, so);
@@ -43,15 +61,7 @@ void check_row(const Row& row, int max_rank) {
   REQUIRE(published);
   CHECK(open->ranked.front().report.step_time_s <= published->report.step_time_s);
 
-  // The regime of the published run: its recomputation, sequence parallelism, optimizer and overlap options.
-  SearchInputs reg = in;
-  reg.constraints.recompute = {plan->recompute.granularity};
-  reg.constraints.block_recompute = plan->recompute.method == RecomputeMethod::block;
-  reg.constraints.distopt = plan->distributed_optimizer;
-  reg.constraints.overlap_grad_reduce = plan->overlap_grad_reduce;
-  reg.constraints.overlap_param_gather = plan->overlap_param_gather;
-  reg.constraints.tp_comm_overlap = plan->tp_comm_overlap;
-  if (plan->tp > 1) reg.constraints.sp = plan->sequence_parallel;
+  const SearchInputs reg = regime_of(in, *plan);
   auto r = search(reg, so);
   REQUIRE(r);
   PlanSpec flash = *plan;
@@ -72,20 +82,10 @@ void check_row(const Row& row, int max_rank) {
 // the published run's regime ranks near the top of the regime's search.
 void check_split(const Row& row, int max_rank) {
   INFO(row.model << " on " << row.gpus << " GPUs, published " << row.published);
-  SearchInputs in;
-  in.model = test::shipped_model(row.model);
-  in.cluster = *with_device_count(test::shipped_cluster(row.cluster), row.gpus);
-  in.training.global_batch_size = row.batch;
-  in.gpu_counts = {row.gpus};
+  const SearchInputs in = inputs_of(row);
   auto plan = parse_inline_plan(row.published);
   REQUIRE(plan);
-  SearchInputs reg = in;
-  reg.constraints.recompute = {plan->recompute.granularity};
-  reg.constraints.distopt = plan->distributed_optimizer;
-  reg.constraints.overlap_grad_reduce = plan->overlap_grad_reduce;
-  reg.constraints.overlap_param_gather = plan->overlap_param_gather;
-  reg.constraints.tp_comm_overlap = plan->tp_comm_overlap;
-  reg.constraints.sp = plan->sequence_parallel;
+  const SearchInputs reg = regime_of(in, *plan);
   SearchOptions so;
   so.top_k = 16;
   auto r = search(reg, so);
