@@ -326,8 +326,8 @@ int measure(const CalibrateOptions& o, std::ostream& out, std::ostream& err) {
                      p.gemm_seconds.size(), cases->programs.size(), p.gemm_max_efficiency,
                      p.gemm_max_efficiency * peak / 1e12, p.gemm_half_size, fit.quality.gemm_curve_rms);
   if (!speedups.empty())
-    out << fmt::format("  fp8        {} forward GEMMs, median {:.2f}x the bf16 time (not written to the profile)\n",
-                       speedups.size(), median(speedups));
+    out << fmt::format("  fp8        {} forward GEMMs, median {:.2f}x as fast as bf16 ({:.2f}x its time; not written to the profile)\n",
+                       speedups.size(), median(speedups), 1.0 / median(speedups));
   if (!fp8_error.empty()) out << fmt::format("  fp8        not measured: {}\n", fp8_error);
   out << fmt::format("  copy       {:.0f} GB/s device to device (2 x {:.0f} MiB per copy)\n", copy_Bps / 1e9,
                      copy_bytes / (1 << 20));
