@@ -73,12 +73,15 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   info.prog = &s;
   Pricer price(s, cost);
   const auto n = static_cast<std::uint32_t>(s.ops.size());
-  info.ops.resize(n);
+  // Each record is made when pass 1 reaches its op (later ops only update
+  // earlier records): one write of the array while it is in cache, not a
+  // zero fill of it first.
+  info.ops.reserve(n);
   if (codes) info.codes.resize(n);
   // At most one stream predecessor per op, then its deps: n + deps.size()
   // unless ops share ranges of deps (valid), when the array grows.
   info.preds.resize(n + s.deps.size());
-  OpInfo* const ops = info.ops.data();
+  OpInfo* const ops = info.ops.data();   // stable: reserved
   std::uint32_t* preds = info.preds.data();
   std::uint32_t np = 0;
   info.first.fill(kNone);
@@ -93,7 +96,7 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   // Pass 1: each op's record and predecessors; successor counts.
   for (std::uint32_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
-    OpInfo& o = ops[i];
+    OpInfo& o = info.ops.emplace_back();
     if (codes) info.codes[i] = activity_code(op);
     o.kind = op.kind;
     o.stream = op.stream;
