@@ -91,7 +91,7 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   std::unordered_map<CommClass, std::uint32_t, CommClassHash> classes;
   // Recent classes, direct-mapped by hash, in front of the map: a stage
   // cycles through a few classes (a layer's all-gathers and reduce-scatters).
-  std::array<std::pair<CommClass, std::uint32_t>, 32> recent;
+  std::array<std::pair<CommClass, std::uint32_t>, 256> recent;   // indexed by 8 bits of the hash
   recent.fill({CommClass{OpKind::compute, 0, 0, 0.0}, kNone});
   // Pass 1: each op's record and predecessors; successor counts.
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -139,7 +139,9 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
     }
     const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
                                         : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
-    auto& hit = recent[CommClassHash{}(c) % recent.size()];
+    // The hash's high bits after one more multiply pick the slot (its low
+    // bits alone put most of a stage's few classes in one slot).
+    auto& hit = recent[(CommClassHash{}(c) * 0x9e3779b97f4a7c15ULL) >> 56];
     if (hit.second != kNone && hit.first == c) {
       o.comm.comm_class = hit.second;
     } else {
