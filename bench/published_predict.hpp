@@ -27,8 +27,9 @@ struct Prediction {
 };
 
 // One published run simulated with the shipped model, cluster and cost
-// profile, in the run's number formats.
-inline Prediction predict(const PublishedRun& run) {
+// profile, in the run's number formats; with `calibration`, that cost-model
+// profile laid over the shipped one (simulate --calibration).
+inline Prediction predict(const PublishedRun& run, const std::optional<std::string>& calibration = std::nullopt) {
   Prediction p;
   cli::ScenarioOptions o;
   o.model = run.model;
@@ -51,12 +52,14 @@ inline Prediction predict(const PublishedRun& run) {
     return p;
   }
   sc->setup = std::move(*s);
-  auto out = cli::run_simulation(*sc, cli::SimulateOptions{});
+  cli::SimulateOptions so;
+  so.calibration = calibration;
+  auto out = cli::run_simulation(*sc, so);
   if (!out) {
     p.error = out.error().str();
     return p;
   }
-  const nlohmann::json j = cli::simulate_json(*sc, *out, cli::SimulateOptions{});
+  const nlohmann::json j = cli::simulate_json(*sc, *out, so);
   p.fits = j["memory"]["fits"].get<bool>();
   p.peak_gib = j["memory"]["peak_bytes"].get<double>() / (1024.0 * 1024 * 1024);
   p.out = std::move(*out);

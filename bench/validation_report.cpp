@@ -21,16 +21,21 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "config/library.hpp"
 #include "config/plan_settings.hpp"
+#include "sim/cost_model.hpp"
 #include "published_predict.hpp"
 
 using namespace megascope;
 using namespace megascope::cli;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -275,9 +280,58 @@ int main(int argc, char** argv) {
   add("  replicated without SP) weigh more as TP grows, and their 2021 versions are priced at today's bandwidth");
   add("  fits. Waiting on each pipeline exchange (`overlap_p2p_comm=off`) takes 0.5-1.3 points off the");
   add("  interleaved rows' error against overlapped transfers.");
-  add(fmt::format("- **H100 rows split in two.** Small models (1.7B, 7.1B, tp <= 2) are over-predicted by {},",
+  add(fmt::format("- **H100 rows split in two.** Small models (1.7B, 7.1B, tp <= 2) are over-predicted by {}.",
                   range_of(h100, {"1.7B", "7.1B"})));
-  add("  for the same missing per-kernel overheads, which weigh most when GEMMs are small. Rows with");
+  // Measured once on one H100 SXM (2026-11-27) with bench/torch_gpt_reference.py:
+  // figures of that run, quoted, not computed here.
+  add("  Measured on one H100, kernel launches do not bound a plain implementation of these models: PyTorch");
+  add("  2.11 running the 1.7B model (eager, bf16, cuDNN flash attention with dropout, unfused element-wise kernels;");
+  add("  `bench/torch_gpt_reference.py`) spends 96% of a micro-batch's 98.6-99.5 ms in GPU kernels (1,569");
+  add("  kernels, 60 us each on average; one GPU's share of the 7.1B row at tp 2: 98%). Those kernels take");
+  add("  94.4-96.0 ms where the simulator prices the micro-batch's compute at 86.6 ms; 3 ms of that is the");
+  add("  forward attention with dropout (cuDNN: 223 TFLOP/s, the profile's FlashAttention-2 fit: 371). The");
+  add("  published run's step time comes to about 113 ms per micro-batch. So a third of the gap");
+  add("  is kernel time, and the rest lies outside one GPU's kernels of a plain implementation: Megatron-LM's");
+  add("  heavier host path, its gradient communication or its optimizer; this measurement cannot say which.");
+  {
+    // The GEMMs priced as measured instead of by the shipped curve: the
+    // shipped H100 calibration's cuBLASLt times for these rows' exact shapes
+    // (the mcore-gpt 1.7B-32B models at tp 1-8, one sequence per
+    // micro-batch), nothing else of that file. A sensitivity, not a
+    // correction: the validation keeps the shipped profile.
+    const char* file = "h100-measured-2026-11-27.toml";
+    const auto measured = sim::load_cost_profile((fs::path(data_dir()) / "calibrations" / file).string());
+    if (measured) {
+      const fs::path gemms = fs::temp_directory_path() / "megascope-validation-h100-gemms.toml";
+      {
+        std::ofstream f(gemms);
+        f << fmt::format("[profile]\nsource = \"bf16 GEMMs of {}\"\n", file);
+        for (const auto& [key, seconds] : measured->gemm_seconds) {
+          const auto [m, n, k, prec] = key;
+          if (static_cast<Precision>(prec) != Precision::bf16) continue;
+          f << fmt::format("[[gemm.measured]]\nm = {}\nn = {}\nk = {}\ndtype = \"bf16\"\nseconds = {:.17g}\n", m, n, k, seconds);
+        }
+      }
+      std::string moved;
+      for (const bench::PublishedRun& run : bench::megatron_h100(ref)) {
+        if (run.label != "1.7B" && run.label != "7.1B" && run.label != "16B" && run.label != "32B") continue;
+        const Prediction shipped = predict(run);
+        const Prediction p = predict(run, gemms.string());
+        if (!p.ok || !shipped.ok) continue;
+        const auto err = [&](const Prediction& q) {
+          return 100 * (q.out.report.tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
+        };
+        moved += fmt::format("{}{} {:+.1f}% (from {:+.1f}%)", moved.empty() ? "" : ", ", run.label, err(p), err(shipped));
+      }
+      fs::remove(gemms);
+      if (!moved.empty()) {
+        add("  GEMM pricing explains a few points of it at most: priced with the cuBLASLt times measured on one H100 SXM for");
+        add(fmt::format("  these rows' exact GEMM shapes (`topologies/calibrations/{}`, its GEMMs only),", file));
+        add(fmt::format("  the rows would be {}.", moved));
+      }
+    }
+  }
+  add("  Rows with");
   add(fmt::format("  tp = 8 and pp <= 2 (32B, 70B) are under-predicted by {}: with only 4 micro-batches per",
                   range_of(h100, {"32B", "70B"})));
   add("  iteration most of the fp32 gradient reduce-scatter over one 400 Gb/s NIC per GPU cannot hide");

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support.hpp"
@@ -656,31 +657,51 @@ TEST_CASE("Every measured calibration in topologies/calibrations applies over it
   CHECK(files.size() >= 1);
 }
 
+namespace {
+// Mean and RMS of log(shipped curve's time / measured time) over the bf16
+// GEMMs of a measured calibration file.
+std::tuple<int, double, double> curve_against(const char* cluster, const char* file) {
+  const auto path = std::filesystem::path(MEGASCOPE_DATA_DIR_FOR_TESTS) / "calibrations" / file;
+  auto measured = load_cost_profile(path.string());
+  if (!measured) FAIL(measured.error().str());
+  const CostModel shipped = model_for(cluster);
+  double sum = 0, sum2 = 0;
+  int n = 0;
+  for (const auto& [key, seconds] : measured->gemm_seconds) {
+    const auto [m, nn, k, prec] = key;
+    if (static_cast<Precision>(prec) != Precision::bf16) continue;
+    const double e = std::log(shipped.gemm_s({m, nn, k}, Precision::bf16) / seconds);
+    sum += e;
+    sum2 += e * e;
+    ++n;
+  }
+  return {n, n ? sum / n : 0.0, n ? std::sqrt(sum2 / n) : 0.0};
+}
+}  // namespace
+
 TEST_CASE("The shipped H200 BF16 GEMM curve is within 8 percent on average of cuBLASLt measured on an H200",
           "[sim]") {
   // Out of sample: the shipped BF16 curve is derived from Azure's FP8 rows and
   // the MAMF BF16/FP8 ratio (docs/cost-model.md 4.2); these are 252 bf16
   // GEMMs of real models' shapes (all three passes) measured by `megascope
   // calibrate --backend cuda` on one H200.
-  const auto path = std::filesystem::path(MEGASCOPE_DATA_DIR_FOR_TESTS) / "calibrations" / "h200-measured-2026-11-27.toml";
-  auto measured = load_cost_profile(path.string());
-  if (!measured) FAIL(measured.error().str());
-  const CostModel h200 = model_for("dgx-h200");
-  double sum = 0, sum2 = 0;
-  int n = 0;
-  for (const auto& [key, seconds] : measured->gemm_seconds) {
-    const auto [m, nn, k, prec] = key;
-    if (static_cast<Precision>(prec) != Precision::bf16) continue;
-    const double e = std::log(h200.gemm_s({m, nn, k}, Precision::bf16) / seconds);
-    sum += e;
-    sum2 += e * e;
-    ++n;
-  }
+  const auto [n, mean, rms] = curve_against("dgx-h200", "h200-measured-2026-11-27.toml");
   REQUIRE(n >= 200);
-  const double mean = sum / n, rms = std::sqrt(sum2 / n);
   INFO(fmt::format("{} shapes: mean log error {:+.3f}, RMS {:.3f}", n, mean, rms));
   CHECK(std::abs(mean) < 0.08);   // measured: -0.057 (the curve is slightly optimistic)
   CHECK(rms < 0.14);              // measured: 0.118
+}
+
+TEST_CASE("The shipped H100 BF16 GEMM curve is within 8 percent on average of cuBLASLt measured on an H100",
+          "[sim]") {
+  // Out of sample twice over: the shipped H100 curve is the H200 derivation
+  // reused for the same GH100 compute (topologies/profiles/h100.toml); these
+  // are the same 252 shapes measured on one H100 SXM.
+  const auto [n, mean, rms] = curve_against("dgx-h100", "h100-measured-2026-11-27.toml");
+  REQUIRE(n >= 200);
+  INFO(fmt::format("{} shapes: mean log error {:+.3f}, RMS {:.3f}", n, mean, rms));
+  CHECK(std::abs(mean) < 0.08);   // measured: -0.035
+  CHECK(rms < 0.14);              // measured: 0.109
 }
 
 TEST_CASE("A backward bandwidth prices a kind's backward kernels only, and a file without one prices both directions",
