@@ -4,6 +4,7 @@
 #
 #   python3 bench/torch_gpt_reference.py            # both cases, JSON lines
 #   TOP=30 python3 bench/torch_gpt_reference.py     # the 1.7B case with its 30 longest kernels
+#   ATTENTION=1 python3 bench/torch_gpt_reference.py # fused attention alone, with and without dropout
 #
 # Eager PyTorch, bf16, fused SDPA attention (cuDNN flash on Hopper) with
 # dropout 0.1, unfused element-wise ops: the wall time of one micro-batch's
@@ -80,7 +81,34 @@ def run(name, h, heads, ffn, layers, vocab=131072, seq=4096, iters=8):
     del m; torch.cuda.empty_cache()
     return r
 
+def attention_alone():
+    # SDPA (cuDNN flash on Hopper), batch 1, seq 4096, head dim 128, causal:
+    # forward and backward TFLOP/s as FlashAttention counts them, dropout 0 and 0.1.
+    def bench(f, iters=20):
+        for _ in range(3): f()
+        torch.cuda.synchronize()
+        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(iters): f()
+        e.record(); torch.cuda.synchronize()
+        return s.elapsed_time(e) / iters / 1e3
+    for heads, seq in ((16, 4096), (32, 4096), (64, 4096)):
+        q, k, v = (torch.randn(1, heads, seq, 128, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        fl = 4 * heads * seq * seq * 128 / 2
+        for p in (0.0, 0.1):
+            fwd = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p))
+            g = torch.randn_like(F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p))
+            def fb():
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+                torch.autograd.grad(out, (q, k, v), g)
+            both = bench(fb)
+            print(json.dumps(dict(heads=heads, seq=seq, dropout=p, fwd_ms=fwd * 1e3, bwd_ms=(both - fwd) * 1e3,
+                                  fwd_tflops=fl / fwd / 1e12, bwd_tflops=2.5 * fl / (both - fwd) / 1e12)), flush=True)
+
 print(torch.__version__, torch.cuda.get_device_name(), flush=True)
+if os.environ.get("ATTENTION"):
+    attention_alone()
+    sys.exit(0)
 out = [run("gpt-1.7b (h2048, 24 layers)", 2048, 16, 8192, 24)]
 out += [] if os.environ.get("TOP") else [run("7.1b tp-2 shard (h4096, 16 heads, ffn 8192, vocab 65536, 30 layers)", 4096, 16, 8192, 30, vocab=65536)]
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "hostbound.json"), "w"), indent=1)

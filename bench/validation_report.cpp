@@ -293,6 +293,13 @@ int main(int argc, char** argv) {
   add("  published run's step time comes to about 113 ms per micro-batch. So a third of the gap");
   add("  is kernel time, and the rest lies outside one GPU's kernels of a plain implementation: Megatron-LM's");
   add("  heavier host path, its gradient communication or its optimizer; this measurement cannot say which.");
+  add("  Attention dropout is a cost the profile does not price: the same H100's cuDNN fused attention (SDPA,");
+  add("  seq 4096, head dim 128, causal, 16-64 heads; `ATTENTION=1 bench/torch_gpt_reference.py`) runs its");
+  add("  forward at 460-585 TFLOP/s without dropout and 220-272 with dropout 0.1, its backward at 388-474 and");
+  add("  321-395. The shipped profile prices fused attention at one efficiency whatever the dropout (its");
+  add("  FlashAttention-2 fit: 371 forward, 316 backward), so it is fast for these rows' forward (their models");
+  add("  assume Megatron-LM's default attention dropout, 0.1) and slow for attention without dropout; not");
+  add("  changed here, as it would move every H100 row (about 3% of the 1.7B row's step).");
   {
     // The GEMMs priced as measured instead of by the shipped curve: the
     // shipped H100 calibration's cuBLASLt times for these rows' exact shapes
