@@ -54,18 +54,24 @@ struct Network::State {
   struct Member {
     std::uint32_t flow, k;  // slot, index into the flow's load
   };
-  struct Link {
+  // What every flow's start and end reads and writes of each of its links,
+  // in one cache line (attach and detach touch every link of every flow;
+  // the solve's scratch, needed on binding links only, is kept apart).
+  struct alignas(64) Link {
     double capacity = 0;
     double demand = 0;          // sum over its flows of load x solo rate
     double usage = 0;           // sum over its flows of load x rate
     std::vector<Member> flows;  // transferring flows on this link
+    std::uint32_t touched = 0;  // epoch
+    std::uint32_t version = 0;  // of its water-filling level (heap entries)
     bool dirty = false;
-    std::uint32_t touched = 0, solved = 0, max_epoch = 0;  // epochs
+  };
+  // A link's water-filling scratch and its fastest-flow cache.
+  struct Fill {
+    std::uint32_t solved = 0, max_epoch = 0;  // epochs
     double max_rate = 0;
-    // Water-filling scratch.
     double set_usage = 0, residual = 0, unfrozen_load = 0;
     int unfrozen = 0;
-    std::uint32_t version = 0;
   };
   // A normalised FlowSpec: links sorted and merged, positive weights only.
   struct Shape {
@@ -113,6 +119,7 @@ struct Network::State {
   static bool binding(const Link& L) { return L.flows.size() > 1 && L.demand > L.capacity * (1 + 1e-12); }
 
   std::vector<Link> links;
+  std::vector<Fill> fill;     // per link, beside links
   // Links merged by seal(): link l keeps its state in links[rep[l]] (rep[l] =
   // l unless merged); the links merged into representative r are
   // dups[dup_begin[r] .. dup_begin[r + 1]). Only a merged link's heap
@@ -137,6 +144,7 @@ struct Network::State {
   double normalise(const FlowSpec& f, std::vector<std::pair<LinkId, double>>& out) const;
   void seal();
   Link& state_of(LinkId l) { return links[rep[l]]; }
+  Fill& fill_of(LinkId l) { return fill[rep[l]]; }
   FlowId begin(std::uint32_t slot, double solo, double payload, double latency_s);
   std::uint32_t take_slot(double at);
 
@@ -174,7 +182,8 @@ struct Network::State {
   // Epoch marks compare for equality: before the counter wraps, clear them.
   void renew_epochs() {
     if (epoch < 0xfffffff0u && solve_epoch < 0xfffffff0u) return;
-    for (Link& L : links) L.touched = L.solved = L.max_epoch = 0;
+    for (Link& L : links) L.touched = 0;
+    for (Fill& F : fill) F.solved = F.max_epoch = 0;
     for (Flow& f : flows) f.in_set = 0;
     epoch = solve_epoch = 0;
   }
@@ -216,14 +225,15 @@ struct Network::State {
   // link on which no flow is faster.
   bool has_bottleneck(const Flow& f) {
     if (f.bottleneck == no_link) return true;
-    Link& L = state_of(f.bottleneck);
+    const Link& L = state_of(f.bottleneck);
     if (L.usage < L.capacity * (1 - rel)) return false;
-    if (L.max_epoch != epoch) {  // the fastest flow on the link, once per recompute
-      L.max_epoch = epoch;
-      L.max_rate = 0;
-      for (const Member& m : L.flows) L.max_rate = std::max(L.max_rate, flows[m.flow].rate);
+    Fill& F = fill_of(f.bottleneck);
+    if (F.max_epoch != epoch) {  // the fastest flow on the link, once per recompute
+      F.max_epoch = epoch;
+      F.max_rate = 0;
+      for (const Member& m : L.flows) F.max_rate = std::max(F.max_rate, flows[m.flow].rate);
     }
-    return L.max_rate <= f.rate * (1 + rel);
+    return F.max_rate <= f.rate * (1 + rel);
   }
 
   // Max-min rates for the set, the other flows' use of each link held fixed;
@@ -239,30 +249,31 @@ struct Network::State {
       catch_up(f);
       f.frozen = false;
       for (const auto& [l, w] : f.load) {
-        Link& L = links[l];
-        if (!binding(L)) continue;
-        if (L.solved != solve_epoch) {
-          L.solved = solve_epoch;
-          L.set_usage = L.unfrozen_load = 0;
-          L.unfrozen = 0;
+        if (!binding(links[l])) continue;
+        Fill& F = fill[l];
+        if (F.solved != solve_epoch) {
+          F.solved = solve_epoch;
+          F.set_usage = F.unfrozen_load = 0;
+          F.unfrozen = 0;
           solve_links.push_back(l);
         }
-        L.set_usage += w * f.rate;
-        L.unfrozen_load += w;
-        ++L.unfrozen;
+        F.set_usage += w * f.rate;
+        F.unfrozen_load += w;
+        ++F.unfrozen;
       }
       levels.push_back(Level{f.solo, no_link, slot});
     }
     // A merged link takes part as itself (its own heap entries and version)
     // with its representative's state, exactly as it would unmerged.
     auto push_level = [&](LinkId l) {
-      const Link& L = state_of(l);
+      const Fill& F = fill_of(l);
       const std::uint32_t version = ++links[l].version;
-      levels.push_back(Level{L.residual / std::max(L.unfrozen_load, 1e-300), l, version});
+      levels.push_back(Level{F.residual / std::max(F.unfrozen_load, 1e-300), l, version});
     };
     for (LinkId l : solve_links) {
-      Link& L = links[l];
-      L.residual = std::max(0.0, L.capacity - std::max(0.0, L.usage - L.set_usage));
+      const Link& L = links[l];
+      Fill& F = fill[l];
+      F.residual = std::max(0.0, L.capacity - std::max(0.0, L.usage - F.set_usage));
       push_level(l);
       if (sealed)
         for (std::uint32_t d = dup_begin[l]; d < dup_begin[l + 1]; ++d) push_level(dups[d]);
@@ -275,11 +286,11 @@ struct Network::State {
       f.new_rate = level;
       f.new_bottleneck = by;
       for (const auto& [l2, w] : f.load) {
-        Link& L2 = links[l2];
-        if (L2.solved != solve_epoch) continue;
-        L2.residual = std::max(0.0, L2.residual - level * w);
-        L2.unfrozen_load -= w;
-        --L2.unfrozen;
+        Fill& F2 = fill[l2];
+        if (F2.solved != solve_epoch) continue;
+        F2.residual = std::max(0.0, F2.residual - level * w);
+        F2.unfrozen_load -= w;
+        --F2.unfrozen;
       }
     };
     while (!levels.empty()) {
@@ -294,9 +305,10 @@ struct Network::State {
       }
       // A link's level only rises as flows freeze elsewhere, so its heap key
       // is a lower bound: re-queue it at its current level if that is higher.
-      Link& L = state_of(top.link);
-      if (top.version != links[top.link].version || L.unfrozen <= 0) continue;
-      const double current = L.residual / std::max(L.unfrozen_load, 1e-300);
+      const Link& L = state_of(top.link);
+      const Fill& F = fill_of(top.link);
+      if (top.version != links[top.link].version || F.unfrozen <= 0) continue;
+      const double current = F.residual / std::max(F.unfrozen_load, 1e-300);
       if (current > top.level * (1 + 1e-12)) {
         push_level(top.link);
         std::push_heap(levels.begin(), levels.end(), higher);
@@ -428,6 +440,7 @@ struct Network::State {
 Network::Network(const Topology& topo) : state_(std::make_shared<State>()) {
   const auto& links = topo.links();
   state_->links.resize(links.size());
+  state_->fill.resize(links.size());
   state_->rep.resize(links.size());
   for (std::size_t i = 0; i < links.size(); ++i) {
     state_->links[i].capacity = links[i].capacity_Bps;
@@ -452,9 +465,9 @@ void Network::State::seal() {
     for (const auto& [l, w] : sh.load) ++begin[l + 1];
   for (std::size_t l = 0; l < n; ++l) begin[l + 1] += begin[l];
   std::vector<std::pair<std::uint32_t, double>> uses(begin[n]);
-  std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
+  std::vector<std::uint32_t> cursor(begin.begin(), begin.end() - 1);
   for (std::uint32_t i = 0; i < shapes.size(); ++i)
-    for (const auto& [l, w] : shapes[i].load) uses[fill[l]++] = {i, w};
+    for (const auto& [l, w] : shapes[i].load) uses[cursor[l]++] = {i, w};
   const auto uses_of = [&](std::size_t l) {
     return std::span<const std::pair<std::uint32_t, double>>(uses.data() + begin[l], begin[l + 1] - begin[l]);
   };
