@@ -54,6 +54,47 @@ struct Network::State {
   struct Member {
     std::uint32_t flow, k;  // slot, index into the flow's load
   };
+  // A link's transferring flows: the first in the link's own record (most
+  // links carry one flow at a time: a pipeline transfer on its NIC ports),
+  // more in a buffer that grows and is kept. A flow's start then writes
+  // nothing outside the link records it reads anyway.
+  class Members {
+   public:
+    Members() = default;
+    Members(const Members&) = delete;
+    Members& operator=(const Members&) = delete;
+    Members(Members&& o) noexcept : heap_(o.heap_), n_(o.n_), cap_(o.cap_), one_(o.one_) {
+      o.heap_ = nullptr;
+      o.n_ = 0;
+      o.cap_ = 1;
+    }
+    Members& operator=(Members&&) = delete;
+    ~Members() { delete[] heap_; }
+    [[nodiscard]] std::size_t size() const { return n_; }
+    [[nodiscard]] bool empty() const { return n_ == 0; }
+    [[nodiscard]] const Member* begin() const { return heap_ ? heap_ : &one_; }
+    [[nodiscard]] const Member* end() const { return begin() + n_; }
+    [[nodiscard]] Member& operator[](std::size_t i) { return (heap_ ? heap_ : &one_)[i]; }
+    [[nodiscard]] const Member& back() const { return begin()[n_ - 1]; }
+    void pop_back() { --n_; }
+    void push_back(Member m) {
+      if (n_ == cap_) grow();
+      (*this)[n_++] = m;
+    }
+
+   private:
+    void grow() {
+      const std::uint32_t cap = std::max<std::uint32_t>(4, 2 * cap_);
+      auto* fresh = new Member[cap];
+      std::copy(begin(), end(), fresh);
+      delete[] heap_;
+      heap_ = fresh;
+      cap_ = cap;
+    }
+    Member* heap_ = nullptr;
+    std::uint32_t n_ = 0, cap_ = 1;
+    Member one_{0, 0};
+  };
   // What every flow's start and end reads and writes of each of its links,
   // in one cache line (attach and detach touch every link of every flow;
   // the solve's scratch, needed on binding links only, is kept apart).
@@ -61,7 +102,7 @@ struct Network::State {
     double capacity = 0;
     double demand = 0;          // sum over its flows of load x solo rate
     double usage = 0;           // sum over its flows of load x rate
-    std::vector<Member> flows;  // transferring flows on this link
+    Members flows;              // transferring flows on this link
     std::uint32_t touched = 0;  // epoch
     std::uint32_t version = 0;  // of its water-filling level (heap entries)
     bool dirty = false;
@@ -92,6 +133,7 @@ struct Network::State {
     std::uint32_t in_set = 0;        // epoch
     bool live = false, transferring = false, frozen = false;
   };
+  static_assert(sizeof(Link) == 64, "a link record is one cache line");
   static_assert(std::is_nothrow_move_constructible_v<Flow>, "a Flow's load may point into its own storage");
   struct Event {
     double t;
