@@ -205,6 +205,9 @@ void fit_attention(const CalibrationData& d, const DeviceSpec& device, Calibrati
     };
     const double eff = std::exp(golden([&](double x) { return err(std::exp(x)); }, std::log(1e-5), 0.0));
     (backward ? f.profile.attention_bwd_efficiency : f.profile.attention_fwd_efficiency) = eff;
+    // The executor's attention kernels apply no dropout: a replayed program
+    // with attention dropout runs them as measured.
+    (backward ? f.profile.attention_bwd_dropout_factor : f.profile.attention_fwd_dropout_factor) = 1.0;
     (backward ? f.quality.attention_bwd_rms : f.quality.attention_fwd_rms) = rms(err(eff), pts.size());
   }
 }
@@ -319,6 +322,9 @@ std::string profile_toml(const CalibrationFit& f) {
                    f.quality.attention_fwd_rms);
   t += fmt::format("bwd_efficiency = {:.6g}   # RMS log error {:.3f}\n", p.attention_bwd_efficiency,
                    f.quality.attention_bwd_rms);
+  t += fmt::format("fwd_dropout_factor = {:.6g}   # the executor's attention kernels apply no dropout (replays run them as measured)\n",
+                   p.attention_fwd_dropout_factor);
+  t += fmt::format("bwd_dropout_factor = {:.6g}   # as fwd_dropout_factor\n", p.attention_bwd_dropout_factor);
   t += "# unfused_efficiency is not measured here: the profile this file is laid over keeps its own\n\n";
   t += "[launch]\n";
   t += fmt::format("overhead_us = {:.6g}      # per kernel\n", p.launch_overhead_s * 1e6);

@@ -107,8 +107,8 @@ bool ReplayKernel::operator==(const ReplayKernel& o) const {
     case Type::copy: return bytes == o.bytes;
     case Type::attention: {
       const AttentionShape &a = attention.shape, &b = o.attention.shape;
-      return std::tie(a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.head_dim_v, a.causal) ==
-                 std::tie(b.batch, b.heads, b.kv_heads, b.seq_q, b.seq_kv, b.head_dim, b.head_dim_v, b.causal) &&
+      return std::tie(a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.head_dim_v, a.causal, a.dropout) ==
+                 std::tie(b.batch, b.heads, b.kv_heads, b.seq_q, b.seq_kv, b.head_dim, b.head_dim_v, b.causal, b.dropout) &&
              attention.backward == o.attention.backward && attention.rope == o.attention.rope;
     }
   }

@@ -93,7 +93,8 @@ CostModel::CostModel(DeviceSpec device, CostProfile profile) : device_(std::move
   const CostProfile& p = profile_;
   MEGASCOPE_CHECK(p.gemm_max_efficiency > 0 && p.gemm_fp8_max_efficiency > 0 && p.memory_efficiency > 0 &&
                       p.attention_fwd_efficiency > 0 && p.attention_bwd_efficiency > 0 &&
-                      p.attention_unfused_efficiency > 0,
+                      p.attention_unfused_efficiency > 0 && p.attention_fwd_dropout_factor > 0 &&
+                      p.attention_bwd_dropout_factor > 0,
                   "cost model: profile efficiencies must be positive");
   MEGASCOPE_CHECK(p.gemm_half_size >= 0 && p.gemm_fp8_half_size >= 0 && p.gemm_roofline_exponent >= 1,
                   "cost model: profile half sizes must be >= 0 and the roofline exponent >= 1");
@@ -172,14 +173,14 @@ double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention, bo
 
 double CostModel::attention_fwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
-  return attention_fwd_flops(a) / (device_.peak_bf16_flops * profile_.attention_fwd_efficiency) +
-         profile_.launch_overhead_s;
+  const double eff = profile_.attention_fwd_efficiency * (a.dropout ? profile_.attention_fwd_dropout_factor : 1.0);
+  return attention_fwd_flops(a) / (device_.peak_bf16_flops * eff) + profile_.launch_overhead_s;
 }
 
 double CostModel::attention_bwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
-  return attention_bwd_flops(a) / (device_.peak_bf16_flops * profile_.attention_bwd_efficiency) +
-         profile_.launch_overhead_s;
+  const double eff = profile_.attention_bwd_efficiency * (a.dropout ? profile_.attention_bwd_dropout_factor : 1.0);
+  return attention_bwd_flops(a) / (device_.peak_bf16_flops * eff) + profile_.launch_overhead_s;
 }
 
 double CostModel::kernel_s(const Kernel& k) const {

@@ -53,6 +53,11 @@ struct CostProfile {
   double memory_efficiency = 0.85;         // achievable fraction of HBM bandwidth
   double attention_fwd_efficiency = 0.4;   // fraction of bf16 peak, fused attention forward
   double attention_bwd_efficiency = 0.34;
+  // Fused attention with dropout on its probabilities (AttentionShape::dropout)
+  // runs at these fractions of the efficiencies above: the kernel draws a
+  // random number per score (1: not priced, the generic assumption).
+  double attention_fwd_dropout_factor = 1.0;
+  double attention_bwd_dropout_factor = 1.0;
   // Unfused attention's kernels over the score matrix (Kernel::unfused_attention:
   // batched QK^T and PV GEMMs, softmax, dropout, their backwards) run at this
   // fraction of their GEMM-curve and HBM prices (fitted to PyTorch's standard

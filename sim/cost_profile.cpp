@@ -232,6 +232,8 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
     if (auto v = fraction(*r, "fwd_efficiency")) out.attention_fwd_efficiency = *v;
     if (auto v = fraction(*r, "bwd_efficiency")) out.attention_bwd_efficiency = *v;
     if (auto v = fraction(*r, "unfused_efficiency")) out.attention_unfused_efficiency = *v;
+    if (auto v = fraction(*r, "fwd_dropout_factor")) out.attention_fwd_dropout_factor = *v;
+    if (auto v = fraction(*r, "bwd_dropout_factor")) out.attention_bwd_dropout_factor = *v;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (auto r = section(*doc, "launch", path, first)) {

@@ -62,6 +62,7 @@ AttentionShape attention_shape(const Setup& s) {
   a.head_dim = m.mla ? m.mla->qk_head_dim + m.mla->qk_rope_head_dim : m.kv_channels;
   a.head_dim_v = m.mla ? m.mla->v_head_dim : 0;
   a.causal = true;
+  a.dropout = m.attention_dropout > 0;
   return a;
 }
 

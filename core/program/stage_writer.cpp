@@ -13,7 +13,7 @@ bool same(const Kernel& a, const Kernel& b) {
          a.unfused_attention == b.unfused_attention && a.backward == b.backward && a.precision == b.precision &&
          x.batch == y.batch &&
          x.heads == y.heads && x.kv_heads == y.kv_heads && x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
-         x.causal == y.causal;
+         x.causal == y.causal && x.dropout == y.dropout;
 }
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
@@ -27,7 +27,7 @@ std::uint64_t hash_of(std::span<const Kernel> kernels) {
     const AttentionShape& a = k.attention;
     h = mix(h, static_cast<std::uint64_t>(k.kind) | (static_cast<std::uint64_t>(k.memory) << 8) |
                    (static_cast<std::uint64_t>(k.precision) << 16) | (static_cast<std::uint64_t>(a.causal) << 24) |
-                   (static_cast<std::uint64_t>(k.backward) << 26) |
+                   (static_cast<std::uint64_t>(k.backward) << 26) | (static_cast<std::uint64_t>(a.dropout) << 27) |
                    (static_cast<std::uint64_t>(k.unfused_attention) << 25));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.m));
     h = mix(h, static_cast<std::uint64_t>(k.gemm.n));

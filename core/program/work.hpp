@@ -18,6 +18,7 @@ struct AttentionShape {
   std::int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
   std::int64_t head_dim_v = 0;        // value head dim (MLA); 0 means head_dim
   bool causal = true;
+  bool dropout = false;               // dropout on the attention probabilities, inside the fused kernel
 };
 
 enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embedding, cross_entropy, optimizer, other };

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "subprocess.hpp"
@@ -91,6 +92,16 @@ TEST_CASE("A written calibration profile loads and prices the simulation from it
     CHECK(file->memory_seconds.count({MemoryOp::dropout_residual, 6 * 64 * 64}));
   }
   CHECK(file->gemm_seconds.size() >= 4);          // the tiny-gpt Program's exact shapes
+  // The executor's attention applies no dropout: the file says so, whatever
+  // the profile it is laid over prices for it.
+  CHECK(file->attention_fwd_dropout_factor == 1.0);
+  CHECK(file->attention_bwd_dropout_factor == 1.0);
+  {
+    std::ifstream in(profile);
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK_THAT(text.str(), Catch::Contains("fwd_dropout_factor = 1 ") && Catch::Contains("bwd_dropout_factor = 1 "));
+  }
   CHECK(file->memory_Bps.count(MemoryOp::norm));
   CHECK(file->memory_bwd_Bps.count(MemoryOp::norm));        // the backward kernels fitted apart
   CHECK(file->memory_Bps.count(MemoryOp::optimizer));

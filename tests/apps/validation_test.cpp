@@ -52,8 +52,8 @@ TEST_CASE("Narayanan Table 2 PTD-P (6 A100 runs of 175B and 530B): every row wit
   check_table(megascope::bench::narayanan_table2_ptdp(MEGASCOPE_REFERENCE_DIR), 6, true, 0.12, 0.075);
 }
 
-TEST_CASE("Megatron-LM README H100 (9 runs): every row within 30 percent, mean absolute error at most 12 percent", "[validation]") {
-  check_table(megascope::bench::megatron_h100(MEGASCOPE_REFERENCE_DIR), 9, false, 0.30, 0.12);
+TEST_CASE("Megatron-LM README H100 (9 runs): every row within 25 percent, mean absolute error at most 10 percent", "[validation]") {
+  check_table(megascope::bench::megatron_h100(MEGASCOPE_REFERENCE_DIR), 9, false, 0.25, 0.10);
 }
 
 TEST_CASE("Narayanan Fig. 12: the interleaved schedule beats 1F1B on GPT-3 175B at batch 12, 24 and 48, by less as the batch grows",

@@ -413,6 +413,28 @@ TEST_CASE("A word embedding tied to the output layer on one stage gets one gradi
   }
 }
 
+TEST_CASE("Fused attention kernels carry the model's attention dropout, forward and backward", "[core]") {
+  for (const double p : {0.0, 0.1}) {
+    INFO("attention dropout " << p);
+    ModelSpec m = gpt(2, 1024, 16);
+    m.attention_dropout = p;
+    auto prog = build_program(make_setup(m, "dgx-h100", "tp=2,pp=1,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1", 8, 2));
+    REQUIRE(prog);
+    const StageProgram& st = prog->stages.at(0);
+    int fwd = 0, bwd = 0;
+    for (const Op& op : st.ops)
+      for (std::uint32_t i = op.kernel_begin; i < op.kernel_begin + op.kernel_count; ++i) {
+        const Kernel& k = st.kernels[i];
+        if (k.kind != KernelKind::attention_fwd && k.kind != KernelKind::attention_bwd) continue;
+        (k.kind == KernelKind::attention_fwd ? fwd : bwd) += 1;
+        CHECK(k.attention.dropout == (p > 0));
+      }
+    // 2 layers x 8 micro-batches (batch 8 on 2 GPUs, tp 2): a forward, its recomputation and a backward each.
+    CHECK(fwd == 32);
+    CHECK(bwd == 16);
+  }
+}
+
 TEST_CASE("Unfused attention's score-matrix kernels, and only they, are marked for the cost model", "[core]") {
   // 4 layers, h 1024, 16 heads (d 64), s 2048, tp 2: 8 heads per rank; mbs 2, 4 micro-batches, no recomputation.
   const ModelSpec m = gpt(4, 1024, 16);

@@ -408,6 +408,38 @@ TEST_CASE("Memory ops use a calibrated per-kind bandwidth when present and HBM t
   CHECK(cm.memory_s(MemoryOp::optimizer, bytes) == Approx(bytes / (cm.device().memory_bandwidth_Bps * 0.5) + 3e-6));
 }
 
+TEST_CASE("Fused attention with dropout is priced at the H100's measured cuDNN slowdown and not at all where unmeasured",
+          "[sim]") {
+  // cuDNN fused attention on an H100 SXM (PyTorch SDPA, bf16, s 4096, d 128,
+  // causal), TFLOP/s without and with dropout 0.1 (docs/validation.md):
+  // heads, forward, forward with dropout, backward, backward with dropout.
+  const double measured[3][5] = {{16, 460, 220, 388, 321}, {32, 536, 256, 447, 358}, {64, 585, 272, 474, 395}};
+  const CostModel h100 = model_for("dgx-h100");
+  const double launch = h100.profile().launch_overhead_s;
+  for (const auto& row : measured) {
+    INFO(row[0] << " heads");
+    AttentionShape a = causal(1, static_cast<std::int64_t>(row[0]), 4096, 128);
+    const double fwd = h100.attention_fwd_s(a) - launch, bwd = h100.attention_bwd_s(a) - launch;
+    a.dropout = true;
+    const double fwd_d = h100.attention_fwd_s(a) - launch, bwd_d = h100.attention_bwd_s(a) - launch;
+    // The kernel slows by the measured ratio (within 3%), whatever its own speed.
+    CHECK(fwd / fwd_d == Approx(row[2] / row[1]).epsilon(0.03));
+    CHECK(bwd / bwd_d == Approx(row[4] / row[3]).epsilon(0.03));
+    CHECK(fwd / fwd_d == Approx(h100.profile().attention_fwd_dropout_factor).epsilon(1e-12));
+  }
+  // The A100 profile (FlashAttention-2, dropout not measured) prices none,
+  // nor does a calibration-free generic profile.
+  for (const char* cluster : {"dgx-a100", "dgx-b200"}) {
+    INFO(cluster);
+    const CostModel cm = model_for(cluster);
+    AttentionShape a = causal(2, 16, 4096, 128);
+    const double fwd = cm.attention_fwd_s(a), bwd = cm.attention_bwd_s(a);
+    a.dropout = true;
+    CHECK(cm.attention_fwd_s(a) == fwd);
+    CHECK(cm.attention_bwd_s(a) == bwd);
+  }
+}
+
 TEST_CASE("Empty ops cost nothing and every other op pays the launch overhead", "[sim]") {
   const CostModel cm = model_for("dgx-h100");
   const double launch = cm.profile().launch_overhead_s;

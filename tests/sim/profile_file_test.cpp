@@ -125,7 +125,7 @@ TEST_CASE("Every shipped profile loads and every number in it carries a comment 
       const auto hash = line.find('#', eq);
       REQUIRE(hash != std::string::npos);
       const std::string comment = line.substr(hash);
-      const bool sourced = comment.find("fit") != std::string::npos || comment.find("derived") != std::string::npos ||
+      const bool sourced = comment.find("fit") != std::string::npos || comment.find("derived") != std::string::npos || comment.find("measured") != std::string::npos ||
                            comment.find("assumption") != std::string::npos || comment.find(".csv") != std::string::npos ||
                            comment.find(".toml") != std::string::npos;
       CHECK(sourced);
@@ -203,6 +203,8 @@ TEST_CASE("A partial calibration file changes only the keys it sets", "[sim]") {
   CHECK(after.sms == before.sms);
   CHECK(after.gemm_roofline_exponent == before.gemm_roofline_exponent);
   CHECK(after.attention_fwd_efficiency == before.attention_fwd_efficiency);
+  CHECK(after.attention_fwd_dropout_factor == before.attention_fwd_dropout_factor);
+  CHECK(after.attention_bwd_dropout_factor == before.attention_bwd_dropout_factor);
   CHECK(after.attention_bwd_efficiency == before.attention_bwd_efficiency);
   CHECK(after.attention_unfused_efficiency == before.attention_unfused_efficiency);
   CHECK(after.gemm_seconds == before.gemm_seconds);
@@ -237,6 +239,13 @@ TEST_CASE("Every measured calibration in topologies/calibrations applies over it
       CHECK(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / seconds <
             cm->device().peak_bf16_flops);
     }
+    // The executor's attention runs no dropout, so a replayed program with
+    // attention dropout is priced as the kernels measured.
+    AttentionShape a{.batch = 1, .heads = 16, .kv_heads = 16, .seq_q = 2048, .seq_kv = 2048, .head_dim = 128};
+    const double fwd = cm->attention_fwd_s(a), bwd = cm->attention_bwd_s(a);
+    a.dropout = true;
+    CHECK(cm->attention_fwd_s(a) == fwd);
+    CHECK(cm->attention_bwd_s(a) == bwd);
   }
   CHECK(files.size() >= 1);
 }
@@ -383,6 +392,12 @@ TEST_CASE("Out-of-range values and an unknown measured dtype are errors naming t
   REQUIRE(unfused.where.has_value());
   CHECK(unfused.where->line == 7);
   REQUIRE_THAT(unfused.message, Catch::Contains("(0, 1]"));
+
+  const Error dropout = profile_error("dropout-out-of-range.toml");
+  CHECK(dropout.field == "attention.bwd_dropout_factor");
+  REQUIRE(dropout.where.has_value());
+  CHECK(dropout.where->line == 7);
+  REQUIRE_THAT(dropout.message, Catch::Contains("(0, 1]") && Catch::Contains("1.2"));
 
   const Error dtype = profile_error("bad-measured.toml");
   CHECK(dtype.field == "gemm.measured[0].dtype");
