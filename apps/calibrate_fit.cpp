@@ -190,6 +190,10 @@ void fit_gemm(const CalibrationData& d, const DeviceSpec& device, CalibrationFit
 }
 
 void fit_attention(const CalibrationData& d, const DeviceSpec& device, CalibrationFit& f) {
+  // The executor's attention kernels apply no dropout: a replayed program
+  // with attention dropout runs them as measured (whether or not a pass
+  // below has points to fit).
+  f.profile.attention_fwd_dropout_factor = f.profile.attention_bwd_dropout_factor = 1.0;
   for (const bool backward : {false, true}) {
     std::vector<std::pair<double, double>> pts;   // (FLOPs, seconds)
     for (std::size_t i = 0; i < d.attention.size(); ++i)
@@ -205,9 +209,6 @@ void fit_attention(const CalibrationData& d, const DeviceSpec& device, Calibrati
     };
     const double eff = std::exp(golden([&](double x) { return err(std::exp(x)); }, std::log(1e-5), 0.0));
     (backward ? f.profile.attention_bwd_efficiency : f.profile.attention_fwd_efficiency) = eff;
-    // The executor's attention kernels apply no dropout: a replayed program
-    // with attention dropout runs them as measured.
-    (backward ? f.profile.attention_bwd_dropout_factor : f.profile.attention_fwd_dropout_factor) = 1.0;
     (backward ? f.quality.attention_bwd_rms : f.quality.attention_fwd_rms) = rms(err(eff), pts.size());
   }
 }
