@@ -19,6 +19,7 @@
 // from published_predict.hpp, which tests/apps/validation_test.cpp shares.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -56,6 +57,36 @@ std::string range_of(const Errors& e, std::initializer_list<const char*> labels)
   }
   if (lo > hi) return "?";
   return fmt::format("{:.0f}-{:.0f}%", 100 * lo, 100 * hi);
+}
+
+// A sensitivity: the given rows (all when `labels` is empty) simulated with
+// a cost-profile overlay (a calibration file's text, laid over the shipped
+// profile as simulate --calibration does), against `shipped`, the table's
+// errors. Returns "label +x% (from +y%), ..." and the overlay's mean
+// absolute error over the rows that ran.
+std::pair<std::string, double> with_overlay(const std::vector<bench::PublishedRun>& runs, const Errors& shipped,
+                                            const std::vector<std::string>& labels, const std::string& overlay) {
+  const fs::path file = fs::temp_directory_path() / "megascope-validation-overlay.toml";
+  {
+    std::ofstream f(file);
+    f << overlay;
+  }
+  std::string moved;
+  double sum = 0;
+  int n = 0;
+  for (const bench::PublishedRun& run : runs) {
+    if (!labels.empty() && std::find(labels.begin(), labels.end(), run.label) == labels.end()) continue;
+    const auto before = shipped.find(run.label);
+    const Prediction p = predict(run, file.string());
+    if (!p.ok || before == shipped.end()) continue;
+    const double err = (p.out.report.tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
+    moved += fmt::format("{}{} {:+.1f}% (from {:+.1f}%)", moved.empty() ? "" : ", ", run.label, 100 * err,
+                         100 * before->second);
+    sum += std::abs(err);
+    ++n;
+  }
+  fs::remove(file);
+  return {moved, n ? sum / n : 0.0};
 }
 
 // One markdown row per published run (its TFLOP/s per GPU against the
@@ -321,8 +352,15 @@ int main(int argc, char** argv) {
                   fwd_tf, bwd_tf, fwd_drop_tf, bwd_drop_tf));
   add("  rows' models assume Megatron-LM's default attention dropout, 0.1). That FlashAttention-2's own dropout");
   add("  costs the same share as cuDNN's is an assumption; which of the two kernels the published runs used is");
-  add("  not known. Before dropout was priced the rows were 1.7B +28.1%, 7.1B +24.4%, 16B +2.2%, 32B -21.6%,");
-  add("  70B -16.1%, 119B -3.3%, 177B +2.4%, 314B -1.1%, 462B +6.0% (mean absolute error 11.7%).");
+  add("  not known.");
+  {
+    const auto [moved, mae] = with_overlay(bench::megatron_h100(ref), h100, {},
+                                           "[profile]\nsource = \"attention dropout not priced\"\n"
+                                           "[attention]\nfwd_dropout_factor = 1\nbwd_dropout_factor = 1\n");
+    if (!moved.empty())
+      add(fmt::format("  With dropout not priced (both factors 1) the rows would be {} (mean absolute error {:.1f}%).", moved,
+                      100 * mae));
+  }
   {
     // The GEMMs priced as measured instead of by the shipped curve: the
     // shipped H100 calibration's cuBLASLt times for these rows' exact shapes
@@ -332,27 +370,13 @@ int main(int argc, char** argv) {
     const char* file = "h100-measured-2026-11-27.toml";
     const auto measured = sim::load_cost_profile((fs::path(data_dir()) / "calibrations" / file).string());
     if (measured) {
-      const fs::path gemms = fs::temp_directory_path() / "megascope-validation-h100-gemms.toml";
-      {
-        std::ofstream f(gemms);
-        f << fmt::format("[profile]\nsource = \"bf16 GEMMs of {}\"\n", file);
-        for (const auto& [key, seconds] : measured->gemm_seconds) {
-          const auto [m, n, k, prec] = key;
-          if (static_cast<Precision>(prec) != Precision::bf16) continue;
-          f << fmt::format("[[gemm.measured]]\nm = {}\nn = {}\nk = {}\ndtype = \"bf16\"\nseconds = {:.17g}\n", m, n, k, seconds);
-        }
+      std::string gemms = fmt::format("[profile]\nsource = \"bf16 GEMMs of {}\"\n", file);
+      for (const auto& [key, seconds] : measured->gemm_seconds) {
+        const auto [m, n, k, prec] = key;
+        if (static_cast<Precision>(prec) != Precision::bf16) continue;
+        gemms += fmt::format("[[gemm.measured]]\nm = {}\nn = {}\nk = {}\ndtype = \"bf16\"\nseconds = {:.17g}\n", m, n, k, seconds);
       }
-      std::string moved;
-      for (const bench::PublishedRun& run : bench::megatron_h100(ref)) {
-        if (run.label != "1.7B" && run.label != "7.1B" && run.label != "16B" && run.label != "32B") continue;
-        const auto shipped = h100.find(run.label);   // the table's row, simulated above
-        const Prediction p = predict(run, gemms.string());
-        if (!p.ok || shipped == h100.end()) continue;
-        const double err = (p.out.report.tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
-        moved += fmt::format("{}{} {:+.1f}% (from {:+.1f}%)", moved.empty() ? "" : ", ", run.label, 100 * err,
-                             100 * shipped->second);
-      }
-      fs::remove(gemms);
+      const std::string moved = with_overlay(bench::megatron_h100(ref), h100, {"1.7B", "7.1B", "16B", "32B"}, gemms).first;
       if (!moved.empty()) {
         add("  GEMM pricing explains a few points of it at most: priced with the cuBLASLt times measured on one H100 SXM for");
         add(fmt::format("  these rows' exact GEMM shapes (`topologies/calibrations/{}`, its GEMMs only),", file));
