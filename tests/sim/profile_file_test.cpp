@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -380,28 +381,21 @@ TEST_CASE("A value of the wrong type in a profile is an error naming the file, l
   REQUIRE_THAT(e.message, Catch::Contains("expected a number") && Catch::Contains("string"));
 }
 
+namespace {
+// A profile file's error: the dotted key, the line, and what the message says.
+void check_error(const char* file, const char* field, int line, std::initializer_list<const char*> says) {
+  INFO(file);
+  const Error e = profile_error(file);
+  CHECK(e.field == field);
+  REQUIRE(e.where.has_value());
+  CHECK(e.where->line == line);
+  for (const char* s : says) REQUIRE_THAT(e.message, Catch::Contains(s));
+}
+}  // namespace
+
 TEST_CASE("Out-of-range values and an unknown measured dtype are errors naming the file and line", "[sim]") {
-  const Error range = profile_error("out-of-range.toml");
-  CHECK(range.field == "attention.fwd_efficiency");
-  REQUIRE(range.where.has_value());
-  CHECK(range.where->line == 5);
-  REQUIRE_THAT(range.message, Catch::Contains("(0, 1]") && Catch::Contains("1.5"));
-
-  const Error unfused = profile_error("unfused-out-of-range.toml");
-  CHECK(unfused.field == "attention.unfused_efficiency");
-  REQUIRE(unfused.where.has_value());
-  CHECK(unfused.where->line == 7);
-  REQUIRE_THAT(unfused.message, Catch::Contains("(0, 1]"));
-
-  const Error dropout = profile_error("dropout-out-of-range.toml");
-  CHECK(dropout.field == "attention.bwd_dropout_factor");
-  REQUIRE(dropout.where.has_value());
-  CHECK(dropout.where->line == 7);
-  REQUIRE_THAT(dropout.message, Catch::Contains("(0, 1]") && Catch::Contains("1.2"));
-
-  const Error dtype = profile_error("bad-measured.toml");
-  CHECK(dtype.field == "gemm.measured[0].dtype");
-  REQUIRE(dtype.where.has_value());
-  CHECK(dtype.where->line == 8);
-  REQUIRE_THAT(dtype.message, Catch::Contains("\"bf16\", \"fp8\"") && Catch::Contains("fp16"));
+  check_error("out-of-range.toml", "attention.fwd_efficiency", 5, {"(0, 1]", "1.5"});
+  check_error("unfused-out-of-range.toml", "attention.unfused_efficiency", 7, {"(0, 1]"});
+  check_error("dropout-out-of-range.toml", "attention.bwd_dropout_factor", 7, {"(0, 1]", "1.2"});
+  check_error("bad-measured.toml", "gemm.measured[0].dtype", 8, {"\"bf16\", \"fp8\"", "fp16"});
 }
