@@ -250,11 +250,9 @@ class Engine {
   void set_started(const RankState& st, std::uint32_t i) { bits_[word(st, i)] |= std::uint64_t{1} << (i & 63); }
   void set_finished(const RankState& st, std::uint32_t i) { bits_[word(st, i) + 1] |= std::uint64_t{1} << (i & 63); }
 
-  // Every predecessor (the op before it on its stream, its deps) finished.
-  bool preds_done(const RankState& st, const StageInfo& info, const OpInfo& op) const {
-    for (std::uint32_t p = op.pred_begin; p < op.pred_begin + op.pred_count; ++p)
-      if (!finished(st, info.preds[p])) return false;
-    return true;
+  // Every predecessor of op i (the op before it on its stream, its deps) finished.
+  bool preds_done(const RankState& st, const StageInfo& info, std::uint32_t i) const {
+    return info.all_preds(i, [&](std::uint32_t p) __attribute__((always_inline)) { return finished(st, p); });
   }
 
   int expected_members(std::uint32_t s, CommGroup g) const {
@@ -405,7 +403,7 @@ class Engine {
       // The list order implies the dependencies: every earlier op has
       // finished, except sends, which the rank does not wait for.
       if (i != st.next) return;
-    } else if (!preds_done(st, info, op)) {
+    } else if (!preds_done(st, info, i)) {
       return;
     }
     set_started(st, i);
@@ -513,9 +511,8 @@ class Engine {
   // The ops that op i's end lets start (or lets be tried): its successor on
   // its ordered stream and its dependents.
   template <class F>
-  void each_enabled(const StageInfo& info, std::uint32_t i, F&& f) const {
-    const OpInfo& op = info.ops[i];
-    for (std::uint32_t d = op.succ_begin; d < op.succ_begin + op.succ_count; ++d) f(info.succs[d]);
+  [[gnu::always_inline]] void each_enabled(const StageInfo& info, std::uint32_t i, F&& f) const {
+    info.each_succ(i, f);
   }
 
   // Regions: op x0 has just started and its end is known (local_end). The
@@ -550,19 +547,18 @@ class Engine {
     // in the region and joins at the last one, so the list is in
     // topological order.
     for (std::size_t k = 0; k < region_.size(); ++k) {
-      each_enabled(info, region_[k], [&](std::uint32_t y) {
+      each_enabled(info, region_[k], [&](std::uint32_t y) __attribute__((always_inline)) {
         if (slot_[y].mark == g || slot_[y].posted == g || started(st, y)) return;
         const OpInfo& o = info.ops[y];
         double start = now;
-        const auto pred = [&](std::uint32_t d) {
+        const auto pred = [&](std::uint32_t d) __attribute__((always_inline)) {
           if (slot_[d].mark == g) {
             start = std::max(start, slot_[d].end);
             return true;
           }
           return finished(st, d);
         };
-        for (std::uint32_t p = o.pred_begin; p < o.pred_begin + o.pred_count; ++p)
-          if (!pred(info.preds[p])) return;
+        if (!info.all_preds(y, pred)) return;
         const std::optional<double> end = local_end(s, y, start);
         if (!end) {
           if (joinable(s, o)) {   // posted ahead; its successors wait for its end
@@ -578,7 +574,7 @@ class Engine {
         region_.push_back(y);
       });
     }
-    if (region_.size() == 1 && ahead_.empty() && info.ops[x0].succ_count > 0) {   // x0 alone: an exit
+    if (region_.size() == 1 && ahead_.empty() && info.ops[x0].has_succs()) {   // x0 alone: an exit
       heap_.push(x0_end, {s, x0});
       return;
     }
@@ -593,14 +589,13 @@ class Engine {
       // waits for a collective posted ahead that starts after x ends (it
       // cannot start before that collective ends, which is an event).
       bool inside = true;
-      each_enabled(info, x, [&](std::uint32_t y) {
+      each_enabled(info, x, [&](std::uint32_t y) __attribute__((always_inline)) {
         if (!inside || slot_[y].mark == g || slot_[y].posted == g) return;
-        const OpInfo& o = info.ops[y];
         bool guarded = false;
-        for (std::uint32_t p = o.pred_begin; p < o.pred_begin + o.pred_count && !guarded; ++p) {
-          const std::uint32_t d = info.preds[p];
+        info.all_preds(y, [&](std::uint32_t d) __attribute__((always_inline)) {
           guarded = slot_[d].posted == g && slot_[d].start >= slot_[x].end;
-        }
+          return !guarded;
+        });
         inside = guarded;
       });
       if (!inside) {
@@ -726,7 +721,7 @@ class Engine {
       return;
     }
     if (st.start_time) record(st, i, st.start_time[i], now);
-    for (std::uint32_t d = op.succ_begin; d < op.succ_begin + op.succ_count; ++d) try_start(s, info.succs[d], now);
+    info.each_succ(i, [&](std::uint32_t d) __attribute__((always_inline)) { try_start(s, d, now); });
   }
 
   const Program& p_;

@@ -78,12 +78,10 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   // zero fill of it first.
   info.ops.reserve(n);
   if (codes) info.codes.resize(n);
-  // At most one stream predecessor per op, then its deps: n + deps.size()
-  // unless ops share ranges of deps (valid), when the array grows.
-  info.preds.resize(n + s.deps.size());
+  // Predecessors are kept near (Adjacency) unless an op has many or a far one.
   OpInfo* const ops = info.ops.data();   // stable: reserved
-  std::uint32_t* preds = info.preds.data();
-  std::uint32_t np = 0;
+  constexpr std::uint32_t kNear = Adjacency::kNear;
+  constexpr std::uint32_t kFar = Adjacency::kFar;
   info.first.fill(kNone);
   std::array<std::uint32_t, kStreamCount> last;
   last.fill(kNone);
@@ -93,7 +91,41 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   // cycles through a few classes (a layer's all-gathers and reduce-scatters).
   std::array<std::pair<CommClass, std::uint32_t>, 256> recent;   // indexed by 8 bits of the hash
   recent.fill({CommClass{OpKind::compute, 0, 0, 0.0}, kNone});
-  // Pass 1: each op's record and predecessors; successor counts.
+  // Op i (being packed) is a successor of op p: the one after p on its
+  // stream goes first in p's list, the ops that depend on p follow in
+  // program order. Kept near until p has more than kNear or a far one; then
+  // p's list moves to `spilled` (its index in succ.far.begin until the end).
+  std::vector<std::vector<std::uint32_t>> spilled;
+  std::vector<std::uint32_t> spilled_op;   // whose list each is
+  const auto spill_succ = [&](std::uint32_t p, std::uint32_t i, bool on_stream) __attribute__((noinline)) {
+    OpInfo& before = ops[p];
+    if (before.succ_n != Adjacency::kSpilled) {   // its near list moves
+      std::vector<std::uint32_t>& list = spilled.emplace_back();
+      spilled_op.push_back(p);
+      for (std::uint32_t j = 0; j < before.succ_n; ++j) list.push_back(p + before.succ.near[j]);
+      before.succ_n = Adjacency::kSpilled;
+      before.succ.far.begin = static_cast<std::uint32_t>(spilled.size() - 1);
+    }
+    std::vector<std::uint32_t>& list = spilled[before.succ.far.begin];
+    if (on_stream) list.insert(list.begin(), i);
+    else list.push_back(i);
+  };
+  const auto add_succ = [&](std::uint32_t p, std::uint32_t i, bool on_stream) __attribute__((always_inline)) {
+    OpInfo& before = ops[p];
+    const std::uint32_t k = before.succ_n;   // kSpilled is more than kNear
+    if (k >= kNear || i - p > kFar) [[unlikely]] {
+      spill_succ(p, i, on_stream);
+      return;
+    }
+    if (on_stream) {
+      for (std::uint32_t j = k; j > 0; --j) before.succ.near[j] = before.succ.near[j - 1];
+      before.succ.near[0] = static_cast<std::uint16_t>(i - p);
+    } else {
+      before.succ.near[k] = static_cast<std::uint16_t>(i - p);
+    }
+    before.succ_n = static_cast<std::uint8_t>(k + 1);
+  };
+  // Pass 1: each op's record, its predecessors and its place among theirs' successors.
   for (std::uint32_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = info.ops.emplace_back();
@@ -101,31 +133,43 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;
-    o.pred_begin = np;
-    if (np + 1 + op.dep_count > info.preds.size()) {
-      info.preds.resize(2 * (np + 1 + static_cast<std::size_t>(op.dep_count)));
-      preds = info.preds.data();
-    }
     const auto k = static_cast<std::size_t>(op.stream);
     if (info.first[k] == kNone) info.first[k] = i;
+    std::uint32_t stream_pred = kNone;
     if (is_async(op.stream)) {
       info.async_ops.push_back(i);
     } else {
-      if (last[k] != kNone) {
-        preds[np++] = last[k];
-        ops[last[k]].succ_count += 1;
-        ops[last[k]].stream_links |= OpInfo::kNext;
-        o.stream_links |= OpInfo::kPrev;
-      }
+      stream_pred = last[k];
       last[k] = i;
     }
-    for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d) {
-      const std::uint32_t dep = s.deps[d];
-      MEGASCOPE_CHECK(dep < i, "an op depends on a later op (simulate needs a program validate_program accepts)");
-      preds[np++] = dep;
-      ops[dep].succ_count += 1;
+    // Its predecessors, the op before it on its stream first, kept near
+    // unless there are more than kNear or one is far (then the near slots
+    // written are overwritten); it joins each one's successors.
+    std::uint32_t m = 0, furthest = 0;
+    if (stream_pred != kNone) {
+      furthest = i - stream_pred;
+      o.pred.near[m++] = static_cast<std::uint16_t>(furthest);
+      add_succ(stream_pred, i, true);
     }
-    o.pred_count = np - o.pred_begin;
+    const std::uint32_t* const deps = s.deps.data() + op.dep_begin;
+    for (std::uint32_t d = 0; d < op.dep_count; ++d) {
+      const std::uint32_t dep = deps[d];
+      MEGASCOPE_CHECK(dep < i, "an op depends on a later op (simulate needs a program validate_program accepts)");
+      const std::uint32_t distance = i - dep;
+      furthest = std::max(furthest, distance);
+      if (m < kNear) o.pred.near[m] = static_cast<std::uint16_t>(distance);
+      ++m;
+      add_succ(dep, i, false);
+    }
+    if (m <= kNear && furthest <= kFar) {
+      o.pred_n = static_cast<std::uint8_t>(m);
+    } else {
+      o.pred_n = Adjacency::kSpilled;
+      o.pred.far.begin = static_cast<std::uint32_t>(info.preds.size());
+      o.pred.far.count = m;
+      if (stream_pred != kNone) info.preds.push_back(stream_pred);
+      info.preds.insert(info.preds.end(), deps, deps + op.dep_count);
+    }
     if (op.kind == OpKind::compute) {
       o.duration = price(op);
       info.compute_s += o.duration;
@@ -156,28 +200,12 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
     }
     info.class_streams[o.comm.comm_class] |= 1U << static_cast<unsigned>(op.stream);
   }
-  info.preds.resize(np);
-  // Pass 2: successor lists. An op with a successor on its stream keeps
-  // the list's first slot for it; its dependents follow in program order,
-  // with succ_count as the fill cursor (it ends at the list's length).
-  std::uint32_t at = 0;
-  for (std::uint32_t i = 0; i < n; ++i) {
-    OpInfo& o = ops[i];
-    o.succ_begin = at;
-    at += o.succ_count;
-    o.succ_count = (o.stream_links & OpInfo::kNext) ? 1 : 0;
-  }
-  info.succs.resize(at);
-  std::uint32_t* const succs = info.succs.data();
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const OpInfo& o = ops[i];
-    std::uint32_t p = o.pred_begin;
-    const std::uint32_t end = p + o.pred_count;
-    if (o.stream_links & OpInfo::kPrev) succs[ops[preds[p++]].succ_begin] = i;
-    for (; p < end; ++p) {
-      OpInfo& dep = ops[preds[p]];
-      succs[dep.succ_begin + dep.succ_count++] = i;
-    }
+  // The spilled successor lists, each in one range of succs.
+  for (std::size_t k = 0; k < spilled.size(); ++k) {
+    OpInfo& o = ops[spilled_op[k]];
+    o.succ.far.begin = static_cast<std::uint32_t>(info.succs.size());
+    o.succ.far.count = static_cast<std::uint32_t>(spilled[k].size());
+    info.succs.insert(info.succs.end(), spilled[k].begin(), spilled[k].end());
   }
   return info;
 }
