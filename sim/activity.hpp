@@ -6,6 +6,7 @@
 // same order through RankActivity::add, so the reports are identical.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -43,10 +44,23 @@ inline std::uint8_t activity_code(const Op& op) {
 // One code per op of a stage.
 std::vector<std::uint8_t> activity_codes(const StageProgram& stage);
 
+// The report reads only the union of each list (sorted, touching and
+// overlapping intervals joined, endpoints kept exactly), so a span that
+// starts within the list's last interval extends it instead of being
+// appended: the union is the same, and the back-to-back ops of one stream
+// make one entry instead of thousands.
+inline void add_interval(Intervals& v, double start, double end) {
+  if (!v.empty() && start >= v.back().first && start <= v.back().second) {
+    v.back().second = std::max(v.back().second, end);
+    return;
+  }
+  v.emplace_back(start, end);
+}
+
 struct RankActivity {
   int rank = 0;
-  Intervals compute;                              // compute spans, in the order they are added
-  std::array<Intervals, kCommKinds> comm;         // communication spans by kind
+  Intervals compute;                              // compute spans, as added (add_interval)
+  std::array<Intervals, kCommKinds> comm;         // communication spans by kind, as added
   std::array<double, kOpLabelCount> by_label{};   // compute time by label, summed in that order
   std::array<bool, kOpLabelCount> has_label{};
   bool any = false;                               // a span was added (the report skips ranks with none)
@@ -54,12 +68,12 @@ struct RankActivity {
   void add(std::uint8_t code, double start, double end) {
     any = true;
     if (code & kActivityCompute) {
-      compute.emplace_back(start, end);
+      add_interval(compute, start, end);
       const auto l = static_cast<std::size_t>(code & ~kActivityCompute);
       by_label[l] += end - start;
       has_label[l] = true;
     } else if (code != kActivityIgnored) {
-      comm[code].emplace_back(start, end);
+      add_interval(comm[code], start, end);
     }
   }
 };

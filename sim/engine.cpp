@@ -141,7 +141,6 @@ class Engine {
         st.codes = codes.data();
         RankActivity& a = activity_.emplace_back();
         a.rank = r;
-        a.compute.reserve(codes.size());
         st.activity = &a;
       }
       out.traced_ranks.push_back(r);

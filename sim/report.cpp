@@ -161,7 +161,6 @@ std::vector<RankActivity> activity_of_spans(const Program& p, const std::vector<
       auto& c = codes[static_cast<std::size_t>(&stage - p.stages.data())];
       if (c.empty()) c = activity_codes(stage);
       per_rank.push_back(RankActivity{sp.rank, {}, {}, {}, {}, false});
-      per_rank.back().compute.reserve(c.size());
       codes_of_slot.push_back(&c);
     }
     const auto k = static_cast<std::size_t>(slot);
