@@ -44,37 +44,60 @@ inline std::uint8_t activity_code(const Op& op) {
 // One code per op of a stage.
 std::vector<std::uint8_t> activity_codes(const StageProgram& stage);
 
-// The report reads only the union of each list (sorted, touching and
-// overlapping intervals joined, endpoints kept exactly), so a span that
-// starts within the list's last interval extends it instead of being
-// appended: the union is the same, and the back-to-back ops of one stream
-// make one entry instead of thousands.
-inline void add_interval(Intervals& v, double start, double end) {
-  if (!v.empty() && start >= v.back().first && start <= v.back().second) {
-    v.back().second = std::max(v.back().second, end);
-    return;
-  }
-  v.emplace_back(start, end);
+// Activity lists: compute, then communication by kind.
+inline constexpr int kActivityLists = 1 + kCommKinds;
+// The list of a code other than kActivityIgnored.
+inline std::size_t activity_list(std::uint8_t code) {
+  return (code & kActivityCompute) ? 0 : 1 + static_cast<std::size_t>(code);
 }
 
+// The report reads only the union of each list (sorted, touching and
+// overlapping intervals joined, endpoints kept exactly). So each list's
+// last interval is held open: a span that starts within it extends it
+// (the union is the same, and the back-to-back ops of one stream make one
+// entry instead of thousands); another span closes it into the list and
+// opens the next. The open intervals sit in the record, where the next span
+// of the rank finds them in cache; the lists are only written. flush()
+// closes them, before the lists are read.
 struct RankActivity {
   int rank = 0;
-  Intervals compute;                              // compute spans, as added (add_interval)
-  std::array<Intervals, kCommKinds> comm;         // communication spans by kind, as added
+  Intervals compute;                              // compute spans, as added and joined
+  std::array<Intervals, kCommKinds> comm;         // communication spans by kind, as added and joined
   std::array<double, kOpLabelCount> by_label{};   // compute time by label, summed in that order
   std::array<bool, kOpLabelCount> has_label{};
   bool any = false;                               // a span was added (the report skips ranks with none)
+  std::array<std::pair<double, double>, kActivityLists> open{};   // each list's open interval
+  std::uint8_t is_open = 0;                                       // bit k: list k has one
+
+  Intervals& list(std::size_t k) { return k == 0 ? compute : comm[k - 1]; }
 
   void add(std::uint8_t code, double start, double end) {
     any = true;
+    if (code == kActivityIgnored) return;
     if (code & kActivityCompute) {
-      add_interval(compute, start, end);
       const auto l = static_cast<std::size_t>(code & ~kActivityCompute);
       by_label[l] += end - start;
       has_label[l] = true;
-    } else if (code != kActivityIgnored) {
-      add_interval(comm[code], start, end);
     }
+    const std::size_t k = activity_list(code);
+    std::pair<double, double>& o = open[k];
+    const auto bit = static_cast<std::uint8_t>(1U << k);
+    if (is_open & bit) {
+      if (start >= o.first && start <= o.second) {
+        o.second = std::max(o.second, end);
+        return;
+      }
+      list(k).push_back(o);
+    }
+    o = {start, end};
+    is_open |= bit;
+  }
+
+  // Closes the open intervals into their lists.
+  void flush() {
+    for (std::size_t k = 0; k < kActivityLists; ++k)
+      if (is_open & (1U << k)) list(k).push_back(open[k]);
+    is_open = 0;
   }
 };
 

@@ -141,6 +141,7 @@ class Engine {
         st.codes = codes.data();
         RankActivity& a = activity_.emplace_back();
         a.rank = r;
+        for (std::size_t k = 0; k < kActivityLists; ++k) a.list(k).reserve(stages_[st.stage].list_ops[k]);   // no regrowth
         st.activity = &a;
       }
       out.traced_ranks.push_back(r);
@@ -224,6 +225,7 @@ class Engine {
     }
     out.step_time_s = end_;
     out.spans = std::move(spans_);
+    for (RankActivity& a : activity_) a.flush();
     out.activity = std::move(activity_);
     out.events = events_;
     for (const StageInfo& info : stages_) out.compute_time_s.push_back(info.compute_s);

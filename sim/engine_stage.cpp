@@ -129,7 +129,11 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
   for (std::uint32_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = info.ops.emplace_back();
-    if (codes) info.codes[i] = activity_code(op);
+    if (codes) {
+      const std::uint8_t code = activity_code(op);
+      info.codes[i] = code;
+      if (code != kActivityIgnored) info.list_ops[activity_list(code)] += 1;
+    }
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;

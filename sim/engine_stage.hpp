@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/program/program.hpp"
+#include "sim/activity.hpp"
 #include "sim/cost_model.hpp"
 
 namespace megascope::sim::detail {
@@ -80,6 +81,7 @@ struct StageInfo {
   std::vector<P2pEnd> p2p;               // its sends and receives, in program order
   double compute_s = 0;                  // summed duration of its compute ops
   std::vector<std::uint8_t> codes;       // with codes asked for: activity_code of each op (sim/activity.hpp)
+  std::array<std::uint32_t, kActivityLists> list_ops{};   // with codes: its ops of each activity list
 
   // f(p) for each predecessor p of op i, in order, while f returns true;
   // whether it always did. Both lists call f from two loops (near and

@@ -114,6 +114,7 @@ SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::v
   }
   for (RankActivity& entry : per_rank) {
     if (!entry.any) continue;
+    entry.flush();
     const int rank = entry.rank;
     StageReport st;
     st.rank = rank;
@@ -160,7 +161,8 @@ std::vector<RankActivity> activity_of_spans(const Program& p, const std::vector<
       const StageProgram& stage = p.of_rank(sp.rank);
       auto& c = codes[static_cast<std::size_t>(&stage - p.stages.data())];
       if (c.empty()) c = activity_codes(stage);
-      per_rank.push_back(RankActivity{sp.rank, {}, {}, {}, {}, false});
+      per_rank.push_back(RankActivity{});
+      per_rank.back().rank = sp.rank;
       codes_of_slot.push_back(&c);
     }
     const auto k = static_cast<std::size_t>(slot);
