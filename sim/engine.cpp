@@ -176,8 +176,7 @@ class Engine {
           if (info.first[static_cast<std::size_t>(k)] != kNone) try_start(s, info.first[static_cast<std::size_t>(k)], 0.0);
           continue;
         }
-        for (const std::uint32_t op : info.async_ops)
-          if (info.ops[op].stream == stream) try_start(s, op, 0.0);
+        for (const std::uint32_t op : info.unordered[static_cast<std::size_t>(k)]) try_start(s, op, 0.0);
       }
     }
     double now = 0;

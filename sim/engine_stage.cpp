@@ -141,7 +141,7 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
     if (info.first[k] == kNone) info.first[k] = i;
     std::uint32_t stream_pred = kNone;
     if (is_async(op.stream)) {
-      info.async_ops.push_back(i);
+      info.unordered[k].push_back(i);
     } else {
       stream_pred = last[k];
       last[k] = i;

@@ -74,7 +74,7 @@ struct StageInfo {
   std::vector<OpInfo> ops;
   std::vector<std::uint32_t> preds, succs;    // spilled lists (OpInfo::pred, OpInfo::succ)
   std::array<std::uint32_t, kStreamCount> first{};   // first op of each stream (analyse: kNone for none)
-  std::vector<std::uint32_t> async_ops;       // ops of unordered streams (pp_send, pp_recv)
+  std::array<std::vector<std::uint32_t>, kStreamCount> unordered;   // per unordered stream (pp_send, pp_recv): its ops
   std::vector<std::uint32_t> class_op;   // CommClass -> its first op
   std::vector<std::uint32_t> class_streams;   // CommClass -> bit mask of the streams of its ops
   std::vector<std::int32_t> class_peer;  // CommClass -> peer stage of its sends or receives (0: a collective)
