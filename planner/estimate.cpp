@@ -34,6 +34,9 @@ struct KeyHash {
     return static_cast<std::size_t>(h ^ (h >> 31));
   }
 };
+struct KeyEq {   // two compares, not a call of memcmp
+  bool operator()(const Key& a, const Key& b) const { return a[0] == b[0] && a[1] == b[1]; }
+};
 [[noreturn, gnu::noinline, gnu::cold]] void key_overflow(std::int64_t v, int bits) {
   throw std::length_error(fmt::format("stage-1 cache key: {} does not fit in {} bits", v, bits));
 }
@@ -55,7 +58,7 @@ template <class K, class V>
 struct LastEntry {
   K key{};
   const V* value = nullptr;
-  const V* find(const K& k) const { return value && key == k ? value : nullptr; }
+  const V* find(const K& k) const { return value && KeyEq{}(key, k) ? value : nullptr; }
   const V* keep(const K& k, const V* v) {
     key = k;
     value = v;
@@ -109,11 +112,11 @@ struct Estimator::Impl {
   sim::CostModel cost;
   BytesPerParam bpp;
   bool have_bpp = false;
-  std::unordered_map<LayoutKey, Layout, KeyHash> layouts;
-  std::unordered_map<ActKey, ActEntry, KeyHash> acts;
-  std::unordered_map<TimeKey, TimeEntry, KeyHash> times;
+  std::unordered_map<LayoutKey, Layout, KeyHash, KeyEq> layouts;
+  std::unordered_map<ActKey, ActEntry, KeyHash, KeyEq> acts;
+  std::unordered_map<TimeKey, TimeEntry, KeyHash, KeyEq> times;
   std::map<int, sim::Topology> topologies;
-  std::unordered_map<CommKey, CommTable, KeyHash> comm;
+  std::unordered_map<CommKey, CommTable, KeyHash, KeyEq> comm;
   LastEntry<Key, Layout> last_layout;
   LastEntry<Key, ActEntry> last_act;
   LastEntry<Key, TimeEntry> last_time;

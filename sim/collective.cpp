@@ -256,6 +256,21 @@ CollectiveCurve collective_curve(const Topology& topo, Collective c, std::span<c
       if (s.only) break;
     }
   }
+  // A line that another is no worse than in both terms never gives the
+  // minimum alone (rounding is monotone, so the other's time is no larger at
+  // any size): dropped, which leaves at() unchanged bit for bit.
+  std::vector<std::pair<double, double>> kept;
+  for (std::size_t i = 0; i < curve.lines.size(); ++i) {
+    const auto& [li, pi] = curve.lines[i];
+    bool dominated = false;
+    for (std::size_t j = 0; j < curve.lines.size() && !dominated; ++j) {
+      const auto& [lj, pj] = curve.lines[j];
+      // Equal lines: the first is kept.
+      dominated = j != i && lj <= li && pj <= pi && (lj < li || pj < pi || j < i);
+    }
+    if (!dominated) kept.push_back(curve.lines[i]);
+  }
+  curve.lines = std::move(kept);
   return curve;
 }
 

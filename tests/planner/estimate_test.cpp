@@ -100,7 +100,7 @@ TEST_CASE("Stage-1 memory equals memory_report on every plan with uneven first/l
   CHECK(check_memory(in, 1) > uneven);
 }
 
-TEST_CASE("A collective curve gives exactly the simulator's isolated time at every size") {
+TEST_CASE("A collective curve gives exactly the simulator's isolated time at every size, from its undominated lines") {
   const ClusterSpec cl = *with_device_count(test::shipped_cluster("dgx-a100"), 64);
   const sim::Topology topo = sim::Topology::build(cl, 64);
   const std::vector<std::vector<int>> groups = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 8, 16, 24, 32, 40, 48, 56}, {0, 2}, {3, 40}};
@@ -114,6 +114,12 @@ TEST_CASE("A collective curve gives exactly the simulator's isolated time at eve
         CHECK(curve.at(bytes) == Approx(sim::isolated_time(topo, sim::collective_flow(topo, c, g, bytes))).epsilon(1e-12));
       }
       CHECK(curve.at(0) == 0);
+      // Only lines that can give the minimum are kept: none is no better
+      // than another in both latency and time per byte.
+      for (std::size_t i = 0; i < curve.lines.size(); ++i)
+        for (std::size_t j = 0; j < curve.lines.size(); ++j)
+          if (i != j)
+            CHECK_FALSE((curve.lines[j].first <= curve.lines[i].first && curve.lines[j].second <= curve.lines[i].second));
     }
 }
 
