@@ -69,7 +69,6 @@ void speed(const std::string& name, const planner::SearchInputs& in, int repeat)
     fit += e && e->fits;
   });
   const double cold = since(t0);
-  if (std::getenv("PB_COLD")) { for (int k = 0; k < 5; ++k) { planner::Estimator e2(in, *cost); planner::enumerate(in, rej, [&](const planner::Candidate& c) { (void)e2.evaluate(c); }); } fmt::print("cold {}\n", cold); return; }
   t0 = Clock::now();
   planner::enumerate(in, rej, [&](const planner::Candidate& c) { (void)est.evaluate(c); });
   const double warm = since(t0);
@@ -119,7 +118,7 @@ int main(int argc, char** argv) {
              "stage1", "stage2", "search", "search", "best plan");
   fmt::print("{:<28} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>9} {:>11}\n", "", "", "", "M/s cold", "M/s warm", "s", "s (32)",
              "s total", "s range");
-  if (!std::getenv("PB_COLD")) speed("gpt3-175b, 1024 A100", inputs("gpt3-175b", "dgx-a100", 1024, 1536), repeat);
+  speed("gpt3-175b, 1024 A100", inputs("gpt3-175b", "dgx-a100", 1024, 1536), repeat);
   speed("gpt-529.6b, 2520 A100", inputs("gpt-529.6b", "dgx-a100", 2520, 2520), repeat);
   if (quick) return 0;
 
