@@ -7,7 +7,7 @@
 // engines.
 //
 //   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT] [--no-regions]
-// --case keeps the cases whose name contains TEXT ("gpt3", "1t").
+// --case keeps the cases whose name contains TEXT ("gpt3", "1t", "530b").
 // --no-regions runs the engine with every op's end its own event (the same
 // times): the classic event-per-op rate of the event loop.
 // With --repeat N every case runs N times and the fastest run is reported
@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
        "tp=8,pp=8,vpp=3,schedule=interleaved,sp=on,recompute=selective,distopt=on", 1536, 1024, sim::Mode::full},
       {"gpt-1t 3072 A100", "gpt-1t", "dgx-a100", "tp=8,pp=64,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1",
        3072, 3072, sim::Mode::reduced},
+      // The planner's pick for the 530B model on 2520 A100s: one of stage 2's
+      // 32 reduced simulations, with interleaving, DP overlap and traffic on
+      // the fabric.
+      {"gpt-530b 2520 A100", "gpt-529.6b", "dgx-a100",
+       "tp=8,pp=15,vpp=7,dp=21,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on,tp_comm_overlap=on,schedule=interleaved",
+       2520, 2520, sim::Mode::reduced},
       {"gpt-1t 3072 A100", "gpt-1t", "dgx-a100", "tp=8,pp=64,mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1",
        3072, 3072, sim::Mode::full},
   };
