@@ -55,7 +55,6 @@ struct alignas(64) RankState {
   double* start_time = nullptr;         // traced ranks, when spans or activity are recorded: start of each op
   std::uint32_t next = 0;               // serial execution: the next op of the list
   RankActivity* activity = nullptr;     // traced ranks, SimOptions::activity
-  const std::uint8_t* codes = nullptr;  // with activity: activity_code of each op of its stage (StageInfo::codes)
 };
 
 // Collectives of one (group instance, stream) waiting for members, by
@@ -72,7 +71,7 @@ class Engine {
       : p_(p), topo_(topo), opt_(opt), net_(topo),
         serial_(opt.execution.value_or(default_execution(cost.device())) == Execution::serial) {
     stages_.reserve(p.stages.size());
-    for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost, opt.activity));
+    for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost));
     detail::match_transfers(p, stages_);
   }
 
@@ -137,8 +136,6 @@ class Engine {
         st.start_time = start_times_[s].data();
       }
       if (opt_.activity && !st.activity) {   // a rank named twice is gathered once
-        const std::vector<std::uint8_t>& codes = stages_[st.stage].codes;   // analyse's
-        st.codes = codes.data();
         RankActivity& a = activity_.emplace_back();
         a.rank = r;
         for (std::size_t k = 0; k < kActivityLists; ++k) a.list(k).reserve(stages_[st.stage].list_ops[k]);   // no regrowth
@@ -702,7 +699,7 @@ class Engine {
   // Op i of a traced rank ran from start to end: its span and its activity.
   void record(const RankState& st, std::uint32_t i, double start, double end) {
     if (record_) spans_.push_back({st.rank, i, start, end});
-    if (st.activity) st.activity->add(st.codes[i], start, end);
+    if (st.activity) st.activity->add(stages_[st.stage].ops[i].code, start, end);
   }
 
   void finish(std::uint32_t s, std::uint32_t i, double now) {

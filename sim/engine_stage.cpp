@@ -68,17 +68,15 @@ struct CommClassHash {
 
 }  // namespace
 
-StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
+StageInfo analyse(const StageProgram& s, const CostModel& cost) {
   StageInfo info;
   info.prog = &s;
   Pricer price(s, cost);
   const auto n = static_cast<std::uint32_t>(s.ops.size());
-  // Each record is made when pass 1 reaches its op (later ops only update
+  // Each record is made when the loop below reaches its op (later ops only update
   // earlier records): one write of the array while it is in cache, not a
   // zero fill of it first.
   info.ops.reserve(n);
-  if (codes) info.codes.resize(n);
-  // Predecessors are kept near (Adjacency) unless an op has many or a far one.
   OpInfo* const ops = info.ops.data();   // stable: reserved
   constexpr std::uint32_t kNear = Adjacency::kNear;
   constexpr std::uint32_t kFar = Adjacency::kFar;
@@ -125,15 +123,12 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes) {
     }
     before.succ_n = static_cast<std::uint8_t>(k + 1);
   };
-  // Pass 1: each op's record, its predecessors and its place among theirs' successors.
+  // Each op's record, its predecessors and its place among theirs' successors.
   for (std::uint32_t i = 0; i < n; ++i) {
     const Op& op = s.ops[i];
     OpInfo& o = info.ops.emplace_back();
-    if (codes) {
-      const std::uint8_t code = activity_code(op);
-      info.codes[i] = code;
-      if (code != kActivityIgnored) info.list_ops[activity_list(code)] += 1;
-    }
+    o.code = activity_code(op);
+    if (o.code != kActivityIgnored) info.list_ops[activity_list(o.code)] += 1;
     o.kind = op.kind;
     o.stream = op.stream;
     o.group = op.group;

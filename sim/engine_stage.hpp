@@ -57,6 +57,7 @@ struct OpInfo {
   OpKind kind = OpKind::compute;
   Stream stream = Stream::compute;
   CommGroup group = CommGroup::tp;
+  std::uint8_t code = kActivityIgnored;     // its activity_code, for the report (sim/activity.hpp)
   [[nodiscard]] bool has_succs() const { return succ_n != 0; }
 };
 static_assert(sizeof(OpInfo) == 32);
@@ -80,8 +81,7 @@ struct StageInfo {
   std::vector<std::int32_t> class_peer;  // CommClass -> peer stage of its sends or receives (0: a collective)
   std::vector<P2pEnd> p2p;               // its sends and receives, in program order
   double compute_s = 0;                  // summed duration of its compute ops
-  std::vector<std::uint8_t> codes;       // with codes asked for: activity_code of each op (sim/activity.hpp)
-  std::array<std::uint32_t, kActivityLists> list_ops{};   // with codes: its ops of each activity list
+  std::array<std::uint32_t, kActivityLists> list_ops{};   // its ops of each activity list (OpInfo::code)
 
   // f(p) for each predecessor p of op i, in order, while f returns true;
   // whether it always did. Both lists call f from two loops (near and
@@ -113,8 +113,8 @@ struct StageInfo {
 
 // Packs one stage: durations priced once per kernel range, predecessors and
 // successors (stream order and deps), collective ordinals, communication
-// classes; with `codes`, each op's activity code for the report.
-StageInfo analyse(const StageProgram& s, const CostModel& cost, bool codes = false);
+// classes, each op's activity code for the report.
+StageInfo analyse(const StageProgram& s, const CostModel& cost);
 
 // Pairs every send with the receive of the same tag on its peer stage.
 void match_transfers(const Program& p, std::vector<StageInfo>& stages);
