@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -388,10 +389,11 @@ struct Estimator::Impl {
     return e;
   }
 
-  Result<Estimate> evaluate(const Candidate& c) {
+  Result<Estimate> evaluate(const Candidate& c, double fit_bound, double reject_bound) {
     auto mem = memory(c);
     if (!mem) return mem;
     Estimate e = *mem;
+    const double bound = e.fits ? fit_bound : reject_bound;
     auto lt = layer_times(c);
     if (!lt) return tl::unexpected(lt.error());
     const TimeEntry& T = **lt;
@@ -448,6 +450,29 @@ struct Estimator::Impl {
       case Schedule::dualpipe: bubble = (p / 2 - 1) * std::max(0.0, fm + 2 * bm - wm); break;
       case Schedule::dualpipev: bubble = (p - 1) * std::max(0.0, fm + 2 * bm - wm) / 2; break;
     }
+    const int edp = c.gpus / (c.etp * c.ep * c.pp);
+    const bool distopt = c.distopt && c.dp * c.cp > 1;
+    // Parameters whose optimizer state a rank updates.
+    const auto owned_of = [&](const RankLayout& rl) {
+      return distopt ? rl.params.dense / (c.dp * c.cp) + rl.params.expert / edp : rl.params.total();
+    };
+    // A lower bound of the step that needs no collective: the pipeline below
+    // is m (cmax + waits) + bubble + fill transfers, every term non-negative,
+    // and the step is at least the pipeline plus rank 0's tail, whose terms
+    // are non-negative and include its optimizer step. In floating point
+    // too: adding a non-negative term, or multiplying by m, never rounds below
+    // the exact smaller value.
+    {
+      const double lower = m * cmax + bubble;
+      if (const double with_tail = lower + cost.memory_s(MemoryOp::optimizer, 30.0 * owned_of(lay.ranks.front()));
+          with_tail > bound) {
+        e.step_s = with_tail;
+        e.pipeline_s = lower;
+        e.bubble_s = bubble;
+        e.bounded = true;
+        return e;
+      }
+    }
     const RankGrid grid = grid_of(c);
     const double h = static_cast<double>(in.model.hidden_size);
     const double seq = static_cast<double>(in.training.seq_length.value_or(in.model.seq_length));
@@ -462,8 +487,6 @@ struct Estimator::Impl {
     const double pipeline = m * (cmax + (sync_p2p ? 2.0 * p2p : 0.0)) + bubble + 2.0 * (p - 1) * p2p;
 
     // Gradient reduction, optimizer, parameter gather: per rank after its last backward.
-    const int edp = c.gpus / (c.etp * c.ep * c.pp);
-    const bool distopt = c.distopt && c.dp * c.cp > 1;
     const double grad_b = bytes_of(in.training.grad_dtype), param_b = bytes_of(in.training.params_dtype);
     const double bucket = std::max(40e6, 1e6 * c.dp * c.cp);
     const sim::Collective reduce = distopt ? sim::Collective::reduce_scatter : sim::Collective::all_reduce;
@@ -493,8 +516,7 @@ struct Estimator::Impl {
       }
       double exposed = c.overlap_grad_reduce ? std::max(last_bucket, grad - back[static_cast<std::size_t>(r)]) : grad;
       if (rl.embedding != rl.output) exposed += time_on(embedding, embedding_bytes);
-      const double owned = distopt ? rl.params.dense / (c.dp * c.cp) + rl.params.expert / edp : rl.params.total();
-      exposed += cost.memory_s(MemoryOp::optimizer, 30.0 * owned);
+      exposed += cost.memory_s(MemoryOp::optimizer, 30.0 * owned_of(rl));
       if (distopt) {
         const double dense_ag = time_on(
             dense_gather, (c.overlap_param_gather ? std::min(bucket, rl.params.dense) : rl.params.dense) * param_b);
@@ -524,6 +546,13 @@ Estimator& Estimator::operator=(Estimator&&) noexcept = default;
 
 Result<Estimate> Estimator::memory(const Candidate& c) { return impl_->memory(c); }
 
-Result<Estimate> Estimator::evaluate(const Candidate& c) { return impl_->evaluate(c); }
+Result<Estimate> Estimator::evaluate(const Candidate& c) {
+  constexpr double none = std::numeric_limits<double>::infinity();
+  return impl_->evaluate(c, none, none);
+}
+
+Result<Estimate> Estimator::evaluate(const Candidate& c, double fit_bound, double reject_bound) {
+  return impl_->evaluate(c, fit_bound, reject_bound);
+}
 
 }  // namespace megascope::planner

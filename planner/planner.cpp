@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <queue>
+#include <limits>
 #include <thread>
 
 #include "core/program/builder.hpp"
@@ -148,6 +149,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
   // serve runs of similar plans. Candidates keep their global enumeration
   // index, so the merged K best (by time, then index) are the one-thread ones.
   const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
+  constexpr double kNoBound = std::numeric_limits<double>::infinity();
   // Keeps the K fastest in a max-heap.
   const auto keep = [k](std::priority_queue<Ranked>& heap, const Ranked& r) {
     if (heap.size() < k) {
@@ -163,7 +165,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     std::priority_queue<Ranked> best;   // max-heap of the K fastest
     std::optional<Ranked> rejected;
     std::optional<std::pair<std::uint64_t, Error>> failure;   // the first, by index
-    std::uint64_t evaluated = 0, fitting = 0, memory = 0;
+    std::uint64_t evaluated = 0, fitting = 0, memory = 0, timed = 0;
     Rejections rejections;
     std::exception_ptr thrown;   // an exception out of the thread's part: the caller gets it
   };
@@ -190,20 +192,28 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
         // Thread 0 walks every plan too: it reports progress by the global index.
         if (t == 0 && o.progress && (i & 0xFFFF) == 0) o.progress({"stage 1", i, total});
         if (sh.failure || tuple % static_cast<std::uint64_t>(stage1_threads) != static_cast<std::uint64_t>(t)) return;
-        auto e = est.evaluate(c);
+        // A plan whose time cannot beat this share's K-th best (or, not
+        // fitting, its best rejected) is not timed in full: a plan that
+        // fails to enter a share's K best cannot enter the merged K best.
+        auto e = est.evaluate(c, sh.best.size() < k ? kNoBound : sh.best.top().step,
+                              sh.rejected ? sh.rejected->step : kNoBound);
         if (!e) {
           sh.failure = {i, e.error()};
           return;
         }
         ++sh.evaluated;
-        Ranked r{e->step_s, i, c, *e};
         if (!e->fits) {
           ++sh.memory;
+          if (e->bounded) return;
+          ++sh.timed;
+          Ranked r{e->step_s, i, c, *e};
           if (!sh.rejected || r < *sh.rejected) sh.rejected = r;
           return;
         }
         ++sh.fitting;
-        keep(sh.best, r);
+        if (e->bounded) return;
+        ++sh.timed;
+        keep(sh.best, Ranked{e->step_s, i, c, *e});
       });
     } catch (const Stopped&) {
     } catch (...) {
@@ -233,6 +243,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     if (sh.rejected && (!rejected || *sh.rejected < *rejected)) rejected = sh.rejected;
     res.evaluated += sh.evaluated;
     res.fitting += sh.fitting;
+    res.timed += sh.timed;
     res.rejections.memory += sh.memory;
     for (; !sh.best.empty(); sh.best.pop()) keep(best, sh.best.top());
   }
@@ -244,6 +255,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     res.best_rejected_estimate = rejected->e;
   }
   res.stage1_s = seconds_since(t0);
+  if (o.stage1_only) return res;
 
   // Stage 2: simulate the K best, in parallel; results land in their slots.
   std::vector<Ranked> top;
@@ -366,8 +378,9 @@ Result<Explanation> explain(const SearchInputs& raw, const SearchResult& r, cons
       std::uint64_t faster = 0;
       Rejections scratch;
       enumerate(in, scratch, [&](const Candidate& other) {
-        auto e = est.evaluate(other);
-        if (e && e->fits && e->step_s < mine->step_s) ++faster;
+        // Only fitting plans faster than this one count: the others need not be timed in full.
+        auto e = est.evaluate(other, mine->step_s, 0.0);
+        if (e && e->fits && !e->bounded && e->step_s < mine->step_s) ++faster;
       });
       ex.stage1_rank = faster + 1;
     }

@@ -40,6 +40,7 @@ struct SearchOptions {
   int threads = 0;                   // stage 1 and stage 2 workers; 0: the machine's cores
   std::optional<std::string> calibration;   // cost-model profile applied over the default
   std::function<void(const Progress&)> progress;   // called from the calling thread only
+  bool stage1_only = false;          // stop after stage 1: `ranked` stays empty (benchmarks)
 };
 
 struct SearchResult {
@@ -47,6 +48,8 @@ struct SearchResult {
   Rejections rejections;
   std::uint64_t evaluated = 0;            // plans through stage 1
   std::uint64_t fitting = 0;              // ... that fit in memory with the headroom
+  std::uint64_t timed = 0;                // ... whose time was estimated in full (the others could
+                                          // not beat the K best or the best rejected: Estimate::bounded)
   std::optional<Candidate> best_rejected; // fastest (stage 1) plan that does not fit
   Estimate best_rejected_estimate;
   double capacity_bytes = 0;

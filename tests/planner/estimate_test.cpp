@@ -228,3 +228,67 @@ TEST_CASE("A plan whose pipeline overlap is not its schedule's default is no sea
   CHECK_FALSE(candidate("tp=2,pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off").has_value());
   CHECK(candidate("tp=2,pp=1,overlap_p2p_comm=on").has_value());     // no pipeline: nothing to overlap
 }
+
+namespace {
+
+// evaluate(c, fit_bound, reject_bound) against evaluate(c) on every
+// `stride`-th plan, each at several bounds around its own time: a bounded
+// estimate's step is a lower bound of the full one and exceeds the bound
+// that applies (fits or not); an estimate that is not bounded equals the full
+// one exactly. Returns how many of the checks were bounded.
+int check_bounds(const SearchInputs& in, int stride) {
+  auto cost = sim::CostModel::for_device(in.cluster.device);
+  REQUIRE(cost);
+  Estimator est(in, *cost), bounded(in, *cost);
+  Rejections rej;
+  int i = 0, hits = 0, checks = 0;
+  enumerate(in, rej, [&](const Candidate& c) {
+    if (i++ % stride != 0) return;
+    INFO(format_inline_plan(to_plan(c)));
+    auto full = est.evaluate(c);
+    REQUIRE(full);
+    CHECK_FALSE(full->bounded);
+    for (const double f : {0.0, 0.5, 0.9, 0.99, 1.0, 2.0}) {
+      const double bound = f * full->step_s;
+      // The bound that does not apply is 0: it must not be the one used.
+      auto e = full->fits ? bounded.evaluate(c, bound, 0.0) : bounded.evaluate(c, 0.0, bound);
+      REQUIRE(e);
+      ++checks;
+      CHECK(e->fits == full->fits);
+      CHECK(e->peak_bytes == full->peak_bytes);
+      if (e->bounded) {
+        ++hits;
+        CHECK(e->step_s > bound);
+        CHECK(e->step_s <= full->step_s);
+        CHECK(e->pipeline_s <= full->pipeline_s);
+      } else {
+        CHECK(e->step_s == full->step_s);
+        CHECK(e->pipeline_s == full->pipeline_s);
+        CHECK(e->bubble_s == full->bubble_s);
+        CHECK(e->dp_exposed_s == full->dp_exposed_s);
+      }
+      if (f >= 1.0) CHECK_FALSE(e->bounded);   // a plan no slower than the bound is always timed
+    }
+  });
+  REQUIRE(checks > 0);
+  return hits;
+}
+
+}  // namespace
+
+TEST_CASE("A bounded stage-1 estimate is a lower bound of the full one, and only above its bound") {
+  // Every schedule, so every bubble formula; with and without the
+  // distributed optimizer (the bound's optimizer term).
+  SECTION("every plan of a small dense space") {
+    const int hits = check_bounds(inputs(test::small_gpt(), "dgx-h100", 16, 32), 1);
+    CHECK(hits > 0);
+  }
+  SECTION("a sample of GPT-3 175B on 256 A100s") {
+    const int hits = check_bounds(inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512), 613);
+    CHECK(hits > 0);
+  }
+  SECTION("a sample of a MoE model (expert parallelism, expert data parallelism)") {
+    const int hits = check_bounds(inputs(test::small_moe(), "dgx-h100", 16, 32), 7);
+    CHECK(hits > 0);
+  }
+}

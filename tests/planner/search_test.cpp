@@ -5,11 +5,15 @@
 // never with std::terminate.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "config/plan_settings.hpp"
+#include "planner/estimate.hpp"
 #include "planner/planner.hpp"
 #include "small_models.hpp"
 #include "support.hpp"
@@ -50,6 +54,68 @@ TEST_CASE("Stage 1 on 1, 2 and 5 threads: the same K best, counts and best rejec
     if (reference.empty()) reference = got;
     CHECK(got == reference);
   }
+}
+
+TEST_CASE("Stage 1's bounds change nothing: the K best and the best rejected plan of every plan timed in full") {
+  // The search times a plan in full only when its lower bound could still
+  // beat its share's K-th best (or best rejected); the reference times every
+  // plan and sorts them all.
+  SearchInputs gpt3;
+  gpt3.model = test::shipped_model("gpt3-175b");
+  gpt3.cluster = *with_device_count(test::shipped_cluster("dgx-a100"), 256);
+  gpt3.training.global_batch_size = 512;
+  gpt3.gpu_counts = {256};
+  gpt3.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zb_v,
+                                Schedule::dualpipev};
+  SearchInputs small = small_inputs();
+  small.constraints.schedules = gpt3.constraints.schedules;
+  int with_rejected = 0;
+  for (const SearchInputs* in : {&small, &gpt3}) {
+    auto cost = sim::CostModel::for_device(in->cluster.device);
+    REQUIRE(cost);
+    Estimator est(*in, *cost);
+    Rejections rej;
+    using Key = std::tuple<double, std::uint64_t, std::string>;
+    std::vector<Key> fitting;
+    std::optional<Key> rejected;
+    std::uint64_t index = 0;
+    enumerate(*in, rej, [&](const Candidate& c) {
+      auto e = est.evaluate(c);
+      REQUIRE(e);
+      Key key{e->step_s, index++, format_inline_plan(to_plan(c))};
+      if (e->fits) fitting.push_back(key);
+      else if (!rejected || key < *rejected) rejected = key;
+    });
+    std::sort(fitting.begin(), fitting.end());
+    for (int threads : {1, 2}) {
+      SearchOptions o;
+      o.top_k = 5;
+      o.threads = threads;
+      auto r = search(*in, o);
+      REQUIRE(r);
+      INFO(in->model.name << ", " << threads << " threads");
+      CHECK(r->evaluated == index);
+      CHECK(r->fitting == fitting.size());
+      CHECK(r->timed < r->evaluated);   // the bounds spared some plans their communication terms
+      REQUIRE(r->ranked.size() == 5);
+      std::vector<const SimulatedPlan*> by_stage1;
+      for (const SimulatedPlan& p : r->ranked) by_stage1.push_back(&p);
+      std::sort(by_stage1.begin(), by_stage1.end(),
+                [](const SimulatedPlan* a, const SimulatedPlan* b) { return a->stage1_rank < b->stage1_rank; });
+      for (std::size_t i = 0; i < by_stage1.size(); ++i) {
+        CHECK(format_inline_plan(to_plan(by_stage1[i]->candidate)) == std::get<2>(fitting[i]));
+        CHECK(by_stage1[i]->stage1.step_s == std::get<0>(fitting[i]));
+        CHECK_FALSE(by_stage1[i]->stage1.bounded);
+      }
+      REQUIRE(r->best_rejected.has_value() == rejected.has_value());   // every plan of the small model fits
+      if (!rejected) continue;
+      ++with_rejected;
+      CHECK(format_inline_plan(to_plan(*r->best_rejected)) == std::get<2>(*rejected));
+      CHECK(r->best_rejected_estimate.step_s == std::get<0>(*rejected));
+      CHECK_FALSE(r->best_rejected_estimate.bounded);
+    }
+  }
+  CHECK(with_rejected == 2);   // GPT-3 on 256 GPUs has plans that do not fit, on each thread count
 }
 
 TEST_CASE("A progress callback that throws in stage 1 ends the search with its exception, whatever the threads") {
