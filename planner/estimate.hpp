@@ -41,10 +41,11 @@ struct Estimate {
   double pipeline_s = 0;        // forward/backward part, bubble included
   double bubble_s = 0;          // pipeline_s minus the busiest rank's m x c
   double dp_exposed_s = 0;      // gradient reduction and parameter gather not hidden, on the slowest rank
-  // Set by evaluate() with a bound: the plan was not timed in full, as its
-  // pipeline's compute and bubble alone (pipeline_s before any transfer)
-  // already took longer than the bound; step_s and pipeline_s hold that lower
-  // bound of the time, dp_exposed_s is 0.
+  // Set by evaluate() with a bound: the plan was not timed in full, as a
+  // lower bound of its time (the pipeline's compute and bubble before any
+  // transfer, plus rank 0's optimizer step) already exceeded the bound.
+  // step_s holds that lower bound, pipeline_s its pipeline part, bubble_s the
+  // bubble; dp_exposed_s is 0.
   bool bounded = false;
 };
 
@@ -63,9 +64,10 @@ class Estimator {
   Result<Estimate> evaluate(const Candidate& c);
   // Memory and time, or memory and a lower bound of the time (the Estimate
   // is `bounded`) when that bound exceeds `fit_bound` for a plan that fits,
-  // or `reject_bound` for one that does not. The bound is the pipeline's
-  // compute and bubble, which evaluate() adds transfers and the data-parallel
-  // tail to, so a bounded plan's full step_s would exceed its bound too: a
+  // or `reject_bound` for one that does not. The lower bound is the
+  // pipeline's compute and bubble plus rank 0's optimizer step, to which the
+  // full estimate only adds (transfers, the rest of the data-parallel tail),
+  // so a bounded plan's full step_s would exceed its bound too: a
   // search that passes its K-th best time and its best rejected time skips
   // the communication terms (and the collective tables they build) of plans
   // that could enter neither, with the same result.

@@ -7,10 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <queue>
-#include <limits>
 #include <thread>
 
 #include "core/program/builder.hpp"
