@@ -58,7 +58,8 @@ inline std::size_t activity_list(std::uint8_t code) {
 // entry instead of thousands); another span closes it into the list and
 // opens the next. The open intervals sit in the record, where the next span
 // of the rank finds them in cache; the lists are only written. flush()
-// closes them, before the lists are read.
+// closes them: whoever gathers the lists (the engine, activity_of_spans)
+// flushes before handing them over, so the report reads closed lists.
 struct RankActivity {
   int rank = 0;
   Intervals compute;                              // compute spans, as added and joined

@@ -505,13 +505,6 @@ class Engine {
     }
   }
 
-  // The ops that op i's end lets start (or lets be tried): its successor on
-  // its ordered stream and its dependents.
-  template <class F>
-  [[gnu::always_inline]] void each_enabled(const StageInfo& info, std::uint32_t i, F&& f) const {
-    info.each_succ(i, f);
-  }
-
   // Regions: op x0 has just started and its end is known (local_end). The
   // ops its end lets start whose ends are known too (compute, lone
   // collectives with no other member), and the ops theirs let start, and so
@@ -544,7 +537,7 @@ class Engine {
     // in the region and joins at the last one, so the list is in
     // topological order.
     for (std::size_t k = 0; k < region_.size(); ++k) {
-      each_enabled(info, region_[k], [&](std::uint32_t y) __attribute__((always_inline)) {
+      info.each_succ(region_[k], [&](std::uint32_t y) __attribute__((always_inline)) {
         if (slot_[y].mark == g || slot_[y].posted == g || started(st, y)) return;
         const OpInfo& o = info.ops[y];
         double start = now;
@@ -586,7 +579,7 @@ class Engine {
       // waits for a collective posted ahead that starts after x ends (it
       // cannot start before that collective ends, which is an event).
       bool inside = true;
-      each_enabled(info, x, [&](std::uint32_t y) __attribute__((always_inline)) {
+      info.each_succ(x, [&](std::uint32_t y) __attribute__((always_inline)) {
         if (!inside || slot_[y].mark == g || slot_[y].posted == g) return;
         bool guarded = false;
         info.all_preds(y, [&](std::uint32_t d) __attribute__((always_inline)) {

@@ -114,7 +114,6 @@ SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::v
   }
   for (RankActivity& entry : per_rank) {
     if (!entry.any) continue;
-    entry.flush();
     const int rank = entry.rank;
     StageReport st;
     st.rank = rank;
@@ -168,6 +167,7 @@ std::vector<RankActivity> activity_of_spans(const Program& p, const std::vector<
     const auto k = static_cast<std::size_t>(slot);
     per_rank[k].add((*codes_of_slot[k])[sp.op], sp.start, sp.end);
   }
+  for (RankActivity& a : per_rank) a.flush();
   return per_rank;
 }
 
