@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,25 +49,62 @@ enum class OpLabel : std::uint8_t {
 };
 inline constexpr int kOpLabelCount = 14;
 
+// An op's optional coordinate (layer, micro-batch, chunk) in four bytes
+// instead of std::optional's eight: the part of std::optional<std::int32_t>'s
+// interface the code uses, with INT32_MIN standing for "none". It converts
+// to and from std::optional<std::int32_t>, so it compares with one and with
+// a plain value as std::optional does.
+class OptIndex {
+ public:
+  static constexpr std::int32_t kNoValue = std::numeric_limits<std::int32_t>::min();
+  constexpr OptIndex() = default;
+  constexpr OptIndex(std::nullopt_t) {}
+  constexpr OptIndex(std::int32_t v) : v_(v) {}
+  constexpr OptIndex(const std::optional<std::int32_t>& o) : v_(o ? *o : kNoValue) {}
+  constexpr operator std::optional<std::int32_t>() const {
+    return has_value() ? std::optional<std::int32_t>(v_) : std::nullopt;
+  }
+  [[nodiscard]] constexpr bool has_value() const { return v_ != kNoValue; }
+  constexpr explicit operator bool() const { return has_value(); }
+  constexpr const std::int32_t& operator*() const { return v_; }
+  [[nodiscard]] constexpr std::int32_t value() const {
+    if (!has_value()) throw std::bad_optional_access();
+    return v_;
+  }
+  [[nodiscard]] constexpr std::int32_t value_or(std::int32_t fallback) const { return has_value() ? v_ : fallback; }
+  constexpr void reset() { v_ = kNoValue; }
+  friend constexpr bool operator==(OptIndex a, OptIndex b) { return a.v_ == b.v_; }
+  friend constexpr bool operator==(OptIndex a, std::nullopt_t) { return !a.has_value(); }
+  friend constexpr bool operator==(OptIndex a, const std::optional<std::int32_t>& b) { return a == OptIndex(b); }
+  friend constexpr bool operator==(OptIndex a, std::int32_t b) { return a.has_value() && a.v_ == b; }
+
+ private:
+  std::int32_t v_ = kNoValue;
+};
+
+// 64 bytes: a stage's ops are written by the builder and read by
+// validate_program and the simulator's analysis in order, thousands to
+// millions of them, so their size is those passes' memory traffic.
 struct Op {
   OpKind kind = OpKind::compute;
   Stream stream = Stream::compute;
   Phase phase = Phase::forward;
   OpLabel label = OpLabel::attention;
   CommGroup group = CommGroup::tp;      // collectives only
-  std::optional<std::int32_t> layer;    // transformer layer, when the op belongs to one
-  std::optional<std::int32_t> microbatch;
-  std::optional<std::int32_t> chunk;
+  OptIndex layer;                       // transformer layer, when the op belongs to one
+  OptIndex microbatch;
+  OptIndex chunk;
   std::uint32_t kernel_begin = 0;       // compute: kernels [begin, begin + count) of the stage (ops with
                                         // equal kernels may share one range)
   std::uint32_t kernel_count = 0;
   std::uint32_t dep_begin = 0;          // deps [begin, begin + count) of the stage
   std::uint32_t dep_count = 0;
+  std::int32_t peer_stage = 0;          // send/recv: the other pipeline rank
   double bytes = 0;                     // collectives: per-rank buffer (nccl-tests "size"); p2p: message
   double flops = 0;                     // compute: model FLOPs (GEMMs) of the op
-  std::int32_t peer_stage = 0;          // send/recv: the other pipeline rank
   std::uint64_t tag = 0;                // send/recv: equal on both sides
 };
+static_assert(sizeof(Op) == 64);
 
 struct StageProgram {
   int stage = 0;
