@@ -33,6 +33,7 @@ using detail::StageInfo;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint32_t kAhead = 16;   // ops whose records a rank's events keep prefetched (Engine::prefetch)
 constexpr std::uint32_t kLone = kNone - 1;   // a heap entry that ends a lone transfer: op is its waiting list
+constexpr std::uint32_t kHeld = kNone - 2;   // a heap entry that ends a held transfer: op is its Network::Held
 
 
 Collective collective_of(OpKind k) {
@@ -191,8 +192,18 @@ class Engine {
         const Member e = heap_.top();
         now = t_heap;
         heap_.pop();
-        if (e.state == kLone) finish_members(e.op, now);
-        else finish(e.state, e.op, now);
+        if (e.state == kLone) {
+          finish_members(e.op, now);
+        } else if (e.state == kHeld) {
+          // Still held: it ended alone. Admitted: the network ends it; its
+          // entry here is spent (not an event).
+          const std::uint32_t w = held_wait_[e.op];
+          held_wait_[e.op] = kNone;
+          if (!net_.release(e.op)) continue;
+          finish_members(w, now);
+        } else {
+          finish(e.state, e.op, now);
+        }
       } else {
         now = t_net;
         net_.advance_to(t_net, done);
@@ -311,6 +322,13 @@ class Engine {
     net_.seal();
     for (std::size_t f = 0; f < lone_.size(); ++f)
       if (lone_[f].latency == 0) lone_[f] = net_.lone_terms(static_cast<Network::Prepared>(f));
+    if (opt_.idle_flows) {
+      std::size_t prepared = 0;
+      for (const Network::Prepared f : flow_of_class_)
+        if (f != kNone) prepared = std::max<std::size_t>(prepared, f + 1);
+      idle_terms_.resize(prepared);
+      for (std::size_t f = 0; f < prepared; ++f) idle_terms_[f] = net_.lone_terms(static_cast<Network::Prepared>(f));
+    }
     prepare_local_comm();
   }
 
@@ -385,8 +403,26 @@ class Engine {
       return;
     }
     MEGASCOPE_CHECK(start == now, "a network transfer was posted ahead of time");
+    if (opt_.idle_flows)
+      if (const std::optional<Network::Held> h = net_.hold(flow, now)) {
+        const Network::LoneTerms& t = idle_terms_[flow];
+        if (*h >= held_wait_.size()) held_wait_.resize(*h + 1, kNone);
+        held_wait_[*h] = w;
+        heap_.push((now + t.latency) + t.transfer, {kHeld, *h});
+        return;
+      }
     const FlowId id = net_.start(flow, now);
     net_changed_ = true;
+    wait_on(id, w);
+    // Held flows on its links entered the network first: their members now
+    // wait on their flows (their heap entries are spent).
+    for (const auto& [h, f] : net_.admitted()) {
+      wait_on(f, held_wait_[h]);
+      held_wait_[h] = kNone;
+    }
+  }
+
+  void wait_on(FlowId id, std::uint32_t w) {
     if (id >= waiting_.size()) waiting_.resize(std::max<std::size_t>(id + 1, 2 * waiting_.size()), kNone);
     waiting_[id] = w;
   }
@@ -729,6 +765,8 @@ class Engine {
   // terms of its end (Network::lone_terms); latency -1 for the others.
   std::vector<Network::LoneTerms> lone_;
   std::vector<Network::LoneTerms> local_comm_;            // per rank, per CommClass (per_class): see prepare_local_comm
+  std::vector<Network::LoneTerms> idle_terms_;            // per prepared flow (SimOptions::idle_flows): its end if held
+  std::vector<std::uint32_t> held_wait_;                  // Network::Held -> waiting list (kNone: none)
   std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;
   EventQueue heap_;   // compute completions

@@ -53,6 +53,15 @@ struct SimOptions {
   // times up to the network's 1e-12 event tolerance, far fewer network
   // events. Off: every transfer is a network flow (for comparison).
   bool lone_flows = true;
+  // A transfer that starts while no other flow uses any of its links (a
+  // pipeline transfer on its NIC ports between DP synchronisations, a CP
+  // exchange between TP collectives) is held outside the network and ends
+  // by formula, unless another flow comes onto one of its links first; it
+  // then enters the network as it would have started (Network::hold). The
+  // same times up to the network's 1e-12 event tolerance, one event per
+  // such transfer instead of two network events and their solves. Off:
+  // every transfer that is not lone is a network flow (for comparison).
+  bool idle_flows = true;
   // The ops one op's end lets start that touch nothing shared (compute, lone
   // collectives with no other member), and the ops theirs let start, are
   // one event (a region); lone collectives with members to wait for are

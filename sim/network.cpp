@@ -106,7 +106,11 @@ struct Network::State {
     std::uint32_t touched = 0;  // epoch
     std::uint32_t version = 0;  // of its water-filling level (heap entries)
     bool dirty = false;
+    // Live flows that load it (in their latency or transferring), plus
+    // kHeldBit while a held flow loads it (held_on names which).
+    std::uint32_t users = 0;
   };
+  static constexpr std::uint32_t kHeldBit = 0x80000000u;
   // A link's water-filling scratch and its fastest-flow cache.
   struct Fill {
     std::uint32_t solved = 0, max_epoch = 0;  // epochs
@@ -182,6 +186,16 @@ struct Network::State {
   std::vector<std::pair<LinkId, double>> bottlenecks;  // (link, level) of this solve
   std::vector<std::uint32_t> set;
   std::vector<Level> levels;
+  // Held flows (Network::hold), by handle.
+  struct HeldFlow {
+    Prepared shape = 0;
+    double start = 0;
+    bool held = false;   // false once admitted (the handle waits for its release)
+  };
+  std::vector<HeldFlow> held;
+  std::vector<Held> free_held;
+  std::vector<Held> held_on;   // per link: the held flow on it, when its users have kHeldBit
+  std::vector<std::pair<Held, FlowId>> admitted;   // by the last start()
 
   double normalise(const FlowSpec& f, std::vector<std::pair<LinkId, double>>& out) const;
   void seal();
@@ -189,6 +203,8 @@ struct Network::State {
   Fill& fill_of(LinkId l) { return fill[rep[l]]; }
   FlowId begin(std::uint32_t slot, double solo, double payload, double latency_s);
   std::uint32_t take_slot(double at);
+  void admit_held_on(std::span<const std::pair<LinkId, double>> load);
+  void admit(Held h);
 
   bool valid(const Event& e) const {
     const Flow& f = flows[e.slot];
@@ -256,6 +272,7 @@ struct Network::State {
   }
   void retire(std::uint32_t slot) {
     Flow& f = flows[slot];
+    for (const auto& [l, w] : f.load) --links[l].users;
     f.live = false;
     f.transferring = false;
     ++f.version;
@@ -577,6 +594,7 @@ FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, do
   fl.live = true;
   fl.transferring = false;
   ++live;
+  for (const auto& [l, w] : fl.load) ++links[l].users;
   const double latency = latency_s > 0 && std::isfinite(latency_s) ? latency_s : 0.0;
   push_event(now + latency, slot);
   // Its links' records are read when its latency ends (attach): on a large
@@ -584,6 +602,58 @@ FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, do
   // while other events run.
   for (const auto& [l, w] : fl.load) __builtin_prefetch(&links[l], 1);
   return fl.id;
+}
+
+// Admits the held flows on any link of `load` (before a flow that loads it starts).
+void Network::State::admit_held_on(std::span<const std::pair<LinkId, double>> load) {
+  for (const auto& [l, w] : load)
+    if (links[l].users & kHeldBit) admit(held_on[l]);
+}
+
+// Held flow h enters the network as the flow it would be had it started at
+// its start time: in its latency (the same event), or transferring at its
+// solo rate since its latency ended, alone on its links until now (what
+// handle() and settle_alone() would have made of it; its links are not
+// marked dirty, as nothing about them changed). Its id is the next one.
+void Network::State::admit(Held h) {
+  HeldFlow& hf = held[h];
+  hf.held = false;
+  const Shape& sh = shapes[hf.shape];
+  for (const auto& [l, w] : sh.load) links[l].users &= ~kHeldBit;
+  const std::uint32_t slot = take_slot(now);
+  Flow& fl = flows[slot];
+  fl.load = sh.load;
+  fl.solo = sh.solo;
+  fl.id = next_id++;
+  ++fl.version;
+  fl.remaining = std::max(0.0, sh.payload);
+  fl.rate = 0;
+  fl.last = hf.start;
+  fl.live = true;
+  fl.transferring = false;
+  fl.bottleneck = no_link;
+  ++live;
+  for (const auto& [l, w] : fl.load) ++links[l].users;
+  const double latency = sh.latency > 0 && std::isfinite(sh.latency) ? sh.latency : 0.0;
+  const double attached = hf.start + latency;
+  admitted.emplace_back(h, fl.id);
+  if (attached > now || fl.load.empty() || !(fl.remaining > 0)) {
+    push_event(attached, slot);
+    return;
+  }
+  fl.transferring = true;
+  fl.last = attached;
+  fl.pos.resize(fl.load.size());
+  for (std::uint32_t k = 0; k < fl.load.size(); ++k) {
+    Link& L = links[fl.load[k].first];
+    fl.pos[k] = static_cast<std::uint32_t>(L.flows.size());
+    L.flows.push_back(Member{slot, k});
+    L.demand += fl.load[k].second * fl.solo;
+    L.usage += fl.load[k].second * fl.solo;
+  }
+  fl.rate = fl.solo;
+  ++fl.version;
+  push_event(attached + fl.remaining / fl.rate, slot);
 }
 
 std::uint32_t Network::State::take_slot(double at) {
@@ -602,9 +672,14 @@ std::uint32_t Network::State::take_slot(double at) {
 FlowId Network::start(const FlowSpec& f, double now) {
   State& s = *state_;
   if (s.sealed) throw std::logic_error("Network::start: a sealed network starts prepared flows only");
+  std::vector<std::pair<LinkId, double>> load;
+  const double solo = s.normalise(f, load);
+  s.admitted.clear();
+  if (now > s.now) s.now = now;   // the clock first: admissions see it
+  s.admit_held_on(load);
   const std::uint32_t slot = s.take_slot(now);
   State::Flow& fl = s.flows[slot];
-  const double solo = s.normalise(f, fl.own);
+  fl.own = std::move(load);
   fl.load = fl.own;
   return s.begin(slot, solo, f.payload_bytes, f.latency_s);
 }
@@ -623,10 +698,50 @@ FlowId Network::start(Prepared f, double now) {
   State& s = *state_;
   if (f >= s.shapes.size()) throw std::out_of_range("Network::start: no prepared flow " + std::to_string(f));
   const State::Shape& shape = s.shapes[f];
+  s.admitted.clear();
+  if (now > s.now) s.now = now;   // the clock first: admissions see it
+  s.admit_held_on(shape.load);
   const std::uint32_t slot = s.take_slot(now);
   s.flows[slot].load = shape.load;
   return s.begin(slot, shape.solo, shape.payload, shape.latency);
 }
+
+std::optional<Network::Held> Network::hold(Prepared f, double now) {
+  State& s = *state_;
+  if (f >= s.shapes.size()) throw std::out_of_range("Network::hold: no prepared flow " + std::to_string(f));
+  const State::Shape& shape = s.shapes[f];
+  for (const auto& [l, w] : shape.load)
+    if (s.links[l].users != 0) return std::nullopt;
+  Held h;
+  if (!s.free_held.empty()) {
+    h = s.free_held.back();
+    s.free_held.pop_back();
+  } else {
+    h = static_cast<Held>(s.held.size());
+    s.held.emplace_back();
+  }
+  s.held[h] = {f, now, true};
+  if (s.held_on.size() < s.links.size()) s.held_on.resize(s.links.size());
+  for (const auto& [l, w] : shape.load) {
+    s.links[l].users = State::kHeldBit;
+    s.held_on[l] = h;
+  }
+  return h;
+}
+
+bool Network::release(Held h) {
+  State& s = *state_;
+  if (h >= s.held.size()) throw std::out_of_range("Network::release: no held flow " + std::to_string(h));
+  State::HeldFlow& hf = s.held[h];
+  const bool was_held = hf.held;
+  if (was_held)
+    for (const auto& [l, w] : s.shapes[hf.shape].load) s.links[l].users &= ~State::kHeldBit;
+  hf.held = false;
+  s.free_held.push_back(h);
+  return was_held;
+}
+
+std::span<const std::pair<Network::Held, FlowId>> Network::admitted() const { return state_->admitted; }
 
 void Network::seal() { state_->seal(); }
 

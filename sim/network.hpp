@@ -126,6 +126,25 @@ class Network {
     double latency = 0, transfer = 0;
   };
   [[nodiscard]] LoneTerms lone_terms(Prepared f) const;
+
+  // Idle flows. A prepared flow that starts at `now` while no live or held
+  // flow loads any of its links can be held outside the network: nothing
+  // else then shares its links, so it ends when lone_terms() says, which
+  // the caller schedules itself. hold() returns a handle, or nullopt (a link
+  // is in use: start() it instead). Until that end, the first start() of a
+  // flow that loads one of its links admits it first, as the flow it would
+  // have been had it been started at `now` (the same latency event, or the
+  // same transfer at its solo rate from the end of its latency); admitted()
+  // then lists it with its FlowId, and it ends as any flow, in advance_to().
+  // release(h): the caller reached the end of held flow h, or learned of its
+  // admission; true if it was still held (it ended, its links are idle
+  // again), false if it was admitted. Every handle is released once, and
+  // only then reused.
+  using Held = std::uint32_t;
+  [[nodiscard]] std::optional<Held> hold(Prepared f, double now);
+  bool release(Held h);
+  // The held flows the last start() admitted, as (handle, flow id).
+  [[nodiscard]] std::span<const std::pair<Held, FlowId>> admitted() const;
   [[nodiscard]] std::optional<double> next_event_time() const;
   // Advances to t (<= next_event_time()) and returns the flows that finished at t.
   std::vector<FlowId> advance_to(double t);

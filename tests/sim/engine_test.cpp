@@ -483,6 +483,40 @@ TEST_CASE("Collectives alone on their links end when the network would end them"
     }
 }
 
+TEST_CASE("Transfers held while their links are idle end when the network would end them", "[sim]") {
+  // Pipeline transfers between DP synchronisations, CP exchanges between TP
+  // collectives, DP collectives with their NICs to themselves: held outside
+  // the network until another flow comes onto one of their links, then
+  // admitted as they would have started. Plans where transfers meet often
+  // (TP and DP pairs on the same NVLink ports, CP beside TP, MoE all-to-all,
+  // DualPipe's two directions) exercise the admission; every span must equal
+  // the all-network run. `fewer`: in reduced mode the held run takes fewer
+  // events. (In full mode the parallel transfers of a TP group's ranks end
+  // at one time: one network event for all of them, one heap event each when
+  // held; each is cheaper, and the count is no measure.)
+  struct Case {
+    const char* model;
+    const char* plan;
+    int gpus;
+    bool fewer;
+  };
+  for (const Case c : {Case{"llama3-8b", "tp=4,pp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on", 16, true},
+                       Case{"llama3-8b", "tp=8,pp=2,cp=2,sp=on", 32, true},
+                       Case{"llama3-8b", "tp=4,pp=2,cp=2,dp=2,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on", 32, true},
+                       Case{"llama3-8b", "tp=8,pp=4,vpp=2,schedule=interleaved,sp=on,distopt=on,overlap_grad_reduce=on,"
+                                         "overlap_param_gather=on", 32, true},
+                       Case{"llama3-8b", "tp=8,pp=4,vpp=2,schedule=interleaved,sp=on,overlap_p2p_comm=off", 32, true},
+                       Case{"llama3-8b", "tp=8,pp=4,schedule=zb-v,sp=on", 32, true},
+                       Case{"llama3-8b", "tp=4,pp=4,dp=2,schedule=dualpipev,sp=on", 32, true},
+                       Case{"mixtral-8x7b", "tp=2,pp=2,ep=4,sp=on", 16, true}})
+    for (const Mode mode : {Mode::full, Mode::reduced}) {
+      INFO(c.model << " " << c.plan << (mode == Mode::full ? " full" : " reduced"));
+      const auto [on, off] = same_spans(c.model, c.plan, c.gpus, mode, &SimOptions::idle_flows);
+      INFO(on << " events with held transfers, " << off << " without");
+      if (mode == Mode::reduced && c.fewer) CHECK(on < off);
+    }
+}
+
 TEST_CASE("Regions of local ops simulated as one event give every span of the op-by-op run", "[sim]") {
   // A region covers the compute ops and lone collectives that one op's end
   // lets start, forks and joins included (weight gradients beside a TP
