@@ -106,9 +106,6 @@ struct Network::State {
     std::uint32_t touched = 0;  // epoch
     std::uint32_t version = 0;  // of its water-filling level (heap entries)
     bool dirty = false;
-    // Live flows that load it (in their latency or transferring), plus
-    // kHeldBit while a held flow loads it (held_on names which).
-    std::uint32_t users = 0;
   };
   static constexpr std::uint32_t kHeldBit = 0x80000000u;
   // A link's water-filling scratch and its fastest-flow cache.
@@ -194,6 +191,12 @@ struct Network::State {
   };
   std::vector<HeldFlow> held;
   std::vector<Held> free_held;
+  // Per link: the live flows that load it (in their latency or
+  // transferring), plus kHeldBit while a held flow loads it (held_on names
+  // which). Apart from the link records, 16 links to a cache line: hold()
+  // reads it for every link of every flow that starts, most of which it
+  // finds idle without touching their records.
+  std::vector<std::uint32_t> users;
   std::vector<Held> held_on;   // per link: the held flow on it, when its users have kHeldBit
   std::vector<std::pair<Held, FlowId>> admitted;   // by the last start()
 
@@ -272,7 +275,7 @@ struct Network::State {
   }
   void retire(std::uint32_t slot) {
     Flow& f = flows[slot];
-    for (const auto& [l, w] : f.load) --links[l].users;
+    for (const auto& [l, w] : f.load) --users[l];
     f.live = false;
     f.transferring = false;
     ++f.version;
@@ -501,6 +504,7 @@ Network::Network(const Topology& topo) : state_(std::make_shared<State>()) {
   state_->links.resize(links.size());
   state_->fill.resize(links.size());
   state_->rep.resize(links.size());
+  state_->users.resize(links.size());
   for (std::size_t i = 0; i < links.size(); ++i) {
     state_->links[i].capacity = links[i].capacity_Bps;
     state_->rep[i] = static_cast<LinkId>(i);
@@ -594,7 +598,7 @@ FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, do
   fl.live = true;
   fl.transferring = false;
   ++live;
-  for (const auto& [l, w] : fl.load) ++links[l].users;
+  for (const auto& [l, w] : fl.load) ++users[l];
   const double latency = latency_s > 0 && std::isfinite(latency_s) ? latency_s : 0.0;
   push_event(now + latency, slot);
   // Its links' records are read when its latency ends (attach): on a large
@@ -607,7 +611,7 @@ FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, do
 // Admits the held flows on any link of `load` (before a flow that loads it starts).
 void Network::State::admit_held_on(std::span<const std::pair<LinkId, double>> load) {
   for (const auto& [l, w] : load)
-    if (links[l].users & kHeldBit) admit(held_on[l]);
+    if (users[l] & kHeldBit) admit(held_on[l]);
 }
 
 // Held flow h enters the network as the flow it would be had it started at
@@ -619,7 +623,7 @@ void Network::State::admit(Held h) {
   HeldFlow& hf = held[h];
   hf.held = false;
   const Shape& sh = shapes[hf.shape];
-  for (const auto& [l, w] : sh.load) links[l].users &= ~kHeldBit;
+  for (const auto& [l, w] : sh.load) users[l] &= ~kHeldBit;
   const std::uint32_t slot = take_slot(now);
   Flow& fl = flows[slot];
   fl.load = sh.load;
@@ -633,7 +637,7 @@ void Network::State::admit(Held h) {
   fl.transferring = false;
   fl.bottleneck = no_link;
   ++live;
-  for (const auto& [l, w] : fl.load) ++links[l].users;
+  for (const auto& [l, w] : fl.load) ++users[l];
   const double latency = sh.latency > 0 && std::isfinite(sh.latency) ? sh.latency : 0.0;
   const double attached = hf.start + latency;
   admitted.emplace_back(h, fl.id);
@@ -711,7 +715,7 @@ std::optional<Network::Held> Network::hold(Prepared f, double now) {
   if (f >= s.shapes.size()) throw std::out_of_range("Network::hold: no prepared flow " + std::to_string(f));
   const State::Shape& shape = s.shapes[f];
   for (const auto& [l, w] : shape.load)
-    if (s.links[l].users != 0) return std::nullopt;
+    if (s.users[l] != 0) return std::nullopt;
   Held h;
   if (!s.free_held.empty()) {
     h = s.free_held.back();
@@ -723,7 +727,7 @@ std::optional<Network::Held> Network::hold(Prepared f, double now) {
   s.held[h] = {f, now, true};
   if (s.held_on.size() < s.links.size()) s.held_on.resize(s.links.size());
   for (const auto& [l, w] : shape.load) {
-    s.links[l].users = State::kHeldBit;
+    s.users[l] = State::kHeldBit;
     s.held_on[l] = h;
   }
   return h;
@@ -735,7 +739,7 @@ bool Network::release(Held h) {
   State::HeldFlow& hf = s.held[h];
   const bool was_held = hf.held;
   if (was_held)
-    for (const auto& [l, w] : s.shapes[hf.shape].load) s.links[l].users &= ~State::kHeldBit;
+    for (const auto& [l, w] : s.shapes[hf.shape].load) s.users[l] &= ~State::kHeldBit;
   hf.held = false;
   s.free_held.push_back(h);
   return was_held;
