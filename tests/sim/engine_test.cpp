@@ -635,3 +635,65 @@ TEST_CASE("A lone collective starting just after a network event ends the same w
   }
   CHECK(compared == 601 * 7);
 }
+
+TEST_CASE("Stages packed as they are built simulate exactly as the program packed afterwards", "[sim]") {
+  for (const auto& [plan, gpus] : {std::pair{"tp=8,pp=4,vpp=2,schedule=interleaved,sp=on,distopt=on,overlap_grad_reduce=on", 32},
+                                   std::pair{"tp=4,pp=2,cp=2,sp=on", 16}, std::pair{"tp=8,pp=4,schedule=zb-v,sp=on", 32}}) {
+    INFO(plan);
+    const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", plan, 32, gpus, 2048);
+    auto cost = CostModel::for_device(s.cluster.device);
+    REQUIRE(cost);
+    const Topology topo = Topology::build(s.cluster, s.world);
+    StageAnalysis analysed(*cost);
+    auto program = build_program(s, analysed.sink());
+    REQUIRE(program);
+    auto a = simulate(*program, topo, *cost, {Mode::reduced, true, {}}, std::move(analysed));
+    auto b = simulate(*program, topo, *cost, {Mode::reduced, true, {}});
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK(a->step_time_s == b->step_time_s);
+    CHECK(a->events == b->events);
+    REQUIRE(a->spans.size() == b->spans.size());
+    for (std::size_t k = 0; k < a->spans.size(); ++k) {
+      CHECK(a->spans[k].op == b->spans[k].op);
+      CHECK(a->spans[k].start == b->spans[k].start);
+      CHECK(a->spans[k].end == b->spans[k].end);
+    }
+    CHECK(a->compute_time_s == b->compute_time_s);
+  }
+}
+
+TEST_CASE("A stage analysis of another program or cost model is refused", "[sim]") {
+  const Setup s = make_setup(shipped_model("llama3-8b"), "dgx-h100", "tp=8,pp=2", 16, 16, 2048);
+  auto cost = CostModel::for_device(s.cluster.device);
+  auto other_cost = CostModel::for_device(s.cluster.device);
+  REQUIRE(cost);
+  REQUIRE(other_cost);
+  const Topology topo = Topology::build(s.cluster, s.world);
+  {   // packed with another cost model
+    StageAnalysis analysed(*other_cost);
+    auto program = build_program(s, analysed.sink());
+    REQUIRE(program);
+    auto r = simulate(*program, topo, *cost, {}, std::move(analysed));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("another program or cost model"));
+  }
+  {   // packed for another program (a copy has stages of its own)
+    StageAnalysis analysed(*cost);
+    auto program = build_program(s, analysed.sink());
+    REQUIRE(program);
+    const Program copy = *program;
+    auto r = simulate(copy, topo, *cost, {}, std::move(analysed));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("another program or cost model"));
+  }
+  {   // only some of its stages
+    StageAnalysis analysed(*cost);
+    auto program = build_program(s);
+    REQUIRE(program);
+    analysed.add(program->stages[0]);
+    auto r = simulate(*program, topo, *cost, {}, std::move(analysed));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("packed 1 stages"));
+  }
+}
