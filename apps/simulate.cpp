@@ -32,17 +32,16 @@ std::size_t simulated_ops(const SimulateOutcome& out) {
 Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o) {
   const Setup& s = sc.setup;
   const auto t0 = std::chrono::steady_clock::now();
+  auto program = build_program(s);
+  if (!program) return tl::unexpected(program.error());
   auto cost = sim::CostModel::for_device(s.cluster.device);
   if (!cost) return tl::unexpected(cost.error());
   if (o.calibration)
     if (auto ok = cost->apply_calibration(*o.calibration); !ok) return tl::unexpected(ok.error());
-  sim::StageAnalysis analysed(*cost);   // each stage packed for the engine as soon as it is built
-  auto program = build_program(s, analysed.sink());
-  if (!program) return tl::unexpected(program.error());
   const sim::Topology topo = sim::Topology::build(s.cluster, s.world);
   sim::SimOptions so;
   so.mode = o.mode;
-  auto result = sim::simulate(*program, topo, *cost, so, std::move(analysed));
+  auto result = sim::simulate(*program, topo, *cost, so);
   if (!result) return tl::unexpected(result.error());
   SimulateOutcome out{std::move(*program), std::move(*result), {}, cost->profile().source, 0};
   out.report = sim::make_report(s, out.program, out.result);

@@ -6,13 +6,10 @@
 // one another (SimOptions::regions), so ops/s is the rate to compare across
 // engines.
 //
-//   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT] [--no-regions] [--separate-analysis]
+//   ./build/bench/sim_bench [--skip-full] [--repeat N] [--case TEXT] [--no-regions]
 // --case keeps the cases whose name contains TEXT ("gpt3", "1t", "530b").
 // --no-regions runs the engine with every op's end its own event (the same
 // times): the classic event-per-op rate of the event loop.
-// --separate-analysis packs the program's stages for the engine inside
-// simulate, after the whole program is built, instead of each stage as it is
-// built (build_program's stage_done, sim::StageAnalysis).
 // With --repeat N every case runs N times and the fastest run is reported
 // (the first run of a process pays for page faults the later ones reuse).
 // Cases: GPT-3 175B on 1024 A100s (the default example) in both modes, and
@@ -55,13 +52,12 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool skip_full = false, regions = true, separate = false;
+  bool skip_full = false, regions = true;
   int repeat = 1;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     skip_full = skip_full || std::strcmp(argv[i], "--skip-full") == 0;
     regions = regions && std::strcmp(argv[i], "--no-regions") != 0;
-    separate = separate || std::strcmp(argv[i], "--separate-analysis") == 0;
     if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = argv[++i];
   }
@@ -110,22 +106,21 @@ int main(int argc, char** argv) {
     row.mode = c.mode == sim::Mode::full ? "full" : "reduced";
     for (int rep = 0; rep < repeat; ++rep) {
       const auto t0 = Clock::now();
+      auto program = build_program(*setup);
+      const auto t1 = Clock::now();
       auto cost = sim::CostModel::for_device(setup->cluster.device);
       const sim::Topology topo = sim::Topology::build(setup->cluster, setup->world);
-      const auto t1 = Clock::now();
-      sim::StageAnalysis analysed(*cost);
-      auto program = separate ? build_program(*setup) : build_program(*setup, analysed.sink());
       const auto t2 = Clock::now();
       sim::SimOptions so{c.mode, false, {}};
       so.regions = regions;
-      auto r = separate ? sim::simulate(*program, topo, *cost, so) : sim::simulate(*program, topo, *cost, so, std::move(analysed));
+      auto r = sim::simulate(*program, topo, *cost, so);
       const auto t3 = Clock::now();
       if (!r) {
         fmt::print(stderr, "{}: {}\n", c.name, r.error().str());
         return 1;
       }
-      const double setup_s = std::chrono::duration<double>(t1 - t0).count();
-      const double build_s = std::chrono::duration<double>(t2 - t1).count();
+      const double build_s = std::chrono::duration<double>(t1 - t0).count();
+      const double setup_s = std::chrono::duration<double>(t2 - t1).count();
       const double sim_s = std::chrono::duration<double>(t3 - t2).count();
       if (rep == 0 || build_s + setup_s + sim_s < row.build_s + row.setup_s + row.sim_s) {
         row.build_s = build_s;
@@ -142,18 +137,16 @@ int main(int argc, char** argv) {
     rows.push_back(row);
     fmt::print(stderr, "done: {} {}\n", row.name, row.mode);
   }
-  // setup: cost model and topology; build: build_program, with the engine's
-  // packing of each stage as it is built (sim::StageAnalysis) unless
-  // --separate-analysis; simulate: the engine (with the packing under
-  // --separate-analysis); total: the three. events/s is events / simulate.
-  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}\n", "case", "mode", "ranks",
-             "build", "setup", "simulate", "total", "events", "events/s", "ops", "ops/s", "step", "peak RSS");
-  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}\n", "", "", "", "s", "s", "s",
-             "s", "", "1/s", "", "1/s", "s", "GiB");
+  // build: build_program; setup: cost model and topology; simulate: the engine
+  // alone (events/s is events / simulate).
+  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}\n", "case", "mode", "ranks",
+             "build", "setup", "simulate", "events", "events/s", "ops", "ops/s", "step", "peak RSS");
+  fmt::print("{:<22} {:>8} {:>6} {:>9} {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9} {:>9}\n", "", "", "", "s", "s", "s", "",
+             "1/s", "", "1/s", "s", "GiB");
   for (const Row& r : rows)
-    fmt::print("{:<22} {:>8} {:>6} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>12} {:>12.3g} {:>12} {:>12.3g} {:>9.3f} {:>9.2f}\n",
-               r.name, r.mode, r.ranks, r.build_s, r.setup_s, r.sim_s, r.build_s + r.setup_s + r.sim_s, r.events,
-               static_cast<double>(r.events) / r.sim_s, r.ops, static_cast<double>(r.ops) / r.sim_s, r.step_s, r.rss_gib);
+    fmt::print("{:<22} {:>8} {:>6} {:>9.4f} {:>9.4f} {:>9.4f} {:>12} {:>12.3g} {:>12} {:>12.3g} {:>9.3f} {:>9.2f}\n", r.name,
+               r.mode, r.ranks, r.build_s, r.setup_s, r.sim_s, r.events, static_cast<double>(r.events) / r.sim_s, r.ops,
+               static_cast<double>(r.ops) / r.sim_s, r.step_s, r.rss_gib);
   fmt::print("\n[");
   for (std::size_t i = 0; i < rows.size(); ++i)
     fmt::print("{}{{\"case\": \"{}\", \"mode\": \"{}\", \"ranks\": {}, \"build_s\": {:.4f}, \"setup_s\": {:.4f}, "

@@ -54,15 +54,14 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
                                     Topologies* shared = nullptr) {
   auto s = validate_setup(in.model, in.cluster, in.training, plan, gpus);
   if (!s) return tl::unexpected(s.error());
-  sim::StageAnalysis analysed(cost);   // each stage packed for the engine as soon as it is built
-  auto program = build_program(*s, analysed.sink());
+  auto program = build_program(*s);
   if (!program) return tl::unexpected(program.error());
   const sim::Topology topo = shared ? shared->get(s->cluster, s->world) : sim::Topology::build(s->cluster, s->world);
   sim::SimOptions so;
   so.mode = sim::Mode::reduced;
   so.record_trace = false;   // the report only: the engine gathers what it reads
   so.activity = true;
-  auto result = sim::simulate(*program, topo, cost, so, std::move(analysed));
+  auto result = sim::simulate(*program, topo, cost, so);
   if (!result) return tl::unexpected(result.error());
   SimulatedPlan out;
   out.plan = plan;

@@ -68,16 +68,11 @@ struct Channel {
 
 class Engine {
  public:
-  // `analysed`: the program's stages already packed (StageAnalysis), or empty.
-  Engine(const Program& p, const Topology& topo, const CostModel& cost, const SimOptions& opt,
-         std::vector<StageInfo>&& analysed = {})
+  Engine(const Program& p, const Topology& topo, const CostModel& cost, const SimOptions& opt)
       : p_(p), topo_(topo), opt_(opt), net_(topo),
         serial_(opt.execution.value_or(default_execution(cost.device())) == Execution::serial) {
-    stages_ = std::move(analysed);
-    if (stages_.empty()) {
-      stages_.reserve(p.stages.size());
-      for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost));
-    }
+    stages_.reserve(p.stages.size());
+    for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost));
     detail::match_transfers(p, stages_);
   }
 
@@ -811,36 +806,6 @@ class Engine {
 Result<SimResult> simulate(const Program& program, const Topology& topo, const CostModel& cost,
                            const SimOptions& options) {
   Engine e(program, topo, cost, options);
-  return e.run();
-}
-
-struct StageAnalysis::Impl {
-  const CostModel* cost = nullptr;
-  std::vector<StageInfo> stages;
-};
-
-StageAnalysis::StageAnalysis(const CostModel& cost) : impl_(std::make_unique<Impl>()) { impl_->cost = &cost; }
-StageAnalysis::~StageAnalysis() = default;
-StageAnalysis::StageAnalysis(StageAnalysis&&) noexcept = default;
-StageAnalysis& StageAnalysis::operator=(StageAnalysis&&) noexcept = default;
-
-void StageAnalysis::add(const StageProgram& stage) { impl_->stages.push_back(detail::analyse(stage, *impl_->cost)); }
-
-std::function<void(const StageProgram&)> StageAnalysis::sink() {
-  return [this](const StageProgram& stage) { add(stage); };
-}
-
-Result<SimResult> simulate(const Program& program, const Topology& topo, const CostModel& cost, const SimOptions& options,
-                           StageAnalysis&& stages) {
-  if (!stages.impl_) return fail("simulate", "a stage analysis that was moved from");
-  std::vector<StageInfo> packed = std::move(stages.impl_->stages);
-  bool same = stages.impl_->cost == &cost && packed.size() == program.stages.size();
-  for (std::size_t i = 0; same && i < packed.size(); ++i) same = packed[i].prog == &program.stages[i];
-  if (!same)
-    return fail("simulate", fmt::format("the stage analysis packed {} stages of another program or cost model (this "
-                                        "program has {} stages)",
-                                        packed.size(), program.stages.size()));
-  Engine e(program, topo, cost, options, std::move(packed));
   return e.run();
 }
 

@@ -24,8 +24,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
 #include <vector>
 
@@ -99,35 +97,5 @@ std::vector<double> compute_durations(const StageProgram& stage, const CostModel
 // by position.
 Result<SimResult> simulate(const Program& program, const Topology& topo, const CostModel& cost,
                            const SimOptions& options = {});
-
-// The engine's packing of a program's stages (durations priced, neighbours
-// and communication classes worked out: sim/engine_stage.hpp), made stage by
-// stage while a builder writes them, so that it reads each stage's ops while
-// they are still in cache instead of from memory once the whole program is
-// built:
-//   StageAnalysis a(cost);
-//   auto program = build_program(setup, a.sink());
-//   auto result = simulate(*program, topo, cost, options, std::move(a));
-// simulate() accepts it only for the stages it packed (the same objects, in
-// order, all of them) and the cost model it priced them with.
-class StageAnalysis {
- public:
-  explicit StageAnalysis(const CostModel& cost);
-  ~StageAnalysis();
-  StageAnalysis(StageAnalysis&&) noexcept;
-  StageAnalysis& operator=(StageAnalysis&&) noexcept;
-  void add(const StageProgram& stage);
-  // add() as build_program's stage_done.
-  [[nodiscard]] std::function<void(const StageProgram&)> sink();
-  struct Impl;
-
- private:
-  friend Result<SimResult> simulate(const Program&, const Topology&, const CostModel&, const SimOptions&,
-                                    StageAnalysis&&);
-  std::unique_ptr<Impl> impl_;
-};
-
-Result<SimResult> simulate(const Program& program, const Topology& topo, const CostModel& cost, const SimOptions& options,
-                           StageAnalysis&& stages);
 
 }  // namespace megascope::sim

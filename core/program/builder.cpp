@@ -187,7 +187,7 @@ double bucket_params(const Setup& s) { return std::max(40e6, 1e6 * s.dp * s.plan
 
 }  // namespace
 
-Result<Program> build_program(const Setup& s, const StageDone& stage_done) {
+Result<Program> build_program(const Setup& s) {
   Program prog;
   const int pp = s.plan.pp;
   const int m = s.num_microbatches;
@@ -222,17 +222,8 @@ Result<Program> build_program(const Setup& s, const StageDone& stage_done) {
   const double param_bytes = bytes_of(s.training.params_dtype);
   const bool distopt = s.plan.distributed_optimizer && s.dp * s.plan.cp > 1;
 
-  prog.stages.resize(static_cast<std::size_t>(pp));   // never resized again: the validator and stage_done keep addresses
-  // Each stage is checked as soon as it is written, while its ops are in
-  // cache, and handed to stage_done; the checks across stages come last.
-  ProgramValidator validator(prog);
-  bool valid = true;
-  const auto done = [&](int r) {
-    valid = valid && validator.scan(static_cast<std::size_t>(r));
-    if (valid && stage_done) stage_done(prog.stages[static_cast<std::size_t>(r)]);
-  };
+  prog.stages.resize(static_cast<std::size_t>(pp));
   for (int r = 0; r < pp; ++r) {
-    if (r > 0) done(r - 1);
     StageProgram& sp = prog.stages[static_cast<std::size_t>(r)];
     sp.stage = r;
     if (r > 0) {  // stages are alike: start at the previous one's size rather than grow by doubling
@@ -612,8 +603,7 @@ Result<Program> build_program(const Setup& s, const StageDone& stage_done) {
         w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes, {opt});
     }
   }
-  if (pp > 0) done(pp - 1);
-  if (auto ok = validator.finish(); !ok) return tl::unexpected(ok.error());
+  if (auto ok = validate_program(prog); !ok) return tl::unexpected(ok.error());
   return prog;
 }
 

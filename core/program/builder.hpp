@@ -3,21 +3,12 @@
 // ordering rules and docs/program.md for what each layer emits.
 #pragma once
 
-#include <functional>
-
 #include "core/program/program.hpp"
 #include "core/setup.hpp"
 
 namespace megascope {
 
-// `stage_done`, if set, sees each stage as soon as it is written and has
-// passed its own checks (stage 0 first; the Program's checks across stages
-// come after the last), while its ops are still in cache: a consumer that
-// reads every op (the simulator's analysis, sim::StageAnalysis) reads them
-// there instead of from memory afterwards. The stages keep their addresses
-// in the returned Program.
-using StageDone = std::function<void(const StageProgram&)>;
-Result<Program> build_program(const Setup& s, const StageDone& stage_done = {});
+Result<Program> build_program(const Setup& s);
 
 // One transformer layer's ops for one micro-batch on one rank, exactly as
 // build_program emits them inside a pass (same kernels, collectives and

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -18,95 +17,68 @@ std::size_t Program::op_count() const {
   return n;
 }
 
-namespace {
-
-// Transfers as (from stage, to stage, tag) with the place of their op, in
-// scan order. Sorted afterwards: a duplicate is the second op of a key (the
-// earliest one in scan order is reported), an unmatched transfer is reported
-// in key order. No per-op hashing or allocation.
-struct Transfer {
-  std::uint64_t stages;   // (from, to) packed so that the order is that of the signed pair
-  std::uint64_t tag;
-  std::uint64_t at;       // (index in p.stages) << 32 | op index: scan order
-  Transfer(int from, int to, std::uint64_t t, std::uint64_t a)
-      : stages((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from) ^ 0x80000000u) << 32) |
-               (static_cast<std::uint32_t>(to) ^ 0x80000000u)),
-        tag(t), at(a) {}
-  [[nodiscard]] int from() const { return static_cast<int>(static_cast<std::uint32_t>(stages >> 32) ^ 0x80000000u); }
-  [[nodiscard]] int to() const { return static_cast<int>(static_cast<std::uint32_t>(stages) ^ 0x80000000u); }
-  bool operator<(const Transfer& o) const {
-    return stages != o.stages ? stages < o.stages : tag != o.tag ? tag < o.tag : at < o.at;
-  }
-  [[nodiscard]] bool same_key(const Transfer& o) const { return stages == o.stages && tag == o.tag; }
-};
-
-}  // namespace
-
-struct ProgramValidator::State {
+Result<void> validate_program(const Program& p) {
+  // Transfers as (from stage, to stage, tag) with the place of their op, in
+  // scan order. Sorted afterwards: a duplicate is the second op of a key (the
+  // earliest one in scan order is reported), an unmatched transfer is reported
+  // in key order. No per-op hashing or allocation.
+  struct Transfer {
+    std::uint64_t stages;   // (from, to) packed so that the order is that of the signed pair
+    std::uint64_t tag;
+    std::uint64_t at;       // (index in p.stages) << 32 | op index: scan order
+    Transfer(int from, int to, std::uint64_t t, std::uint64_t a)
+        : stages((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from) ^ 0x80000000u) << 32) |
+                 (static_cast<std::uint32_t>(to) ^ 0x80000000u)),
+          tag(t), at(a) {}
+    [[nodiscard]] int from() const { return static_cast<int>(static_cast<std::uint32_t>(stages >> 32) ^ 0x80000000u); }
+    [[nodiscard]] int to() const { return static_cast<int>(static_cast<std::uint32_t>(stages) ^ 0x80000000u); }
+    bool operator<(const Transfer& o) const {
+      return stages != o.stages ? stages < o.stages : tag != o.tag ? tag < o.tag : at < o.at;
+    }
+    [[nodiscard]] bool same_key(const Transfer& o) const { return stages == o.stages && tag == o.tag; }
+  };
+  const auto where = [&](std::uint64_t at) {
+    const StageProgram& s = p.stages[static_cast<std::size_t>(at >> 32)];
+    const std::size_t i = static_cast<std::uint32_t>(at);
+    const Op& op = s.ops[i];
+    return fmt::format("stage {} op {} ({} {})", s.stage, i, to_string(op.kind), to_string(op.label));
+  };
   std::vector<Transfer> sends, recvs;
   // Collectives of the groups that span stages, per stage: their members
   // must run the same sequence (kind and size).
   std::map<int, std::vector<std::pair<OpKind, double>>> embedding_seq, pp_seq;
   std::optional<std::pair<std::uint64_t, std::string>> op_error;   // the first error of a single op
-  std::size_t scanned = 0;                                          // stages scanned
-};
-
-ProgramValidator::ProgramValidator(const Program& p) : p_(p), st_(std::make_unique<State>()) {}
-ProgramValidator::~ProgramValidator() = default;
-
-namespace {
-std::string where(const Program& p, std::uint64_t at) {
-  const StageProgram& s = p.stages[static_cast<std::size_t>(at >> 32)];
-  const std::size_t i = static_cast<std::uint32_t>(at);
-  const Op& op = s.ops[i];
-  return fmt::format("stage {} op {} ({} {})", s.stage, i, to_string(op.kind), to_string(op.label));
-}
-}  // namespace
-
-bool ProgramValidator::scan(std::size_t si) {
-  State& v = *st_;
-  if (v.op_error) return false;
-  if (si != v.scanned || si >= p_.stages.size()) throw std::logic_error("ProgramValidator::scan: stages out of order");
-  ++v.scanned;
-  const StageProgram& s = p_.stages[si];
-  for (std::size_t i = 0; i < s.ops.size(); ++i) {
-    const Op& op = s.ops[i];
-    const std::uint64_t at = (static_cast<std::uint64_t>(si) << 32) | i;
-    const char* error = nullptr;
-    if (op.kernel_begin + op.kernel_count > s.kernels.size()) error = ": kernels out of range";
-    else if (op.dep_begin + op.dep_count > s.deps.size()) error = ": dependencies out of range";
-    else
-      for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count && !error; ++d)
-        if (s.deps[d] >= i) error = ": depends on a later op";
-    if (error) {  // checked before the op's transfer is matched
-      v.op_error.emplace(at, where(p_, at) + error);
-      return false;
-    }
-    if (op.kind == OpKind::send) {
-      v.sends.emplace_back(s.stage, op.peer_stage, op.tag, at);
-    } else if (op.kind == OpKind::recv) {
-      v.recvs.emplace_back(op.peer_stage, s.stage, op.tag, at);
-    } else if (op.kind != OpKind::compute && op.group == CommGroup::embedding) {
-      v.embedding_seq[s.stage].push_back({op.kind, op.bytes});
-    } else if (op.kind != OpKind::compute && op.group == CommGroup::pp) {
-      v.pp_seq[s.stage].push_back({op.kind, op.bytes});
-    }
-    if ((op.kind == OpKind::send || op.kind == OpKind::recv) &&
-        (op.peer_stage < 0 || op.peer_stage >= static_cast<int>(p_.stages.size()) || op.peer_stage == s.stage)) {
-      v.op_error.emplace(at, where(p_, at) + ": bad peer stage");   // after its duplicate check
-      return false;
+  for (std::size_t si = 0; si < p.stages.size() && !op_error; ++si) {
+    const StageProgram& s = p.stages[si];
+    for (std::size_t i = 0; i < s.ops.size(); ++i) {
+      const Op& op = s.ops[i];
+      const std::uint64_t at = (static_cast<std::uint64_t>(si) << 32) | i;
+      const char* error = nullptr;
+      if (op.kernel_begin + op.kernel_count > s.kernels.size()) error = ": kernels out of range";
+      else if (op.dep_begin + op.dep_count > s.deps.size()) error = ": dependencies out of range";
+      else
+        for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count && !error; ++d)
+          if (s.deps[d] >= i) error = ": depends on a later op";
+      if (error) {  // checked before the op's transfer is matched
+        op_error.emplace(at, where(at) + error);
+        break;
+      }
+      if (op.kind == OpKind::send) {
+        sends.emplace_back(s.stage, op.peer_stage, op.tag, at);
+      } else if (op.kind == OpKind::recv) {
+        recvs.emplace_back(op.peer_stage, s.stage, op.tag, at);
+      } else if (op.kind != OpKind::compute && op.group == CommGroup::embedding) {
+        embedding_seq[s.stage].push_back({op.kind, op.bytes});
+      } else if (op.kind != OpKind::compute && op.group == CommGroup::pp) {
+        pp_seq[s.stage].push_back({op.kind, op.bytes});
+      }
+      if ((op.kind == OpKind::send || op.kind == OpKind::recv) &&
+          (op.peer_stage < 0 || op.peer_stage >= static_cast<int>(p.stages.size()) || op.peer_stage == s.stage)) {
+        op_error.emplace(at, where(at) + ": bad peer stage");   // after its duplicate check
+        break;
+      }
     }
   }
-  return true;
-}
-
-Result<void> ProgramValidator::finish() {
-  State& v = *st_;
-  const Program& p = p_;
-  if (!v.op_error && v.scanned != p.stages.size()) throw std::logic_error("ProgramValidator::finish: stages left unscanned");
-  std::vector<Transfer>& sends = v.sends;
-  std::vector<Transfer>& recvs = v.recvs;
-  const std::optional<std::pair<std::uint64_t, std::string>>& op_error = v.op_error;
   // Fast path for the common case: per channel (from, to), the sends in scan
   // order carry the tags of the receives in scan order, with no tag twice;
   // then nothing is unmatched or duplicated. Anything else (or an op error)
@@ -149,7 +121,7 @@ Result<void> ProgramValidator::finish() {
       if ((*list)[k].same_key((*list)[k - 1]) && (!duplicate || (*list)[k].at < duplicate->first))
         duplicate.emplace((*list)[k].at, what);
   if (duplicate && (!op_error || duplicate->first <= op_error->first))
-    return fail("program", where(p, duplicate->first) + duplicate->second);
+    return fail("program", where(duplicate->first) + duplicate->second);
   if (op_error) return fail("program", op_error->second);
   const auto matched = [](const std::vector<Transfer>& in, const Transfer& t) {
     Transfer key = t;
@@ -165,24 +137,17 @@ Result<void> ProgramValidator::finish() {
     if (!matched(sends, t))
       return fail("program", fmt::format("receive on stage {} from stage {} (tag {:#x}) has no matching send", t.to(),
                                          t.from(), t.tag));
-  if (!v.embedding_seq.empty() && p.stages.size() > 1) {
-    const auto& first = v.embedding_seq[0];
-    const auto& last = v.embedding_seq[static_cast<int>(p.stages.size()) - 1];
+  if (!embedding_seq.empty() && p.stages.size() > 1) {
+    const auto& first = embedding_seq[0];
+    const auto& last = embedding_seq[static_cast<int>(p.stages.size()) - 1];
     if (first != last) return fail("program", "the first and last stage run different embedding-group collectives");
   }
-  if (!v.pp_seq.empty())
+  if (!pp_seq.empty())
     for (std::size_t si = 1; si < p.stages.size(); ++si)
-      if (v.pp_seq[p.stages[si].stage] != v.pp_seq[p.stages[0].stage])
+      if (pp_seq[p.stages[si].stage] != pp_seq[p.stages[0].stage])
         return fail("program", fmt::format("stages {} and {} run different pipeline-group collectives (kind or size)",
                                            p.stages[0].stage, p.stages[si].stage));
   return {};
-}
-
-Result<void> validate_program(const Program& p) {
-  ProgramValidator v(p);
-  for (std::size_t si = 0; si < p.stages.size() && v.scan(si); ++si) {
-  }
-  return v.finish();
 }
 
 const char* to_string(Stream s) {

@@ -22,7 +22,6 @@
 
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,26 +131,6 @@ struct Program {
 // the same sequence on all stages that share the group. Returns the first
 // violation.
 Result<void> validate_program(const Program& p);
-
-// validate_program stage by stage, for a builder that checks each stage as
-// soon as it is written (its ops still in cache): scan(0), scan(1), ... in
-// order (each false once an op error is found: scan no more), then finish()
-// for the checks across stages. The same verdict and message as
-// validate_program. The program must outlive the validator.
-class ProgramValidator {
- public:
-  explicit ProgramValidator(const Program& p);
-  ~ProgramValidator();
-  ProgramValidator(const ProgramValidator&) = delete;
-  ProgramValidator& operator=(const ProgramValidator&) = delete;
-  bool scan(std::size_t stage_index);
-  Result<void> finish();
-
- private:
-  struct State;
-  const Program& p_;
-  std::unique_ptr<State> st_;
-};
 
 const char* to_string(Stream s);
 const char* to_string(OpKind k);

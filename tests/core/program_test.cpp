@@ -4,10 +4,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <algorithm>
-#include <functional>
 #include <map>
-#include <stdexcept>
-#include <tuple>
 
 #include "core/accounting/flops.hpp"
 #include "core/accounting/params.hpp"
@@ -580,91 +577,4 @@ TEST_CASE("Pipeline transfers carry the SP shard, Megatron-Core's whole activati
       CHECK(gathers == (c.gathered ? recvs : 0));
     }
   }
-}
-
-TEST_CASE("build_program hands each stage over once it is written and checked, in order, at its final address",
-          "[core]") {
-  ModelSpec m = gpt(16, 1024, 16);
-  for (const auto& [plan, gpus] : {std::pair{"tp=2,pp=4,schedule=1f1b", 8}, std::pair{"tp=2,pp=4,vpp=2,schedule=interleaved", 8},
-                                   std::pair{"tp=1,pp=4,schedule=zb-v", 4}, std::pair{"tp=1,pp=4,schedule=dualpipev", 4},
-                                   std::pair{"tp=2,pp=1", 2}}) {
-    INFO(plan);
-    const Setup s = make_setup(m, "dgx-a100", plan, 16, gpus);
-    std::vector<const StageProgram*> seen;
-    std::vector<std::size_t> sizes;
-    auto p = build_program(s, [&](const StageProgram& st) {
-      seen.push_back(&st);
-      sizes.push_back(st.ops.size());
-    });
-    REQUIRE(p);
-    REQUIRE(seen.size() == p->stages.size());
-    for (std::size_t i = 0; i < seen.size(); ++i) {
-      CHECK(seen[i] == &p->stages[i]);          // the returned program's own stage
-      CHECK(sizes[i] == p->stages[i].ops.size());   // complete when handed over
-    }
-    // The same program as without the callback.
-    auto q = build_program(s);
-    REQUIRE(q);
-    REQUIRE(q->stages.size() == p->stages.size());
-    for (std::size_t i = 0; i < p->stages.size(); ++i) {
-      REQUIRE(q->stages[i].ops.size() == p->stages[i].ops.size());
-      const auto fields = [](const Op& o) {
-        return std::tuple(o.kind, o.stream, o.phase, o.label, o.group, o.layer.value_or(-1), o.microbatch.value_or(-1),
-                          o.chunk.value_or(-1), o.kernel_begin, o.kernel_count, o.dep_begin, o.dep_count, o.peer_stage,
-                          o.bytes, o.flops, o.tag);
-      };
-      CHECK(std::equal(q->stages[i].ops.begin(), q->stages[i].ops.end(), p->stages[i].ops.begin(),
-                       [&](const Op& a, const Op& b) { return fields(a) == fields(b); }));
-      CHECK(q->stages[i].deps == p->stages[i].deps);
-    }
-  }
-}
-
-TEST_CASE("The stage-by-stage validator gives validate_program's verdict and message", "[core]") {
-  const Setup s = make_setup(gpt(9, 512, 8), "dgx-a100", "tp=1,pp=3", 12, 3);
-  auto built = build_program(s);
-  REQUIRE(built);
-  // Faults in each stage: a dependency on a later op, a dangling kernel range,
-  // a send to itself, a tag no stage receives, a receive posted twice.
-  const auto first_send = [](StageProgram& st) -> Op& {
-    return *std::find_if(st.ops.begin(), st.ops.end(), [](const Op& op) { return op.kind == OpKind::send; });
-  };
-  const auto first_recv = [](StageProgram& st) -> Op& {
-    return *std::find_if(st.ops.begin(), st.ops.end(), [](const Op& op) { return op.kind == OpKind::recv; });
-  };
-  const std::vector<std::function<void(Program&)>> faults = {
-      [](Program&) {},
-      [](Program& p) { p.stages[1].deps[p.stages[1].ops[5].dep_begin] = 7; },
-      [](Program& p) { p.stages[2].ops[3].kernel_count = 1u << 30; },
-      [&](Program& p) { first_send(p.stages[0]).peer_stage = 0; },
-      [&](Program& p) { first_send(p.stages[1]).tag ^= 0xabcdef; },
-      [&](Program& p) { p.stages[2].ops.push_back(first_recv(p.stages[2])); },
-      [&](Program& p) {   // two faults: the earlier stage's is named
-        p.stages[2].ops[3].kernel_count = 1u << 30;
-        p.stages[0].ops[2].dep_count = 1u << 30;
-      }};
-  int failed = 0;
-  for (std::size_t k = 0; k < faults.size(); ++k) {
-    INFO("fault " << k);
-    Program p = *built;
-    faults[k](p);
-    const auto whole = validate_program(p);
-    ProgramValidator v(p);
-    for (std::size_t si = 0; si < p.stages.size() && v.scan(si); ++si) {
-    }
-    const auto staged = v.finish();
-    REQUIRE(static_cast<bool>(whole) == static_cast<bool>(staged));
-    CHECK(static_cast<bool>(whole) == (k == 0));
-    if (!whole) {
-      ++failed;
-      CHECK(whole.error().message == staged.error().message);
-    }
-  }
-  CHECK(failed == static_cast<int>(faults.size()) - 1);
-  // Out of order, or finished early: a defect of the caller.
-  ProgramValidator v(*built);
-  CHECK_THROWS_AS(v.scan(1), std::logic_error);
-  ProgramValidator w(*built);
-  REQUIRE(w.scan(0));
-  CHECK_THROWS_AS(w.finish(), std::logic_error);
 }
