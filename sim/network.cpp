@@ -248,7 +248,9 @@ struct Network::State {
     for (Flow& f : flows) f.in_set = 0;
     epoch = solve_epoch = 0;
   }
-  void attach(std::uint32_t slot) {
+  // Puts a flow on its links. `resolve`: they need a re-solve (not for a held
+  // flow admitted at its solo rate, whose links nothing else used).
+  void attach(std::uint32_t slot, bool resolve = true) {
     Flow& f = flows[slot];
     f.pos.resize(f.load.size());
     for (std::uint32_t k = 0; k < f.load.size(); ++k) {
@@ -256,7 +258,7 @@ struct Network::State {
       f.pos[k] = static_cast<std::uint32_t>(L.flows.size());
       L.flows.push_back(Member{slot, k});
       L.demand += f.load[k].second * f.solo;
-      make_dirty(f.load[k].first);
+      if (resolve) make_dirty(f.load[k].first);
     }
   }
   void detach(std::uint32_t slot) {
@@ -647,14 +649,8 @@ void Network::State::admit(Held h) {
   }
   fl.transferring = true;
   fl.last = attached;
-  fl.pos.resize(fl.load.size());
-  for (std::uint32_t k = 0; k < fl.load.size(); ++k) {
-    Link& L = links[fl.load[k].first];
-    fl.pos[k] = static_cast<std::uint32_t>(L.flows.size());
-    L.flows.push_back(Member{slot, k});
-    L.demand += fl.load[k].second * fl.solo;
-    L.usage += fl.load[k].second * fl.solo;
-  }
+  attach(slot, false);
+  for (const auto& [l, w] : fl.load) links[l].usage += w * fl.solo;
   fl.rate = fl.solo;
   ++fl.version;
   push_event(attached + fl.remaining / fl.rate, slot);
