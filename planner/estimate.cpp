@@ -546,11 +546,6 @@ Estimator& Estimator::operator=(Estimator&&) noexcept = default;
 
 Result<Estimate> Estimator::memory(const Candidate& c) { return impl_->memory(c); }
 
-Result<Estimate> Estimator::evaluate(const Candidate& c) {
-  constexpr double none = std::numeric_limits<double>::infinity();
-  return impl_->evaluate(c, none, none);
-}
-
 Result<Estimate> Estimator::evaluate(const Candidate& c, double fit_bound, double reject_bound) {
   return impl_->evaluate(c, fit_bound, reject_bound);
 }

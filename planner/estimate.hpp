@@ -25,6 +25,7 @@
 // far it is from the simulator.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -60,8 +61,6 @@ class Estimator {
   // Memory only (cheap); sets peak_bytes, peak_stage and fits. Both fail
   // only if the candidate is not a legal plan (validate_setup's message).
   Result<Estimate> memory(const Candidate& c);
-  // Memory and time.
-  Result<Estimate> evaluate(const Candidate& c);
   // Memory and time, or memory and a lower bound of the time (the Estimate
   // is `bounded`) when that bound exceeds `fit_bound` for a plan that fits,
   // or `reject_bound` for one that does not. The lower bound is the
@@ -71,7 +70,9 @@ class Estimator {
   // search that passes its K-th best time and its best rejected time skips
   // the communication terms (and the collective tables they build) of plans
   // that could enter neither, with the same result.
-  Result<Estimate> evaluate(const Candidate& c, double fit_bound, double reject_bound);
+  // With no bounds (the defaults), always memory and time.
+  Result<Estimate> evaluate(const Candidate& c, double fit_bound = std::numeric_limits<double>::infinity(),
+                            double reject_bound = std::numeric_limits<double>::infinity());
 
  private:
   struct Impl;

@@ -320,15 +320,13 @@ class Engine {
     }
     if (opt_.lone_flows) find_lone_flows();
     net_.seal();
-    for (std::size_t f = 0; f < lone_.size(); ++f)
-      if (lone_[f].latency == 0) lone_[f] = net_.lone_terms(static_cast<Network::Prepared>(f));
-    if (opt_.idle_flows) {
-      std::size_t prepared = 0;
-      for (const Network::Prepared f : flow_of_class_)
-        if (f != kNone) prepared = std::max<std::size_t>(prepared, f + 1);
-      idle_terms_.resize(prepared);
-      for (std::size_t f = 0; f < prepared; ++f) idle_terms_[f] = net_.lone_terms(static_cast<Network::Prepared>(f));
-    }
+    // The end of every prepared flow alone on its links: a lone flow's, and a
+    // held one's (SimOptions::idle_flows).
+    std::size_t prepared = 0;
+    for (const Network::Prepared f : flow_of_class_)
+      if (f != kNone) prepared = std::max<std::size_t>(prepared, f + 1);
+    terms_.resize(prepared);
+    for (std::size_t f = 0; f < prepared; ++f) terms_[f] = net_.lone_terms(static_cast<Network::Prepared>(f));
     prepare_local_comm();
   }
 
@@ -366,12 +364,12 @@ class Engine {
       if (key_of_flow[f] == unset) continue;
       for (const auto& [l, w] : net_.links_of(static_cast<Network::Prepared>(f))) claim(owner.try_emplace(l, unset).first->second, key_of_flow[f]);
     }
-    lone_.assign(key_of_flow.size(), {-1.0, 0.0});   // the terms of lone flows are filled in once sealed
+    lone_.assign(key_of_flow.size(), 0);
     for (std::size_t f = 0; f < key_of_flow.size(); ++f) {
       if (key_of_flow[f] == unset || key_of_flow[f] == mixed) continue;
       bool alone = true;
       for (const auto& [l, w] : net_.links_of(static_cast<Network::Prepared>(f))) alone = alone && owner.at(l) == key_of_flow[f];
-      if (alone) lone_[f].latency = 0;
+      if (alone) lone_[f] = 1;
     }
   }
 
@@ -381,7 +379,7 @@ class Engine {
            local_comm_[per_class(states_[s], op.comm.comm_class)].latency == kJoinable;
   }
 
-  [[nodiscard]] bool lone(Network::Prepared flow) const { return flow < lone_.size() && lone_[flow].latency >= 0; }
+  [[nodiscard]] bool lone(Network::Prepared flow) const { return flow < lone_.size() && lone_[flow] != 0; }
 
   // Starts the transfer of the members in waiting list w, when the last of
   // them arrives (a member a region posted ahead arrives after `now`).
@@ -390,7 +388,7 @@ class Engine {
     const double start = std::max(now, pool_at_[w]);
     mark_transfer_start(pool_[w], start);
     if (lone(flow)) {
-      const Network::LoneTerms& t = lone_[flow];
+      const Network::LoneTerms& t = terms_[flow];
       // Network::lone_terms from the engine's clock, as local_end
       // prices it (the network's clock may run ahead by its event tolerance).
       const double end = (start + t.latency) + t.transfer;
@@ -405,7 +403,7 @@ class Engine {
     MEGASCOPE_CHECK(start == now, "a network transfer was posted ahead of time");
     if (opt_.idle_flows)
       if (const std::optional<Network::Held> h = net_.hold(flow, now)) {
-        const Network::LoneTerms& t = idle_terms_[flow];
+        const Network::LoneTerms& t = terms_[flow];
         if (*h >= held_wait_.size()) held_wait_.resize(*h + 1, kNone);
         held_wait_[*h] = w;
         heap_.push((now + t.latency) + t.transfer, {kHeld, *h});
@@ -536,7 +534,7 @@ class Engine {
         const Network::Prepared flow = flow_of_class_[per_class(st, c)];
         if (is_p2p(op.kind) || !lone(flow)) continue;
         if (expected_members(s, op.group) > 1) local_comm_[per_class(st, c)].latency = kJoinable;
-        else local_comm_[per_class(st, c)] = lone_[flow];
+        else local_comm_[per_class(st, c)] = terms_[flow];
       }
     }
   }
@@ -761,11 +759,9 @@ class Engine {
   std::vector<std::array<std::int64_t, kCommGroupCount>> group_id_;    // per rank, per CommGroup
   std::vector<std::array<std::int32_t, kCommGroupCount>> group_size_;  // per stage (full mode): every rank of a stage alike
   std::vector<Network::Prepared> flow_of_class_;         // per rank, per CommClass of its stage (per_class)
-  // Per prepared flow: always alone on its links (find_lone_flows), with the
-  // terms of its end (Network::lone_terms); latency -1 for the others.
-  std::vector<Network::LoneTerms> lone_;
+  std::vector<char> lone_;                                // per prepared flow: always alone on its links (find_lone_flows)
+  std::vector<Network::LoneTerms> terms_;                 // per prepared flow: its end alone on its links (Network::lone_terms)
   std::vector<Network::LoneTerms> local_comm_;            // per rank, per CommClass (per_class): see prepare_local_comm
-  std::vector<Network::LoneTerms> idle_terms_;            // per prepared flow (SimOptions::idle_flows): its end if held
   std::vector<std::uint32_t> held_wait_;                  // Network::Held -> waiting list (kNone: none)
   std::vector<std::vector<double>> start_times_;          // per traced rank
   std::vector<int> state_of_rank_;

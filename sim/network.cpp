@@ -45,6 +45,8 @@ namespace {
 // Events this close together (relative) are one event: flows that finish
 // "at the same time" up to rounding are reported together.
 double tolerance(double t) { return 1e-12 * std::max(1.0, std::abs(t)); }
+// A flow's latency as the network charges it: none if not positive and finite.
+double latency_of(double latency_s) { return latency_s > 0 && std::isfinite(latency_s) ? latency_s : 0.0; }
 constexpr double rel = 1e-9;  // saturation and rate comparisons
 constexpr LinkId no_link = std::numeric_limits<LinkId>::max();
 
@@ -204,7 +206,7 @@ struct Network::State {
   void seal();
   Link& state_of(LinkId l) { return links[rep[l]]; }
   Fill& fill_of(LinkId l) { return fill[rep[l]]; }
-  FlowId begin(std::uint32_t slot, double solo, double payload, double latency_s);
+  FlowId begin(std::uint32_t slot, double solo, double payload, double latency_s, double at);
   std::uint32_t take_slot(double at);
   void admit_held_on(std::span<const std::pair<LinkId, double>> load);
   void admit(Held h);
@@ -589,20 +591,20 @@ double Network::State::normalise(const FlowSpec& f, std::vector<std::pair<LinkId
 }
 
 // Starts a flow in `slot` (its load already set): the common part of both starts.
-FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, double latency_s) {
+// Started at `at`: now, or a held flow's start (admit).
+FlowId Network::State::begin(std::uint32_t slot, double solo, double payload, double latency_s, double at) {
   Flow& fl = flows[slot];
   fl.solo = solo;
   fl.id = next_id++;
   ++fl.version;
   fl.remaining = std::max(0.0, payload);
   fl.rate = 0;
-  fl.last = now;
+  fl.last = at;
   fl.live = true;
   fl.transferring = false;
   ++live;
   for (const auto& [l, w] : fl.load) ++users[l];
-  const double latency = latency_s > 0 && std::isfinite(latency_s) ? latency_s : 0.0;
-  push_event(now + latency, slot);
+  push_event(at + latency_of(latency_s), slot);
   // Its links' records are read when its latency ends (attach): on a large
   // cluster they are no longer in the core's caches, so fetch them now,
   // while other events run.
@@ -629,30 +631,16 @@ void Network::State::admit(Held h) {
   const std::uint32_t slot = take_slot(now);
   Flow& fl = flows[slot];
   fl.load = sh.load;
-  fl.solo = sh.solo;
-  fl.id = next_id++;
-  ++fl.version;
-  fl.remaining = std::max(0.0, sh.payload);
-  fl.rate = 0;
-  fl.last = hf.start;
-  fl.live = true;
-  fl.transferring = false;
-  fl.bottleneck = no_link;
-  ++live;
-  for (const auto& [l, w] : fl.load) ++users[l];
-  const double latency = sh.latency > 0 && std::isfinite(sh.latency) ? sh.latency : 0.0;
-  const double attached = hf.start + latency;
-  admitted.emplace_back(h, fl.id);
-  if (attached > now || fl.load.empty() || !(fl.remaining > 0)) {
-    push_event(attached, slot);
-    return;
-  }
+  admitted.emplace_back(h, begin(slot, sh.solo, sh.payload, sh.latency, hf.start));
+  const double attached = hf.start + latency_of(sh.latency);
+  if (attached > now || fl.load.empty() || !(fl.remaining > 0)) return;   // its latency event stands
   fl.transferring = true;
   fl.last = attached;
+  fl.bottleneck = no_link;
   attach(slot, false);
   for (const auto& [l, w] : fl.load) links[l].usage += w * fl.solo;
   fl.rate = fl.solo;
-  ++fl.version;
+  ++fl.version;   // its latency event is spent
   push_event(attached + fl.remaining / fl.rate, slot);
 }
 
@@ -681,7 +669,7 @@ FlowId Network::start(const FlowSpec& f, double now) {
   State::Flow& fl = s.flows[slot];
   fl.own = std::move(load);
   fl.load = fl.own;
-  return s.begin(slot, solo, f.payload_bytes, f.latency_s);
+  return s.begin(slot, solo, f.payload_bytes, f.latency_s, s.now);
 }
 
 Network::Prepared Network::prepare(const FlowSpec& f) {
@@ -703,7 +691,7 @@ FlowId Network::start(Prepared f, double now) {
   s.admit_held_on(shape.load);
   const std::uint32_t slot = s.take_slot(now);
   s.flows[slot].load = shape.load;
-  return s.begin(slot, shape.solo, shape.payload, shape.latency);
+  return s.begin(slot, shape.solo, shape.payload, shape.latency, s.now);
 }
 
 std::optional<Network::Held> Network::hold(Prepared f, double now) {
@@ -758,7 +746,7 @@ Network::LoneTerms Network::lone_terms(Prepared f) const {
   // As begin(), handle() and solve() do for a flow alone on its links: the
   // latency event, then the transfer at the solo rate.
   LoneTerms t;
-  t.latency = shape.latency > 0 && std::isfinite(shape.latency) ? shape.latency : 0.0;
+  t.latency = latency_of(shape.latency);
   const double remaining = std::max(0.0, shape.payload);
   if (!shape.load.empty() && remaining > 0) t.transfer = remaining / shape.solo;
   return t;
