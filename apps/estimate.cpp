@@ -59,6 +59,7 @@ nlohmann::json estimate_json(const Scenario& sc) {
                 {"seq_length", s.seq_length},
                 {"padded_vocab_size", s.padded_vocab},
                 {"schedule", to_string(s.plan.schedule)}};
+  if (s.model.moe) j["setup"]["expert_load"] = s.expert_load;
   j["params_total"] = mp.total();
   j["params_active"] = active_params(s.model);
   j["params"] = {{"embedding", mp.embedding}, {"output", mp.output}, {"final_norm", mp.final_norm},

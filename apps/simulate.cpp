@@ -75,6 +75,7 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
   j["setup"] = {{"model", s.model.name}, {"cluster", s.cluster.name}, {"gpus", s.world},
                 {"plan", format_inline_plan(plan)}, {"global_batch_size", s.training.global_batch_size},
                 {"seq_length", s.seq_length}, {"num_microbatches", s.num_microbatches}};
+  if (s.model.moe) j["setup"]["expert_load"] = s.expert_load;
   j["step_time_s"] = r.step_time_s;
   j["tokens_per_s"] = r.tokens_per_s;
   j["tflops_per_gpu"] = r.tflops_per_gpu;
@@ -111,6 +112,9 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
   addl(t, "  plan       {}", format_inline_plan(plan));
   addl(t, "  batch      global {} x seq {}: {} micro-batches per pipeline", s.training.global_batch_size, s.seq_length,
        s.num_microbatches);
+  if (s.model.moe && s.expert_load != 1.0)
+    addl(t, "  experts    the busiest EP rank's experts take {:.2f}x their balanced share of tokens; every EP rank is "
+         "priced at it", s.expert_load);
   addl(t, "");
   addl(t, "  step time  {:.4f} s", r.step_time_s);
   addl(t, "  throughput {:.0f} tokens/s ({:.1f} per GPU)", r.tokens_per_s, r.tokens_per_s / s.world);

@@ -66,6 +66,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   const auto topk = rd.count("--moe-router-topk");
   const auto moe_ffn = rd.integer("--moe-ffn-hidden-size");
   const auto shared_ffn = rd.integer("--moe-shared-expert-intermediate-size");
+  const auto capacity = rd.real("--moe-expert-capacity-factor");
   const auto q_lora = rd.integer("--q-lora-rank");
   const auto kv_lora = rd.integer("--kv-lora-rank");
   const auto qk_head = rd.integer("--qk-head-dim");
@@ -212,13 +213,20 @@ Result<MegatronLaunch> interpret(Args& args) {
   }
 
   static constexpr std::string_view kMoeFlags[] = {"--moe-router-topk", "--moe-ffn-hidden-size",
-                                                   "--moe-shared-expert-intermediate-size", "--moe-layer-freq"};
+                                                   "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
+                                                   "--moe-expert-capacity-factor",
+                                                   "--moe-pad-expert-input-to-capacity"};
   if (experts && *experts > 0) {
     MoeSpec e;
     e.num_experts = *experts;
     e.top_k = topk.value_or(2);
     e.expert_ffn_hidden = moe_ffn.value_or(m.ffn_hidden_size);
     e.shared_expert_ffn_hidden = shared_ffn.value_or(0);
+    e.capacity_factor = capacity;
+    e.pad_to_capacity = args.has("--moe-pad-expert-input-to-capacity");
+    if (e.pad_to_capacity && !capacity)
+      return fail("megatron.--moe-pad-expert-input-to-capacity",
+                  "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
     auto layers = moe_layer_pattern(args.value("--moe-layer-freq"), m.num_layers);
     if (!layers) return tl::unexpected(layers.error());
     e.moe_layers = std::move(*layers);
@@ -463,6 +471,8 @@ Result<std::string> export_megatron_args(const Setup& setup) {
     kv("--moe-router-topk", e.top_k);
     kv("--moe-ffn-hidden-size", e.expert_ffn_hidden);
     if (e.shared_expert_ffn_hidden > 0) kv("--moe-shared-expert-intermediate-size", e.shared_expert_ffn_hidden);
+    if (e.capacity_factor) kv("--moe-expert-capacity-factor", *e.capacity_factor);
+    if (e.pad_to_capacity) sw("--moe-pad-expert-input-to-capacity");
     const std::string freq = moe_layer_freq_text(e.moe_layers);
     if (!freq.empty()) kv("--moe-layer-freq", freq.front() == '(' ? "'" + freq + "'" : freq);
   }

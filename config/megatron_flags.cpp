@@ -61,6 +61,8 @@ constexpr Entry kUsed[] = {
     {"--moe-ffn-hidden-size", Arity::one},
     {"--moe-shared-expert-intermediate-size", Arity::one},
     {"--moe-layer-freq", Arity::one},
+    {"--moe-expert-capacity-factor", Arity::one},
+    {"--moe-pad-expert-input-to-capacity", Arity::none},
     // MLA
     {"--multi-latent-attention", Arity::none},
     {"--q-lora-rank", Arity::one},
@@ -467,8 +469,6 @@ constexpr Entry kIgnored[] = {
     {"--moe-use-upcycling", Arity::none},
     {"--moe-upcycling-granularity", Arity::one},
     {"--moe-per-layer-logging", Arity::none},
-    {"--moe-expert-capacity-factor", Arity::one},
-    {"--moe-pad-expert-input-to-capacity", Arity::none},
     {"--moe-token-drop-policy", Arity::one},
     {"--moe-apply-probs-on-input", Arity::none},
     {"--moe-pad-experts-for-cuda-graph-inference", Arity::none},

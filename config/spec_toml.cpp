@@ -141,6 +141,9 @@ Result<ModelSpec> model_from_toml(const toml::table& root, const std::string& fi
     e.top_k = to_int(*moe, "top_k", moe->integer("top_k"));
     e.expert_ffn_hidden = moe->integer("expert_ffn_hidden_size");
     e.shared_expert_ffn_hidden = moe->opt_integer("shared_expert_ffn_hidden_size").value_or(0);
+    e.load_imbalance = moe->opt_number("load_imbalance").value_or(1.0);
+    e.capacity_factor = moe->opt_number("capacity_factor");
+    e.pad_to_capacity = moe->opt_boolean("pad_to_capacity").value_or(false);
     const auto first_dense = moe->opt_integer("first_dense_layers");
     const auto freq = moe->opt_integer("layer_freq");
     if (const toml::array* layers = moe->opt_array("layers")) {

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace megascope {
 
 bool ModelSpec::is_moe_layer(int layer) const {
@@ -74,6 +77,14 @@ Result<ModelSpec> validate_model(ModelSpec m) {
       return fail("model.moe.layers",
                   fmt::format("the MoE layer pattern has {} entries but the model has {} layers",
                               e.moe_layers.size(), m.num_layers));
+    if (!std::isfinite(e.load_imbalance) || e.load_imbalance < 1.0)
+      return fail("model.moe.load_imbalance",
+                  fmt::format("must be a finite number >= 1 (the busiest EP rank's tokens over the mean), found {}",
+                              e.load_imbalance));
+    if (e.capacity_factor && (!std::isfinite(*e.capacity_factor) || *e.capacity_factor <= 0))
+      return fail("model.moe.capacity_factor", fmt::format("must be a finite number > 0, found {}", *e.capacity_factor));
+    if (e.pad_to_capacity && !e.capacity_factor)
+      return fail("model.moe.pad_to_capacity", "padding experts to capacity needs a capacity_factor");
     bool any = false;
     for (bool b : e.moe_layers) any = any || b;
     if (!any) return fail("model.moe.layers", "no layer is an MoE layer; drop the [moe] table for a dense model");
@@ -94,6 +105,13 @@ Result<ModelSpec> validate_model(ModelSpec m) {
                   "MLA models have one latent KV per head: num_query_groups must equal num_attention_heads");
   }
   return m;
+}
+
+double expert_load_factor(const MoeSpec& e, int ep) {
+  if (e.pad_to_capacity && e.capacity_factor) return *e.capacity_factor;
+  double f = std::min(e.load_imbalance, static_cast<double>(std::max(ep, 1)));
+  if (e.capacity_factor) f = std::min(f, *e.capacity_factor);
+  return f;
 }
 
 const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }

@@ -26,7 +26,22 @@ struct MoeSpec {
   std::int64_t expert_ffn_hidden = 0;    // f_e, FFN width of one routed expert
   std::int64_t shared_expert_ffn_hidden = 0;  // f_sh, total width of the shared experts (0: none)
   std::vector<bool> moe_layers;          // one entry per layer: true where the layer is MoE
+  // Routing load. Balanced by default: every EP rank's experts take top_k x
+  // their share of the tokens. load_imbalance is the busiest EP rank's
+  // tokens over the mean (>= 1; what a router without perfect balancing
+  // leaves). Megatron's --moe-expert-capacity-factor caps each expert at
+  // that multiple of its balanced share (tokens beyond it are dropped) and
+  // --moe-pad-expert-input-to-capacity pads every expert to the cap.
+  double load_imbalance = 1.0;
+  std::optional<double> capacity_factor;
+  bool pad_to_capacity = false;
 };
+
+// The tokens the busiest EP rank's experts process, over the balanced share:
+// the capacity when experts are padded to it, else the imbalance, capped by
+// the capacity factor and by ep (one rank can at most take every token; at
+// ep = 1 the one rank takes exactly the balanced share).
+double expert_load_factor(const MoeSpec& e, int ep);
 
 // Multi-head latent attention (DeepSeek-V2/V3).
 struct MlaSpec {

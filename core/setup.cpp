@@ -197,6 +197,7 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
       return fail("plan.etp", "MoE layers with linear biases need etp = 1 (Megatron: bias only with ETP == 1)");
     if (p.ep > 1 && s.training.params_dtype == Dtype::fp16)
       return fail("plan.ep", "expert parallelism is not supported with fp16 parameters; use bf16");
+    s.expert_load = expert_load_factor(e, p.ep);
   }
   s.edp = s.world / (s.etp * p.ep * p.pp);
 

@@ -38,6 +38,7 @@ struct Setup {
   int etp = 1;                  // expert tensor parallel
   int edp = 1;                  // expert data parallel = world / (etp * ep * pp)
   bool sequence_parallel = false;  // effective SP (off when tp == 1)
+  double expert_load = 1.0;     // MoE: the busiest EP rank's expert tokens over the balanced share (expert_load_factor)
   bool overlap_p2p_comm = true;   // effective: the plan's, or the schedule's default (PlanSpec)
   std::int64_t seq_length = 0;  // tokens per sequence
   int num_microbatches = 0;     // m = global batch / (micro-batch * dp)

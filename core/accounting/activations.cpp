@@ -112,10 +112,11 @@ LayerActivations layer_activations(const Setup& st, int layer) {
   } else {
     const MoeSpec& e = *m.moe;
     // Tokens this rank routes (SP shards them over TP), then, after the EP
-    // all-to-all and the ETP all-gather, the tokens its local experts process
-    // under balanced routing: routed * k * etp.
+    // all-to-all and the ETP all-gather, the tokens its local experts process:
+    // routed * k * etp under balanced routing, times the busiest EP rank's
+    // load over the mean (Setup::expert_load), whose memory is the peak.
     const double routed = x.T / x.sp;
-    const double expert_tokens = routed * e.top_k * st.etp;
+    const double expert_tokens = routed * e.top_k * st.etp * st.expert_load;
     add("router_probs", 4.0 * routed * e.num_experts);      // fp32 softmax output
     add("expert_fc1_input", kAct * expert_tokens * x.h);
     mlp("expert_activation_input", "expert_fc2_input", expert_tokens,

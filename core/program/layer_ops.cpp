@@ -262,30 +262,47 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   }
   const MoeSpec& e = *m.moe;
   const double routed = d.Tsp;                              // tokens this rank routes
-  const double tokens = routed * e.top_k * s.etp;           // tokens its local experts process (balanced)
+  // Tokens its local experts process: top_k x its share, times the busiest
+  // rank's load over the mean (Setup::expert_load; 1 when balanced). Every
+  // EP rank is priced as the busiest one, which sets when the combine ends.
+  const double tokens = routed * e.top_k * s.etp * s.expert_load;
   const std::int64_t fe = e.expert_ffn_hidden / s.etp;
   const auto tok = static_cast<std::int64_t>(tokens);
   const Kernel router = gemm(static_cast<std::int64_t>(routed), e.num_experts, d.h, Precision::bf16);
   const Kernel topk = memory(MemoryOp::other, 8.0 * routed * e.num_experts);
   dep = w.compute(OpLabel::moe, ctx, {pre_drop, pre_norm, router, topk}, {*dep});
-  const double dispatch = 2.0 * routed * e.top_k * hb;
+  const double own = 2.0 * routed * e.top_k * hb;          // bytes of this rank's routed copies
+  const double dispatch = own * s.expert_load;              // bytes the busiest rank receives (and returns)
   if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
   if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
   std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
                             memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
                             gemm(tok, d.h, fe, d.prec)};
+  std::vector<Kernel> shared;
   if (e.shared_expert_ffn_hidden > 0) {
     const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
-    ek.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
-    ek.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs * (d.up + 1))));
-    ek.push_back(gemm(d.Ti, d.h, fs, d.prec));
+    shared = {gemm(d.Ti, d.up * fs, d.h, d.prec),
+              memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs * (d.up + 1))),
+              gemm(d.Ti, d.h, fs, d.prec)};
   }
+  // Without TP the shared experts need no collective: they run with the routed ones.
+  if (d.t == 1) ek.insert(ek.end(), shared.begin(), shared.end());
   const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
   dep = ex;
   if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
   if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
-  dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * dispatch), post_drop}, {*dep});
-  return *dep;
+  if (d.t == 1 || shared.empty()) {
+    dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, {*dep});
+    return *dep;
+  }
+  // With TP the shared experts are a TP-split MLP on the layer's input
+  // (Megatron-Core's SharedExpertMLP, after the routed tokens are back when
+  // not overlapped): its input gathered with SP, its output reduced like the
+  // dense MLP's, then added to the routed output.
+  if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep});
+  shared.push_back(memory(MemoryOp::other, 2.0 * own));
+  shared.push_back(post_drop);
+  return compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), {*dep}, tp_out, act);
 }
 
 std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_in,
@@ -315,24 +332,37 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   } else {
     const MoeSpec& e = *m.moe;
     const double routed = d.Tsp;
-    const double tokens = routed * e.top_k * s.etp;
+    const double tokens = routed * e.top_k * s.etp * s.expert_load;   // the busiest rank's, as in the forward
     const std::int64_t fe = e.expert_ffn_hidden / s.etp;
     const auto tok = static_cast<std::int64_t>(tokens);
-    const double dispatch = 2.0 * routed * e.top_k * hb;
+    const double own = 2.0 * routed * e.top_k * hb;
+    const double dispatch = own * s.expert_load;
+    std::vector<Kernel> shared;
+    if (e.shared_expert_ffn_hidden > 0) {
+      const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
+      shared = {gemm(d.Ti, fs, d.h, d.prec),
+                memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs) * static_cast<double>(2 * d.up + 1)),
+                gemm(d.Ti, d.h, d.up * fs, d.prec)};
+    }
     std::vector<Kernel> unpermute;
     if (const auto b = bda_backward(m, d)) unpermute.push_back(*b);   // the MoE block's bias-dropout-add
-    unpermute.push_back(memory(MemoryOp::other, 2.0 * dispatch));
+    if (d.t > 1 && !shared.empty()) {
+      // The shared experts' backward first (their output was added last):
+      // the output gradient gathered with SP, the input gradient reduced.
+      if (!unpermute.empty()) dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
+      unpermute.clear();
+      if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
+      dep = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), dep, out_tp, act);
+      shared.clear();
+    }
+    unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
     if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
     if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
     std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
                               memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
                               gemm(tok, d.h, d.up * fe, d.prec)};
-    if (e.shared_expert_ffn_hidden > 0) {
-      const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
-      ek.push_back(gemm(d.Ti, fs, d.h, d.prec));
-      ek.push_back(gemm(d.Ti, d.h, d.up * fs, d.prec));
-    }
+    ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
     const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
     dep = ex;
     if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
@@ -378,7 +408,7 @@ std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx
     k.push_back(gemm(f, d.h, d.Ti, d.prec));
   } else {
     const MoeSpec& e = *m.moe;
-    const auto tok = static_cast<std::int64_t>(d.Tsp * e.top_k * s.etp);
+    const auto tok = static_cast<std::int64_t>(d.Tsp * e.top_k * s.etp * s.expert_load);
     const std::int64_t fe = e.expert_ffn_hidden / s.etp;
     k.push_back(gemm(d.h, d.up * fe, tok, d.prec));
     k.push_back(gemm(fe, d.h, tok, d.prec));

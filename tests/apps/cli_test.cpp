@@ -193,3 +193,47 @@ TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
   expect_one_error(run({"simulate", "--calibration", fixture("toml/plan.toml")}), "plan.toml");
   CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
 }
+
+TEST_CASE("An MoE model's load imbalance slows the simulated step; a bad value names its file, line and field",
+          "[apps]") {
+  const auto model_with = [](const std::string& file, const std::string& moe_extra) {
+    std::ofstream out(file);
+    out << "[model]\nname = \"tiny-moe-load\"\nnum_layers = 4\nhidden_size = 256\nffn_hidden_size = 512\n"
+           "num_attention_heads = 4\nnum_query_groups = 4\nvocab_size = 1024\nseq_length = 512\n"
+           "activation = \"swiglu\"\nnorm = \"rmsnorm\"\nposition_embedding = \"rope\"\nadd_bias_linear = false\n"
+           "tied_embeddings = false\nhidden_dropout = 0.0\nattention_dropout = 0.0\n\n[model.moe]\n"
+           "num_experts = 8\ntop_k = 2\nexpert_ffn_hidden_size = 512\n"
+        << moe_extra;
+  };
+  const auto step_of = [](const std::string& file) {
+    const Run r = run({"simulate", "--model", file, "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=1,ep=8",
+                       "--global-batch", "16", "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    return std::pair{j["step_time_s"].get<double>(), j["memory"]["peak_bytes"].get<double>()};
+  };
+  const std::string file = "megascope-moe-load.toml";
+  model_with(file, "");
+  const auto balanced = step_of(file);
+  model_with(file, "load_imbalance = 2.0\n");
+  const auto skewed = step_of(file);
+  model_with(file, "load_imbalance = 2.0\ncapacity_factor = 1.25\n");
+  const auto capped = step_of(file);
+  CHECK(skewed.first > balanced.first);
+  CHECK(capped.first > balanced.first);
+  CHECK(capped.first < skewed.first);
+  CHECK(skewed.second > balanced.second);
+  model_with(file, "load_imbalance = 0.5\n");
+  expect_one_error(run({"simulate", "--model", file, "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=1,ep=8",
+                        "--global-batch", "16"}),
+                   "megascope-moe-load.toml:22:");
+  expect_one_error(run({"simulate", "--model", file, "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=1,ep=8",
+                        "--global-batch", "16"}),
+                   "model.moe.load_imbalance");
+  model_with(file, "pad_to_capacity = true\n");
+  expect_one_error(run({"estimate", "--model", file, "--cluster", "dgx-h100", "--plan", "tp=1,ep=8", "--global-batch",
+                        "16"}),
+                   "model.moe.pad_to_capacity");
+  std::remove(file.c_str());
+}

@@ -68,6 +68,8 @@ void check_same_model(const ModelSpec& a, const ModelSpec& b) {
     CHECK(a.moe->expert_ffn_hidden == b.moe->expert_ffn_hidden);
     CHECK(a.moe->shared_expert_ffn_hidden == b.moe->shared_expert_ffn_hidden);
     CHECK(a.moe->moe_layers == b.moe->moe_layers);
+    CHECK(a.moe->capacity_factor == b.moe->capacity_factor);
+    CHECK(a.moe->pad_to_capacity == b.moe->pad_to_capacity);
   }
   REQUIRE(a.mla.has_value() == b.mla.has_value());
   if (a.mla) {
@@ -243,6 +245,8 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   e.shared_expert_ffn_hidden = 2048;
   e.moe_layers.assign(61, true);
   for (int i = 0; i < 3; ++i) e.moe_layers[static_cast<std::size_t>(i)] = false;
+  e.capacity_factor = 1.25;
+  e.pad_to_capacity = true;
   m.moe = e;
   MlaSpec a;
   a.q_lora_rank = 1536;
@@ -271,6 +275,7 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   check_round_trip(s);
   const std::string line = *export_megatron_args(s);
   REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq '([0]*3+[1]*58)'"));
+  REQUIRE_THAT(line, Catch::Contains("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"));
   REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
   REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
 }

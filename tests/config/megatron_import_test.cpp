@@ -385,6 +385,20 @@ TEST_CASE("Expert parallelism without --num-experts is an error", "[config]") {
   REQUIRE_THAT(e.message, Catch::Contains("--num-experts"));
 }
 
+TEST_CASE("The expert capacity factor and padding to capacity are read; padding alone is an error", "[config]") {
+  const MegatronLaunch l =
+      import_ok(std::string(kDeepSeek) + " --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity");
+  REQUIRE(l.model.moe.has_value());
+  REQUIRE(l.model.moe->capacity_factor.has_value());
+  CHECK(*l.model.moe->capacity_factor == 1.25);
+  CHECK(l.model.moe->pad_to_capacity);
+  CHECK(l.model.moe->load_imbalance == 1.0);
+  CHECK_FALSE(import_ok(kDeepSeek).model.moe->capacity_factor.has_value());
+  const Error pad = import_error(std::string(kDeepSeek) + " --moe-pad-expert-input-to-capacity");
+  CHECK(pad.field == "megatron.--moe-pad-expert-input-to-capacity");
+  REQUIRE_THAT(pad.message, Catch::Contains("--moe-expert-capacity-factor"));
+}
+
 TEST_CASE("All-to-all context parallelism and other unmodelled Megatron features are errors", "[config]") {
   const Error a2a = import_error(kSmall + "--context-parallel-size 2 --cp-comm-type a2a");
   CHECK(a2a.field == "megatron.--cp-comm-type");

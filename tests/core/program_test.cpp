@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <map>
 
+#include "core/accounting/activations.hpp"
 #include "core/accounting/flops.hpp"
 #include "core/accounting/params.hpp"
 #include "core/program/builder.hpp"
@@ -124,6 +126,125 @@ TEST_CASE("MoE layers dispatch and combine tokens with all-to-all over EP", "[co
   REQUIRE(p);
   // 32 layers x (2 forward + 2 backward) per micro-batch.
   CHECK(count(*p, 0, OpKind::all_to_all, OpLabel::ep_comm) == 32 * 4);
+}
+
+namespace {
+
+double bytes_of(const Program& p, OpKind kind, OpLabel label) {
+  double b = 0;
+  for (const StageProgram& s : p.stages)
+    for (const Op& op : s.ops)
+      if (op.kind == kind && op.label == label) b += op.bytes;
+  return b;
+}
+
+ModelSpec tiny_moe_with(double imbalance, std::optional<double> capacity = std::nullopt, bool pad = false) {
+  ModelSpec m = shipped_model("tiny-moe");
+  m.moe->load_imbalance = imbalance;
+  m.moe->capacity_factor = capacity;
+  m.moe->pad_to_capacity = pad;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("Expert load: the busiest EP rank's tokens scale its expert GEMMs, its all-to-all bytes and its memory",
+          "[core]") {
+  const Setup base = make_setup(tiny_moe_with(1.0), "dgx-h100", "tp=1,ep=4", 4, 4);
+  CHECK(base.expert_load == 1.0);
+  const auto p0 = build_program(base);
+  REQUIRE(p0);
+  const double hw = iteration_flops(base).hardware;
+  const double f0 = program_flops(*p0);   // the accounting's FLOPs and the routers' GEMMs (which it does not count)
+  const double expert_hw = 3.0 * iteration_flops(base).forward.experts;   // no recomputation
+  REQUIRE(expert_hw > 0);
+  const double a2a0 = bytes_of(*p0, OpKind::all_to_all, OpLabel::ep_comm);
+  REQUIRE(a2a0 > 0);
+  const auto expert_memory = [](const Setup& s) {
+    double b = 0;
+    for (const ActivationTerm& t : layer_activations(s, 1).terms)
+      if (t.name.rfind("expert_", 0) == 0) b += t.bytes;
+    return b;
+  };
+  const double mem0 = expert_memory(base);
+  REQUIRE(mem0 > 0);
+
+  struct Case {
+    ModelSpec model;
+    const char* plan;
+    double load;
+  };
+  const Case cases[] = {
+      {tiny_moe_with(1.5), "tp=1,ep=4", 1.5},
+      {tiny_moe_with(6.0), "tp=1,ep=4", 4.0},               // one rank takes at most every token
+      {tiny_moe_with(2.0, 1.25), "tp=1,ep=4", 1.25},        // capped by the capacity factor
+      {tiny_moe_with(1.0, 1.5, true), "tp=1,ep=4", 1.5},    // padded to capacity
+      {tiny_moe_with(1.0, 0.75), "tp=1,ep=4", 0.75},        // tokens dropped everywhere
+      {tiny_moe_with(3.0), "tp=1,ep=1", 1.0},               // one rank holds every expert
+      {tiny_moe_with(1.0, 1.5, true), "tp=1,ep=1", 1.5},    // padding costs even there
+  };
+  for (const Case& c : cases) {
+    INFO(c.plan << " imbalance " << c.model.moe->load_imbalance << " expected load " << c.load);
+    const Setup s = make_setup(c.model, "dgx-h100", c.plan, 4, 4);
+    CHECK(s.expert_load == Approx(c.load));
+    const auto p = build_program(s);
+    REQUIRE(p);
+    // The model's FLOPs do not change; the busiest rank's expert work does.
+    CHECK(iteration_flops(s).hardware == Approx(hw).epsilon(1e-12));
+    CHECK(program_flops(*p) == Approx(f0 + (c.load - 1.0) * expert_hw).epsilon(1e-9));
+    if (s.plan.ep > 1) CHECK(bytes_of(*p, OpKind::all_to_all, OpLabel::ep_comm) == Approx(c.load * a2a0).epsilon(1e-12));
+    CHECK(expert_memory(s) == Approx(c.load * mem0).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("Expert load settings out of range are errors naming the field", "[core]") {
+  const auto error_of = [](ModelSpec m) {
+    auto r = validate_model(std::move(m));
+    REQUIRE_FALSE(r);
+    return r.error().str();
+  };
+  CHECK_THAT(error_of(tiny_moe_with(0.9)), Catch::Contains("model.moe.load_imbalance"));
+  CHECK_THAT(error_of(tiny_moe_with(std::nan(""))), Catch::Contains("model.moe.load_imbalance"));
+  CHECK_THAT(error_of(tiny_moe_with(1.0, 0.0)), Catch::Contains("model.moe.capacity_factor"));
+  ModelSpec pad = tiny_moe_with(1.0);
+  pad.moe->pad_to_capacity = true;
+  CHECK_THAT(error_of(pad), Catch::Contains("model.moe.pad_to_capacity"));
+}
+
+TEST_CASE("Shared experts under TP gather their input and reduce their output like the dense MLP", "[core]") {
+  ModelSpec plain = shipped_model("tiny-moe");
+  ModelSpec shared = plain;
+  shared.moe->shared_expert_ffn_hidden = 64;
+  const int moe_layers = plain.num_moe_layers();
+  REQUIRE(moe_layers == 3);
+  // Per micro-batch and MoE layer: one more TP gather and one more reduction in
+  // the forward and in the backward.
+  for (const char* plan : {"tp=2,sp=on,ep=2", "tp=2,sp=off"}) {
+    INFO(plan);
+    const Setup a = make_setup(plain, "dgx-h100", plan, 4, 4);
+    const Setup b = make_setup(shared, "dgx-h100", plan, 4, 4);
+    const auto pa = build_program(a), pb = build_program(b);
+    REQUIRE(pa);
+    REQUIRE(pb);
+    const int mb = a.num_microbatches;
+    if (a.sequence_parallel) {
+      CHECK(count(*pb, 0, OpKind::all_gather, OpLabel::tp_comm) ==
+            count(*pa, 0, OpKind::all_gather, OpLabel::tp_comm) + 2 * moe_layers * mb);
+      CHECK(count(*pb, 0, OpKind::reduce_scatter, OpLabel::tp_comm) ==
+            count(*pa, 0, OpKind::reduce_scatter, OpLabel::tp_comm) + 2 * moe_layers * mb);
+      CHECK(program_flops(*pb) - program_flops(*pa) ==
+            Approx(iteration_flops(b).hardware - iteration_flops(a).hardware).epsilon(1e-9));
+    } else {
+      CHECK(count(*pb, 0, OpKind::all_reduce, OpLabel::tp_comm) ==
+            count(*pa, 0, OpKind::all_reduce, OpLabel::tp_comm) + 2 * moe_layers * mb);
+    }
+  }
+  // Without TP they run beside the routed experts: no collective of their own.
+  const auto pa = build_program(make_setup(plain, "dgx-h100", "tp=1,ep=2", 4, 4));
+  const auto pb = build_program(make_setup(shared, "dgx-h100", "tp=1,ep=2", 4, 4));
+  REQUIRE(pa);
+  REQUIRE(pb);
+  CHECK(pb->stages[0].ops.size() == pa->stages[0].ops.size());
 }
 
 TEST_CASE("The rank grid follows Megatron's tp-cp-dp-pp order and folds experts into DP", "[core]") {
