@@ -194,7 +194,7 @@ TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
   CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
 }
 
-TEST_CASE("An MoE model's load imbalance slows the simulated step; a bad value names its file, line and field",
+TEST_CASE("An MoE model's load imbalance slows the simulated step, and a bad value names its file, line and field",
           "[apps]") {
   const auto model_with = [](const std::string& file, const std::string& moe_extra) {
     std::ofstream out(file);

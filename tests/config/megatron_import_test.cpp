@@ -385,7 +385,7 @@ TEST_CASE("Expert parallelism without --num-experts is an error", "[config]") {
   REQUIRE_THAT(e.message, Catch::Contains("--num-experts"));
 }
 
-TEST_CASE("The expert capacity factor and padding to capacity are read; padding alone is an error", "[config]") {
+TEST_CASE("The expert capacity factor and padding to capacity are read, and padding alone is an error", "[config]") {
   const MegatronLaunch l =
       import_ok(std::string(kDeepSeek) + " --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity");
   REQUIRE(l.model.moe.has_value());
