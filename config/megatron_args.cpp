@@ -215,7 +215,8 @@ Result<MegatronLaunch> interpret(Args& args) {
   static constexpr std::string_view kMoeFlags[] = {"--moe-router-topk", "--moe-ffn-hidden-size",
                                                    "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
                                                    "--moe-expert-capacity-factor",
-                                                   "--moe-pad-expert-input-to-capacity"};
+                                                   "--moe-pad-expert-input-to-capacity",
+                                                   "--moe-shared-expert-overlap"};
   if (experts && *experts > 0) {
     MoeSpec e;
     e.num_experts = *experts;
@@ -348,6 +349,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.tp_comm_overlap = args.has("--tp-comm-overlap");
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
+  p.moe_shared_expert_overlap = out.model.moe && args.has("--moe-shared-expert-overlap");
   // Megatron-LM overlaps pipeline communication only in the interleaved
   // schedule; its 1f1b always waits. The overlap was opt-in when it came
   // (--overlap-p2p-communication, 2023) and is on by default today
@@ -540,6 +542,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (!p.tp_grad_overlap) sw("--no-async-tensor-model-parallel-allreduce");
   if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
   if (p.schedule == Schedule::interleaved && !setup.overlap_p2p_comm) sw("--no-overlap-p2p-communication");
+  if (p.moe_shared_expert_overlap) sw("--moe-shared-expert-overlap");
   // pp_scatter_gather has no flag: pre-Core Megatron-LM did it by default
   // (--no-scatter-gather-tensors-in-pipeline turned it off), Megatron-Core cannot.
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");

@@ -63,6 +63,7 @@ constexpr Entry kUsed[] = {
     {"--moe-layer-freq", Arity::one},
     {"--moe-expert-capacity-factor", Arity::one},
     {"--moe-pad-expert-input-to-capacity", Arity::none},
+    {"--moe-shared-expert-overlap", Arity::none},
     // MLA
     {"--multi-latent-attention", Arity::none},
     {"--q-lora-rank", Arity::one},
@@ -464,7 +465,6 @@ constexpr Entry kIgnored[] = {
     {"--moe-permute-fusion", Arity::none},
     {"--moe-grouped-gemm", Arity::none},
     {"--moe-use-legacy-grouped-gemm", Arity::none},
-    {"--moe-shared-expert-overlap", Arity::none},
     {"--moe-layer-recompute", Arity::none},
     {"--moe-use-upcycling", Arity::none},
     {"--moe-upcycling-granularity", Arity::one},

@@ -75,7 +75,8 @@ const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "schedule", "attention", "cp_comm", "first_stage_layers", "last_stage_layers"};
+      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap", "schedule", "attention", "cp_comm", "first_stage_layers",
+      "last_stage_layers"};
   return keys;
 }
 
@@ -120,6 +121,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
   if (key == "tp_grad_overlap") return set_bool(plan.tp_grad_overlap);
   if (key == "grad_accum_fusion") return set_bool(plan.grad_accum_fusion);
   if (key == "pp_scatter_gather") return set_bool(plan.pp_scatter_gather);
+  if (key == "moe_shared_expert_overlap") return set_bool(plan.moe_shared_expert_overlap);
   if (key == "overlap_p2p_comm") {
     auto v = boolean(key, value);
     if (!v) return tl::unexpected(v.error());
@@ -231,6 +233,8 @@ std::string format_inline_plan(const PlanSpec& plan) {
     else if (key == "tp_grad_overlap") add_bool(key, plan.tp_grad_overlap, d.tp_grad_overlap);
     else if (key == "grad_accum_fusion") add_bool(key, plan.grad_accum_fusion, d.grad_accum_fusion);
     else if (key == "pp_scatter_gather") add_bool(key, plan.pp_scatter_gather, d.pp_scatter_gather);
+    else if (key == "moe_shared_expert_overlap")
+      add_bool(key, plan.moe_shared_expert_overlap, d.moe_shared_expert_overlap);
     else if (key == "overlap_p2p_comm") {
       if (plan.overlap_p2p_comm) add(key, on_off(*plan.overlap_p2p_comm));
     }
@@ -266,7 +270,8 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.distributed_optimizer == b.distributed_optimizer && a.overlap_grad_reduce == b.overlap_grad_reduce &&
          a.overlap_param_gather == b.overlap_param_gather && a.tp_comm_overlap == b.tp_comm_overlap &&
          a.tp_grad_overlap == b.tp_grad_overlap && a.grad_accum_fusion == b.grad_accum_fusion &&
-         a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm && a.schedule == b.schedule && a.attention == b.attention &&
+         a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&
+         a.moe_shared_expert_overlap == b.moe_shared_expert_overlap && a.schedule == b.schedule && a.attention == b.attention &&
          a.cp_comm == b.cp_comm;
 }
 

@@ -65,6 +65,11 @@ struct PlanSpec {
   // schedule, off for gpipe and 1f1b (their p2p calls always wait) and on for
   // the others (--overlap-p2p-communication, the interleaved default).
   std::optional<bool> overlap_p2p_comm;
+  // MoE shared experts computed beside the EP all-to-alls
+  // (--moe-shared-expert-overlap): their fc1 during the dispatch, their fc2
+  // during the combine, on a stream of their own. No effect without shared
+  // experts or without EP.
+  bool moe_shared_expert_overlap = false;
   Schedule schedule = Schedule::one_f_one_b;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;

@@ -38,6 +38,11 @@ Result<void> check_supported(const Setup& s) {
   };
   if (m.moe && p.tp > 1) return no("plan.tp", "tensor parallelism in a mixture-of-experts model");
   if (m.moe && m.moe->shared_expert_ffn_hidden > 0) return no("model.moe.shared_expert_ffn_hidden", "shared experts");
+  if (m.moe && m.moe->capacity_factor)
+    return no("model.moe.capacity_factor", "an expert capacity (dropping or padding tokens)");
+  if (m.moe && m.moe->load_imbalance != 1.0)
+    return no("model.moe.load_imbalance",
+              "a set expert load imbalance (the executor's router decides each expert's load; measure it instead)");
   if (m.mla) return no("model.mla", "multi-latent attention");
   if (m.qk_layernorm) return no("model.qk_layernorm", "QK layer norm");
   if (m.mtp_num_layers > 0) return no("model.mtp_num_layers", "multi-token prediction");

@@ -112,6 +112,7 @@ PlanSpec to_plan(const Candidate& c) {
   p.overlap_grad_reduce = c.overlap_grad_reduce;
   p.overlap_param_gather = c.overlap_param_gather;
   p.tp_comm_overlap = c.tp_comm_overlap;
+  p.moe_shared_expert_overlap = c.shared_expert_overlap;
   p.schedule = c.schedule;
   return p;
 }
@@ -143,6 +144,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.overlap_grad_reduce = p.overlap_grad_reduce;
   c.overlap_param_gather = p.overlap_param_gather;
   c.tp_comm_overlap = p.tp_comm_overlap;
+  c.shared_expert_overlap = p.moe_shared_expert_overlap;
   return c;
 }
 
@@ -326,6 +328,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.cp = static_cast<std::int16_t>(cp);
                     c.ep = static_cast<std::int16_t>(ep);
                     c.etp = static_cast<std::int16_t>(etp);
+                    c.shared_expert_overlap = m.moe && m.moe->shared_expert_ffn_hidden > 0 && (ep > 1 || etp > 1);
                     c.dp = dp;
                     c.mbs = mbs;
                     c.first_layers = static_cast<std::int16_t>(split.first);

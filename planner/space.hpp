@@ -86,6 +86,9 @@ struct Candidate {
   std::int16_t recompute_layers = 0;                             // full only
   bool sp = false, distopt = false, overlap_grad_reduce = false, overlap_param_gather = false,
        tp_comm_overlap = false;
+  // --moe-shared-expert-overlap: not enumerated; set wherever it applies
+  // (shared experts and an all-to-all to hide them behind), never slower here.
+  bool shared_expert_overlap = false;
 };
 
 PlanSpec to_plan(const Candidate& c);

@@ -273,11 +273,6 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   dep = w.compute(OpLabel::moe, ctx, {pre_drop, pre_norm, router, topk}, {*dep});
   const double own = 2.0 * routed * e.top_k * hb;          // bytes of this rank's routed copies
   const double dispatch = own * s.expert_load;              // bytes the busiest rank receives (and returns)
-  if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
-  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
-  std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
-                            memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
-                            gemm(tok, d.h, fe, d.prec)};
   std::vector<Kernel> shared;
   if (e.shared_expert_ffn_hidden > 0) {
     const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
@@ -285,12 +280,30 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
               memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs * (d.up + 1))),
               gemm(d.Ti, d.h, fs, d.prec)};
   }
+  // --moe-shared-expert-overlap: the shared experts' fc1 runs while the
+  // dispatch is in flight and their fc2 while the combine is, posted ahead of
+  // the routed experts on the compute stream; with TP their gather and
+  // reduction go beside the all-to-alls on the TP stream.
+  const bool overlap = s.plan.moe_shared_expert_overlap && !shared.empty() && (s.plan.ep > 1 || s.etp > 1);
+  std::optional<std::uint32_t> sh;
+  if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep}) : *dep;
+  if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+  if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
+  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+  std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
+                            memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
+                            gemm(tok, d.h, fe, d.prec)};
   // Without TP the shared experts need no collective: they run with the routed ones.
-  if (d.t == 1) ek.insert(ek.end(), shared.begin(), shared.end());
+  if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
   const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
   dep = ex;
   if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
   if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+  if (overlap) {
+    sh = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act);
+    dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, {*dep, *sh});
+    return *dep;
+  }
   if (d.t == 1 || shared.empty()) {
     dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, {*dep});
     return *dep;
@@ -346,7 +359,27 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     }
     std::vector<Kernel> unpermute;
     if (const auto b = bda_backward(m, d)) unpermute.push_back(*b);   // the MoE block's bias-dropout-add
-    if (d.t > 1 && !shared.empty()) {
+    // With the overlap the shared experts' backward runs on their own
+    // stream beside the routed path's all-to-alls, as their forward did.
+    const bool overlap = s.plan.moe_shared_expert_overlap && !shared.empty() && (s.plan.ep > 1 || s.etp > 1);
+    if (overlap) {
+      unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
+      dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
+      std::optional<std::uint32_t> sh =
+          d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
+      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
+      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+      const Kernel ek[] = {gemm(tok, fe, d.h, d.prec),
+                           memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
+                           gemm(tok, d.h, d.up * fe, d.prec)};
+      dep = w.compute(OpLabel::moe, ctx, ek, {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      sh = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act);
+      dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},
+                      {*dep, *sh});
+    } else if (d.t > 1 && !shared.empty()) {
       // The shared experts' backward first (their output was added last):
       // the output gradient gathered with SP, the input gradient reduced.
       if (!unpermute.empty()) dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
@@ -355,19 +388,20 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
       dep = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), dep, out_tp, act);
       shared.clear();
     }
-    unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
-    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
-    if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
-    if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
-    std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
-                              memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
-                              gemm(tok, d.h, d.up * fe, d.prec)};
-    ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
-    const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
-    dep = ex;
-    if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
-    if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
-    dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)}, {*dep});
+    if (!overlap) {
+      unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
+      dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
+      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+      std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
+                                memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
+                                gemm(tok, d.h, d.up * fe, d.prec)};
+      ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
+      dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)}, {*dep});
+    }
   }
 
   // --- attention backward ---

@@ -271,11 +271,13 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   p.recompute = Recompute{RecomputeGranularity::full, RecomputeMethod::uniform, 1};
   p.cp_comm = CpCommType::all_gather;
   p.attention = AttentionKernel::unfused;
+  p.moe_shared_expert_overlap = true;
   const Setup s = validated(m, t, p);
   check_round_trip(s);
   const std::string line = *export_megatron_args(s);
   REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq '([0]*3+[1]*58)'"));
   REQUIRE_THAT(line, Catch::Contains("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"));
+  REQUIRE_THAT(line, Catch::Contains("--moe-shared-expert-overlap"));
   REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
   REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
 }

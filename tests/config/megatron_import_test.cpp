@@ -386,8 +386,11 @@ TEST_CASE("Expert parallelism without --num-experts is an error", "[config]") {
 }
 
 TEST_CASE("The expert capacity factor and padding to capacity are read, and padding alone is an error", "[config]") {
-  const MegatronLaunch l =
-      import_ok(std::string(kDeepSeek) + " --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity");
+  const MegatronLaunch l = import_ok(std::string(kDeepSeek) +
+                                     " --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity "
+                                     "--moe-shared-expert-overlap");
+  CHECK(l.plan.moe_shared_expert_overlap);
+  CHECK_FALSE(import_ok(kDeepSeek).plan.moe_shared_expert_overlap);
   REQUIRE(l.model.moe.has_value());
   REQUIRE(l.model.moe->capacity_factor.has_value());
   CHECK(*l.model.moe->capacity_factor == 1.25);

@@ -194,19 +194,20 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
 }
 
-TEST_CASE("plan_keys lists the 25 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 26 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "schedule", "attention", "cp_comm",
-      "first_stage_layers", "last_stage_layers"};
+      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
+      "schedule", "attention", "cp_comm", "first_stage_layers", "last_stage_layers"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
   for (const std::string& key : expected) {
     INFO(key);
     std::string value = "2";
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
-        key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm")
+        key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" ||
+        key == "moe_shared_expert_overlap")
       value = "on";
     if (key == "tp_grad_overlap" || key == "grad_accum_fusion") value = "off";
     if (key == "recompute") value = "full";
@@ -301,7 +302,7 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
 
 TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   const PlanSpec base;
-  std::vector<PlanSpec> variants(24, base);
+  std::vector<PlanSpec> variants(25, base);
   variants[0].tp = 2;
   variants[1].pp = 2;
   variants[2].vpp = 1;
@@ -326,6 +327,7 @@ TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   variants[21].pp_scatter_gather = true;
   variants[22].overlap_p2p_comm = false;
   variants[23].overlap_p2p_comm = true;
+  variants[24].moe_shared_expert_overlap = true;
   CHECK(base == PlanSpec{});
   for (std::size_t i = 0; i < variants.size(); ++i) {
     INFO("variant " << i);

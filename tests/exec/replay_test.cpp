@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/program/builder.hpp"
+#include "exec/params.hpp"
 #include "exec/replay.hpp"
 #include "support.hpp"
 
@@ -266,4 +267,19 @@ TEST_CASE("Replay in shard mode: compute only, back to back, with the same kerne
       CHECK(shard->kernels.size() == full->kernels.size());
     }
   }
+}
+
+TEST_CASE("The executor refuses an expert capacity and a set load imbalance, naming the field", "[exec]") {
+  megascope::ModelSpec m = megascope::test::shipped_model("tiny-moe");
+  REQUIRE(megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2", 4, 2)));
+  megascope::ModelSpec capped = m;
+  capped.moe->capacity_factor = 1.25;
+  auto a = megascope::exec::check_supported(megascope::test::make_setup(capped, "cpu-host", "ep=2", 4, 2));
+  REQUIRE_FALSE(a);
+  CHECK(a.error().field == "model.moe.capacity_factor");
+  megascope::ModelSpec skewed = m;
+  skewed.moe->load_imbalance = 1.5;
+  auto b = megascope::exec::check_supported(megascope::test::make_setup(skewed, "cpu-host", "ep=2", 4, 2));
+  REQUIRE_FALSE(b);
+  CHECK(b.error().field == "model.moe.load_imbalance");
 }
