@@ -641,10 +641,13 @@ TEST_CASE("Shared experts overlapped with the EP all-to-alls do the same work in
   m.num_layers = 4;
   m.moe->moe_layers.assign(4, true);
   m.moe->shared_expert_ffn_hidden = 4096;
-  for (const char* plan : {"tp=1,ep=8", "tp=2,sp=on,ep=4", "tp=2,sp=on,ep=4,tp_comm_overlap=on"}) {
+  for (const char* plan : {"tp=1,ep=8", "tp=2,sp=on,ep=4", "tp=2,sp=on,ep=4,tp_comm_overlap=on",
+                           "tp=2,sp=on,ep=2,etp=1,cp=2", "tp=2,sp=on,ep=4,pp=2,schedule=zb-v",
+                           "tp=1,ep=8,pp=2,schedule=dualpipev",
+                           "tp=2,sp=on,ep=4,pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"}) {
     INFO(plan);
-    const Setup off = make_setup(m, "dgx-h100", plan, 16, 16, 4096);
-    const Setup on = make_setup(m, "dgx-h100", std::string(plan) + ",moe_shared_expert_overlap=on", 16, 16, 4096);
+    const Setup off = make_setup(m, "dgx-h100", plan, 64, 16, 4096);
+    const Setup on = make_setup(m, "dgx-h100", std::string(plan) + ",moe_shared_expert_overlap=on", 64, 16, 4096);
     CHECK(on.warnings.empty());
     auto p_off = build_program(off), p_on = build_program(on);
     REQUIRE(p_off);
