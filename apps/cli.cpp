@@ -30,6 +30,8 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--gpus", o.gpus, "devices used (default: the cluster's or the example's)")->excludes(nodes);
   cmd.add_option("--global-batch", o.global_batch, "sequences per iteration");
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
+  cmd.add_option("--moe-imbalance", o.moe_imbalance,
+                 "MoE: the busiest EP rank's tokens over the mean (default: the model's load_imbalance, 1 if unset)");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "config/library.hpp"
 #include "config/megatron_args.hpp"
+#include "apps/scenario.hpp"
 #include "config/plan_settings.hpp"
 
 namespace megascope::cli {
@@ -114,6 +115,8 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
 void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--global-batch", o.global_batch, "sequences per iteration")->required();
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
+  cmd.add_option("--moe-imbalance", o.moe_imbalance,
+                 "MoE: the busiest EP rank's tokens over the mean (default: the model's load_imbalance, 1 if unset)");
   cmd.add_option("--calibration", o.calibration, "a cost-model profile (TOML) applied over the default");
   cmd.add_option("--threads", o.threads, "simulation threads for stage 2 (default: all cores)");
   for (auto [name, slot] : {std::pair<const char*, std::optional<std::string>*>{"--tp", &o.tp}, {"--pp", &o.pp},
@@ -149,6 +152,7 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
   if (!c) return Err(c.error());
   in.model = *m;
   in.cluster = *c;
+  if (auto ok = override_moe_imbalance(in.model, o.moe_imbalance); !ok) return Err(ok.error());
 
   // GPU counts.
   int most = 0;

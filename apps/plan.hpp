@@ -16,6 +16,7 @@ struct PlanCommandOptions {
   std::optional<std::string> model, cluster, gpus, max_gpus, explain, calibration;
   std::optional<int> nodes;
   std::optional<std::int64_t> global_batch, seq_len;
+  std::optional<double> moe_imbalance;   // overrides the MoE models' load_imbalance
   int top = 32;
   int threads = 0;
   bool json = false, csv = false, no_progress = false;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "config/library.hpp"
 #include "config/megatron_args.hpp"
 
@@ -11,6 +13,17 @@ namespace {
 using Err = tl::unexpected<Error>;
 Error usage(const std::string& option, const std::string& message) { return Error{message, option, std::nullopt}; }
 }  // namespace
+
+Result<void> override_moe_imbalance(ModelSpec& m, std::optional<double> imbalance) {
+  if (!imbalance) return {};
+  if (!m.moe) return Err(usage("--moe-imbalance", fmt::format("'{}' has no experts to route to", m.name)));
+  if (!std::isfinite(*imbalance) || *imbalance < 1.0)
+    return Err(usage("--moe-imbalance",
+                     fmt::format("must be a finite number >= 1 (the busiest EP rank's tokens over the mean), found {}",
+                                 *imbalance)));
+  m.moe->load_imbalance = *imbalance;
+  return {};
+}
 
 Result<Scenario> load_scenario(const ScenarioOptions& o) {
   Scenario sc;
@@ -72,6 +85,7 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   }
   if (!cluster && o.cluster_spec) cluster = *o.cluster_spec;
   if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));
+  if (auto ok = override_moe_imbalance(model, o.moe_imbalance); !ok) return Err(ok.error());
   if (!cluster) return Err(usage("--cluster", "a cluster is required: --cluster NAME|FILE"));
   if (!have_plan) return Err(usage("--plan", "a plan is required: --plan \"tp=8,pp=2,...\"|FILE"));
   if (o.global_batch && *o.global_batch < 1)

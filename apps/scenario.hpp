@@ -23,6 +23,7 @@ struct ScenarioOptions {
   std::optional<int> gpus;
   std::optional<std::int64_t> global_batch;
   std::optional<std::int64_t> seq_len;
+  std::optional<double> moe_imbalance;        // overrides the model's [model.moe] load_imbalance
   std::optional<ClusterSpec> cluster_spec;    // used when no cluster is named (run: the CPU host sized to the job)
 };
 
@@ -33,5 +34,10 @@ struct Scenario {
 };
 
 Result<Scenario> load_scenario(const ScenarioOptions& o);
+
+// --moe-imbalance: sets the model's [model.moe] load_imbalance (the busiest EP
+// rank's tokens over the mean). An error for a dense model or a value that is
+// not a finite number >= 1, naming the option.
+Result<void> override_moe_imbalance(ModelSpec& m, std::optional<double> imbalance);
 
 }  // namespace megascope::cli

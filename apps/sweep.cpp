@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "config/library.hpp"
+#include "apps/scenario.hpp"
 #include "config/plan_settings.hpp"
 #include "exec/mpi_env.hpp"
 #include "planner/planner.hpp"
@@ -290,8 +291,13 @@ Result<Sweep> make_points(const SweepOptions& o) {
   for (const std::string& m : *model_names) {
     auto spec = resolve_model(m);
     if (!spec) return Err(spec.error());
+    // --moe-imbalance applies to the MoE models of the sweep; dense ones route nothing.
+    if (spec->moe)
+      if (auto ok = override_moe_imbalance(*spec, so.moe_imbalance); !ok) return Err(ok.error());
     models.push_back(*spec);
   }
+  if (so.moe_imbalance && std::none_of(models.begin(), models.end(), [](const ModelSpec& m) { return m.moe.has_value(); }))
+    return Err(usage("--moe-imbalance", "no model of the sweep has experts"));
   std::vector<ClusterSpec> clusters;
   auto cluster_names = names(so.cluster.value_or(""), "--cluster");
   if (!cluster_names) return Err(cluster_names.error());

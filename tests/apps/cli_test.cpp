@@ -237,3 +237,36 @@ TEST_CASE("An MoE model's load imbalance slows the simulated step, and a bad val
                    "model.moe.pad_to_capacity");
   std::remove(file.c_str());
 }
+
+TEST_CASE("The option --moe-imbalance sets the load of a shipped MoE model for simulate, estimate and plan", "[apps]") {
+  const std::vector<std::string> sim = {"simulate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16",
+                                        "--plan", "tp=1,ep=8", "--global-batch", "16", "--seq-len", "1024", "--json"};
+  const auto with = [](std::vector<std::string> a, const std::vector<std::string>& more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const Run base = run(sim), skewed = run(with(sim, {"--moe-imbalance", "1.5"}));
+  REQUIRE(base.code == 0);
+  REQUIRE(skewed.code == 0);
+  const auto jb = nlohmann::json::parse(base.out), js = nlohmann::json::parse(skewed.out);
+  CHECK(jb["setup"]["expert_load"].get<double>() == 1.0);
+  CHECK(js["setup"]["expert_load"].get<double>() == 1.5);
+  CHECK(js["step_time_s"].get<double>() > jb["step_time_s"].get<double>());
+  const Run est = run({"estimate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--plan",
+                       "tp=1,ep=8", "--global-batch", "16", "--moe-imbalance", "2", "--json"});
+  REQUIRE(est.code == 0);
+  CHECK(nlohmann::json::parse(est.out)["setup"]["expert_load"].get<double>() == 2.0);
+  expect_one_error(run(with(sim, {"--moe-imbalance", "0.5"})), "--moe-imbalance");
+  expect_one_error(run({"simulate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--plan", "tp=1",
+                        "--global-batch", "8", "--moe-imbalance", "1.2"}),
+                   "no experts");
+  const Run plan = run({"plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch",
+                        "16", "--seq-len", "1024", "--top", "4", "--ep", "8", "--moe-imbalance", "1.5", "--json",
+                        "--no-progress"});
+  INFO(plan.err);
+  REQUIRE(plan.code == 0);
+  CHECK_THAT(plan.out, Catch::Contains("ep=8"));
+  expect_one_error(run({"plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "8",
+                        "--moe-imbalance", "1.2", "--no-progress"}),
+                   "no experts");
+}
