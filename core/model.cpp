@@ -8,6 +8,8 @@
 namespace megascope {
 
 bool ModelSpec::is_moe_layer(int layer) const {
+  // MTP layers (numbered num_layers + depth) are shaped like the last layer.
+  if (layer >= num_layers && layer < num_layers + mtp_num_layers) layer = num_layers - 1;
   return moe && layer >= 0 && layer < static_cast<int>(moe->moe_layers.size()) &&
          moe->moe_layers[static_cast<std::size_t>(layer)];
 }

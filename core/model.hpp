@@ -79,6 +79,8 @@ struct ModelSpec {
   // Derived shapes (valid after validate_model).
   [[nodiscard]] std::int64_t q_width() const { return kv_channels * num_attention_heads; }
   [[nodiscard]] std::int64_t kv_width() const { return kv_channels * num_query_groups; }
+  // Layers num_layers .. num_layers + mtp_num_layers - 1 are the MTP layers
+  // (shaped like the last one).
   [[nodiscard]] bool is_moe_layer(int layer) const;
   [[nodiscard]] int num_moe_layers() const;
   // Megatron's padded vocabulary for a tensor-parallel size.

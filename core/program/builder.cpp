@@ -56,14 +56,20 @@ ChunkParams chunk_params(const Setup& s, const ChunkLayers& ch) {
   const double word = word_params(s);
   if (ch.virtual_stage == 0) p.dense += word;
   if (ch.virtual_stage == s.virtual_stages - 1 && (!s.model.tied_embeddings || s.virtual_stages > 1)) p.dense += word;
+  if (ch.virtual_stage == s.virtual_stages - 1) {
+    for (int k = 0; k < s.model.mtp_num_layers; ++k) p += mtp_layer_params(s.model, sh);
+    // MTP looks up the tokens ahead in the last stage's copy of the word
+    // embedding: its own table when untied and the first stage is elsewhere.
+    if (s.model.mtp_num_layers > 0 && !s.model.tied_embeddings && s.virtual_stages > 1) p.dense += word;
+  }
   return {p.dense, p.expert};
 }
 
 // Parameters of one piece of a chunk, in the order the backward finishes
 // them: the output layer, the layers from last to first, the embedding.
 struct Piece {
-  enum class Kind : std::uint8_t { output, layer, embedding } kind = Kind::layer;
-  int layer = 0;              // Kind::layer
+  enum class Kind : std::uint8_t { output, layer, mtp, embedding } kind = Kind::layer;
+  int layer = 0;              // Kind::layer, and Kind::mtp's layer (num_layers + depth - 1)
   double dense = 0;           // parameters whose gradients the piece completes
   double expert = 0;
 };
@@ -75,8 +81,16 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
   // The output layer's weight: its own (untied) or the last stage's copy of
   // the embedding; tied on a rank that also holds the embedding, the
   // embedding piece carries it.
-  if (ch.virtual_stage == s.virtual_stages - 1)
+  if (ch.virtual_stage == s.virtual_stages - 1) {
     out.push_back({Piece::Kind::output, 0, (!s.model.tied_embeddings || s.virtual_stages > 1) ? word : 0.0, 0});
+    // MTP layers, deepest first; the first depth's piece also completes the
+    // embedding copy they look the tokens up in (chunk_params).
+    for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) {
+      const ParamSplit p = mtp_layer_params(s.model, sh);
+      const double copy = k == 0 && !s.model.tied_embeddings && s.virtual_stages > 1 ? word : 0.0;
+      out.push_back({Piece::Kind::mtp, s.model.num_layers + k, p.dense + copy, p.expert});
+    }
+  }
   for (int l = ch.first + ch.count - 1; l >= ch.first; --l) {
     const ParamSplit p = layer_params(s.model, l, sh);
     out.push_back({Piece::Kind::layer, l, p.dense, p.expert});
@@ -153,8 +167,10 @@ bool shared_word_weight(const Setup& s) { return s.model.tied_embeddings && s.vi
 // shared on one stage still returns a zero-filled gradient for autograd to
 // sum with the embedding's (Megatron's zero_out_wgrad).
 std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
-  std::vector<Kernel> k = {detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
-                                        static_cast<std::int64_t>(tokens_of(s)), s.training.precision)};
+  std::vector<Kernel> k;
+  for (int head = 0; head <= s.model.mtp_num_layers; ++head)   // the main head and one per MTP depth
+    k.push_back(detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
+                             static_cast<std::int64_t>(tokens_of(s)), s.training.precision));
   const bool shared = shared_word_weight(s);
   const double per_param = s.plan.grad_accum_fusion ? (shared ? detail::grad_write_bytes(s) : 0.0)
                                                     : (shared ? 0.0 : detail::grad_add_bytes(s));
@@ -184,6 +200,111 @@ std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& 
 
 // Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.
 double bucket_params(const Setup& s) { return std::max(40e6, 1e6 * s.dp * s.plan.cp); }
+
+// Multi-token prediction (DeepSeek-V3; Megatron-Core's MultiTokenPredictionBlock)
+// on the last virtual stage, after the decoder. Depth k (from 0) looks up the
+// tokens k + 1 ahead in the stage's copy of the word embedding, normalises
+// that and the previous depth's hidden state (on the SP shard), projects
+// their concatenation 2h -> h (column-parallel: with SP its input gathered;
+// its output gathered over TP, then re-sharded) and runs one transformer
+// layer shaped like the model's last, numbered num_layers + k
+// (ModelSpec::is_moe_layer). Every depth then has its own head and loss on
+// the shared output layer. MTP layers are not recomputed (as the FLOPs and
+// memory accounting count them).
+int mtp_layer(const Setup& s, int k) { return s.model.num_layers + k; }
+
+double mtp_rows(const Setup& s) { return s.sequence_parallel ? tokens_of(s) / s.plan.tp : tokens_of(s); }
+
+std::uint32_t mtp_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx, int k,
+                          std::optional<std::uint32_t> dep) {
+  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size), rows = mtp_rows(s);
+  const std::int64_t T = static_cast<std::int64_t>(tokens);
+  Deps d;
+  if (dep) d.push(*dep);
+  std::uint32_t x = embedding_forward(w, s, ctx, d);
+  x = w.compute(OpLabel::output_loss, ctx,
+                {detail::memory(MemoryOp::norm, 4.0 * rows * h), detail::memory(MemoryOp::norm, 4.0 * rows * h),
+                 detail::memory(MemoryOp::other, 8.0 * rows * h)},   // enorm, hnorm, the concatenation
+                {x});
+  if (s.sequence_parallel)
+    x = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * 2.0 * h, {x});
+  x = w.compute(OpLabel::output_loss, ctx,
+                {detail::gemm(T, s.model.hidden_size / s.plan.tp, 2 * s.model.hidden_size, s.training.precision)}, {x});
+  if (s.plan.tp > 1)
+    x = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {x});
+  return layers.forward(mtp_layer(s, k), ctx, x);
+}
+
+// The input gradients of depth k after its layer's: the projection's, its
+// input gradient reduced over TP (reduce-scatter with SP), and the norms'.
+std::uint32_t mtp_projection_backward(StageWriter& w, const Setup& s, const OpContext& ctx, std::uint32_t dep) {
+  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size), rows = mtp_rows(s);
+  const std::int64_t T = static_cast<std::int64_t>(tokens);
+  std::uint32_t x = w.compute(
+      OpLabel::output_loss, ctx,
+      {detail::gemm(T, 2 * s.model.hidden_size, s.model.hidden_size / s.plan.tp, s.training.precision)}, {dep});
+  if (s.plan.tp > 1)
+    x = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
+                     OpLabel::tp_comm, ctx, 2.0 * tokens * 2.0 * h, {x});
+  return w.compute(OpLabel::output_loss, ctx,
+                   {detail::memory(MemoryOp::other, 8.0 * rows * h), detail::memory(MemoryOp::norm, 6.0 * rows * h),
+                    detail::memory(MemoryOp::norm, 6.0 * rows * h)},
+                   {x});
+}
+
+// Depth k's weight gradients: its layer's, the projection's, and the table
+// gradient of its embedding lookup (every micro-batch, as the first stage's).
+std::uint32_t mtp_weight(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx, int k,
+                         std::optional<std::uint32_t> deps) {
+  const double h = static_cast<double>(s.model.hidden_size);
+  std::uint32_t x = layers.backward_weight(mtp_layer(s, k), ctx, deps);
+  std::vector<Kernel> kk = {detail::gemm(2 * s.model.hidden_size, s.model.hidden_size / s.plan.tp,
+                                         static_cast<std::int64_t>(tokens_of(s)), s.training.precision)};
+  if (!s.plan.grad_accum_fusion) kk.push_back(detail::memory(MemoryOp::other, detail::grad_add_bytes(s) * 2.0 * h * h / s.plan.tp));
+  x = w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(kk), {x});
+  return embedding_weight(w, s, ctx, {x});
+}
+
+// After the decoder on the last virtual stage: the MTP depths, then every
+// head (the MTP depths' and the main one).
+std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                                 std::optional<std::uint32_t> dep,
+                                 const std::map<int, std::uint32_t>* gates = nullptr) {
+  if (s.model.mtp_num_layers == 0) return output_forward(w, s, ctx, dep);
+  const std::optional<std::uint32_t> decoder = dep;
+  for (int k = 0; k < s.model.mtp_num_layers; ++k) {
+    if (gates)
+      if (auto g = gates->find(mtp_layer(s, k)); g != gates->end()) {
+        Deps join;
+        if (dep) join.push(*dep);
+        join.push(g->second);
+        dep = w.compute(OpLabel::attention, ctx, {}, join);   // wait for this bucket's parameters
+      }
+    dep = mtp_forward(w, layers, s, ctx, k, dep);
+  }
+  std::uint32_t out = *dep;
+  for (int head = 0; head < s.model.mtp_num_layers; ++head) out = output_forward(w, s, ctx, out);
+  Deps both{out};
+  if (decoder) both.push(*decoder);
+  return output_forward(w, s, ctx, w.compute(OpLabel::output_loss, ctx, {}, both));   // the main head
+}
+
+// The backward of last_stage_forward up to the decoder's output gradient,
+// with each depth's weight gradients handed to `weights` (the builder's
+// pieces) right after its layer's input gradients.
+template <class Weights>
+std::uint32_t last_stage_backward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                                  std::optional<std::uint32_t> dep, Weights&& weights) {
+  std::uint32_t x = output_backward(w, s, ctx, dep);
+  for (int head = 0; head < s.model.mtp_num_layers; ++head) x = output_backward(w, s, ctx, x);
+  x = weights(-1, x);   // the output layer's
+  for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) {
+    x = layers.backward_input(mtp_layer(s, k), ctx, x, false);
+    x = weights(k, x);
+    x = mtp_projection_backward(w, s, ctx, x);
+  }
+  return x;
+}
 
 }  // namespace
 
@@ -273,7 +394,7 @@ Result<Program> build_program(const Setup& s) {
         };
         for (std::size_t k = 0; k < pieces.size(); ++k) {
           if (dense + expert == 0) {
-            if (pieces[k].kind == Piece::Kind::layer) first_layer = pieces[k].layer;
+            if (pieces[k].kind == Piece::Kind::layer || pieces[k].kind == Piece::Kind::mtp) first_layer = pieces[k].layer;
             first_is_embedding = pieces[k].kind == Piece::Kind::embedding;
           }
           dense += pieces[k].dense;
@@ -416,7 +537,8 @@ Result<Program> build_program(const Setup& s) {
           dep = layers.forward(l, ctx, dep);
         }
         if (vs == last_vs) {
-          dep = output_forward(w, s, ctx, dep);
+          dep = last_stage_forward(w, layers, s, ctx, dep,
+                                   first_pass ? &layer_gate[static_cast<std::size_t>(st.chunk)] : nullptr);
         } else if (peer(vs + 1) != r) {
           send(OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir), dep);
         } else if (dep) {
@@ -479,9 +601,14 @@ Result<Program> build_program(const Setup& s) {
         else if (vs < last_vs)
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
         if (vs == last_vs) {
-          dep = output_backward(w, s, ctx, dep);
-          weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(dep)); });
-          dep = after_weights(dep);
+          dep = last_stage_backward(w, layers, s, ctx, dep, [&](int k, std::uint32_t input_grad) {
+            if (k < 0)
+              weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(input_grad)); });
+            else
+              weight_of(Piece::Kind::mtp,
+                        [&](const Piece&) { return mtp_weight(w, layers, s, wctx, k, w_waits(input_grad)); });
+            return *after_weights(input_grad);
+          });
         }
         const Recompute& rc = s.plan.recompute;
         const bool selective = rc.granularity == RecomputeGranularity::selective;
@@ -534,6 +661,9 @@ Result<Program> build_program(const Setup& s) {
               break;
             case Piece::Kind::layer:
               dep = layers.backward_weight(piece.layer, ctx, std::nullopt);
+              break;
+            case Piece::Kind::mtp:
+              dep = mtp_weight(w, layers, s, ctx, piece.layer - s.model.num_layers, std::nullopt);
               break;
             case Piece::Kind::embedding:
               dep = embedding_weight(w, s, ctx);
@@ -610,6 +740,7 @@ Result<Program> build_program(const Setup& s) {
 LayerProbe probe_edge(const Setup& s, EdgePass pass) {
   LayerProbe probe;
   StageWriter w(probe.ops);
+  LayerEmitter layers{s, w};
   OpContext ctx{Phase::forward, std::nullopt, 0, 0};
   switch (pass) {
     case EdgePass::embedding_forward: probe.last = embedding_forward(w, s, ctx, {}); break;
@@ -617,14 +748,16 @@ LayerProbe probe_edge(const Setup& s, EdgePass pass) {
       ctx.phase = Phase::backward_weight;
       probe.last = embedding_weight(w, s, ctx);
       break;
-    case EdgePass::output_forward: probe.last = output_forward(w, s, ctx, std::nullopt); break;
+    // The output edge carries the MTP depths too (last_stage_forward).
+    case EdgePass::output_forward: probe.last = last_stage_forward(w, layers, s, ctx, std::nullopt); break;
     case EdgePass::output_backward_input:
       ctx.phase = Phase::backward_input;
-      probe.last = output_backward(w, s, ctx, std::nullopt);
+      probe.last = last_stage_backward(w, layers, s, ctx, std::nullopt, [](int, std::uint32_t x) { return x; });
       break;
     case EdgePass::output_weight:
       ctx.phase = Phase::backward_weight;
       probe.last = output_weight(w, s, ctx);
+      for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) probe.last = mtp_weight(w, layers, s, ctx, k, probe.last);
       break;
   }
   return probe;

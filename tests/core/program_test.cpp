@@ -247,6 +247,41 @@ TEST_CASE("Shared experts under TP gather their input and reduce their output li
   CHECK(pb->stages[0].ops.size() == pa->stages[0].ops.size());
 }
 
+TEST_CASE("MTP layers on the last stage carry the accounting's FLOPs and their gradients' bytes", "[core]") {
+  for (int depth : {1, 2}) {
+    ModelSpec m = gpt_no_bias(8, 512, 8);
+    m.mtp_num_layers = depth;
+    for (const char* plan : {"tp=2,pp=2,sp=on", "tp=1,pp=2,vpp=2,schedule=interleaved", "tp=2,pp=2,schedule=zb-v",
+                             "tp=1,pp=2,schedule=dualpipe", "tp=2,pp=2,schedule=zb-h1",
+                             "tp=2,pp=2,recompute=full,recompute_method=uniform,recompute_layers=1",
+                             "tp=2,pp=1,recompute=selective,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on"}) {
+      INFO(plan << " depth " << depth);
+      const Setup s = make_setup(m, "dgx-a100", plan, 16, 8);
+      auto p = build_program(s);
+      REQUIRE(p);
+      CHECK(program_flops(*p) == Approx(iteration_flops(s).hardware).epsilon(1e-9));
+    }
+  }
+  // The last stage reduces each MTP layer's gradients: one layer's worth more per depth.
+  const auto last_stage_grad_bytes = [](int depth) {
+    ModelSpec m = gpt_no_bias(8, 512, 8);
+    m.mtp_num_layers = depth;
+    const Setup s = make_setup(m, "dgx-a100", "tp=2,pp=2", 16, 8);
+    auto p = build_program(s);
+    REQUIRE(p);
+    double b = 0;
+    for (const Op& op : p->stages.at(1).ops)
+      if (op.label == OpLabel::dp_grad) b += op.bytes;
+    return b;
+  };
+  const double b0 = last_stage_grad_bytes(0), b1 = last_stage_grad_bytes(1), b2 = last_stage_grad_bytes(2);
+  ModelSpec m = gpt_no_bias(8, 512, 8);
+  m.mtp_num_layers = 1;
+  const double per_layer = mtp_layer_params(m, Sharding{2, 2, 1}).total() * 4.0;   // fp32 main gradients
+  CHECK(b1 - b0 == Approx(per_layer).epsilon(1e-12));
+  CHECK(b2 - b1 == Approx(per_layer).epsilon(1e-12));
+}
+
 TEST_CASE("The rank grid follows Megatron's tp-cp-dp-pp order and folds experts into DP", "[core]") {
   const RankGrid g{2, 1, 4, 2, 2, 2, 2};
   CHECK(g.group(13, CommGroup::tp) == std::vector<int>{12, 13});

@@ -680,3 +680,31 @@ TEST_CASE("Shared experts overlapped with the EP all-to-alls do the same work in
   REQUIRE(no_ep.warnings.size() == 1);
   CHECK_THAT(no_ep.warnings[0], Catch::Contains("without expert parallelism"));
 }
+
+TEST_CASE("MTP layers lengthen the last stage's work and the step, the same in full and reduced mode", "[sim]") {
+  ModelSpec m = shipped_model("deepseek-v3");
+  m.num_layers = 8;
+  m.moe->moe_layers = {false, true, true, true, true, true, true, true};
+  const auto step_of = [&](int depth, const char* plan) {
+    ModelSpec mm = m;
+    mm.mtp_num_layers = depth;
+    const Setup s = make_setup(mm, "dgx-h100", plan, 64, 32, 4096);
+    auto p = build_program(s);
+    REQUIRE(p);
+    auto cost = CostModel::for_device(s.cluster.device);
+    REQUIRE(cost);
+    const Topology topo = Topology::build(s.cluster, s.world);
+    auto reduced = simulate(*p, topo, *cost, {Mode::reduced, false, {}});
+    auto full = simulate(*p, topo, *cost, {Mode::full, false, {}});
+    REQUIRE(reduced);
+    REQUIRE(full);
+    CHECK(full->step_time_s == Approx(reduced->step_time_s).epsilon(1e-9));
+    return reduced->step_time_s;
+  };
+  for (const char* plan : {"tp=2,pp=2,ep=8,etp=1,sp=on", "tp=1,pp=2,ep=8,schedule=dualpipev"}) {
+    INFO(plan);
+    const double none = step_of(0, plan), one = step_of(1, plan);
+    CHECK(one > none);
+    CHECK(step_of(2, plan) > one);
+  }
+}
