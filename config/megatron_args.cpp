@@ -96,6 +96,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   auto method = rd.choice("--recompute-method", {"uniform", "block"});
   if (!method) method = rd.choice("--activations-checkpoint-method", {"uniform", "block"});
   const auto backend = rd.choice("--attention-backend", {"flash", "fused", "unfused", "local", "auto"});
+  const auto dispatcher = rd.choice("--moe-token-dispatcher-type", {"allgather", "alltoall", "alltoall_seq", "flex"});
   const auto optimizer = rd.choice("--optimizer", {"adam", "sgd", "muon", "dist_muon"});
   const auto main_grads = rd.choice("--main-grads-dtype", {"fp32", "bf16"});
   const auto main_params = rd.choice("--main-params-dtype", {"fp32", "fp16"});
@@ -216,7 +217,7 @@ Result<MegatronLaunch> interpret(Args& args) {
                                                    "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
                                                    "--moe-expert-capacity-factor",
                                                    "--moe-pad-expert-input-to-capacity",
-                                                   "--moe-shared-expert-overlap"};
+                                                   "--moe-shared-expert-overlap", "--moe-token-dispatcher-type"};
   if (experts && *experts > 0) {
     MoeSpec e;
     e.num_experts = *experts;
@@ -350,6 +351,15 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
   p.moe_shared_expert_overlap = out.model.moe && args.has("--moe-shared-expert-overlap");
+  // Megatron-LM's token dispatcher: allgather unless the line says otherwise.
+  if (out.model.moe) {
+    if (dispatcher && *dispatcher == "flex")
+      return fail("megatron.--moe-token-dispatcher-type",
+                  "--moe-token-dispatcher-type flex (DeepEP) is not modelled; use alltoall or allgather");
+    p.moe_dispatcher = dispatcher && (*dispatcher == "alltoall" || *dispatcher == "alltoall_seq")
+                           ? MoeDispatcher::alltoall
+                           : MoeDispatcher::allgather;
+  }
   // Megatron-LM overlaps pipeline communication only in the interleaved
   // schedule; its 1f1b always waits. The overlap was opt-in when it came
   // (--overlap-p2p-communication, 2023) and is on by default today
@@ -543,6 +553,8 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
   if (p.schedule == Schedule::interleaved && !setup.overlap_p2p_comm) sw("--no-overlap-p2p-communication");
   if (p.moe_shared_expert_overlap) sw("--moe-shared-expert-overlap");
+  // Always named: Megatron-LM's default (allgather) is not Megascope's.
+  if (setup.model.moe) kv("--moe-token-dispatcher-type", to_string(p.moe_dispatcher));
   // pp_scatter_gather has no flag: pre-Core Megatron-LM did it by default
   // (--no-scatter-gather-tensors-in-pipeline turned it off), Megatron-Core cannot.
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");

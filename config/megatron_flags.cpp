@@ -64,6 +64,7 @@ constexpr Entry kUsed[] = {
     {"--moe-expert-capacity-factor", Arity::one},
     {"--moe-pad-expert-input-to-capacity", Arity::none},
     {"--moe-shared-expert-overlap", Arity::none},
+    {"--moe-token-dispatcher-type", Arity::one},
     // MLA
     {"--multi-latent-attention", Arity::none},
     {"--q-lora-rank", Arity::one},
@@ -459,7 +460,6 @@ constexpr Entry kIgnored[] = {
     {"--moe-router-fusion", Arity::none},
     {"--moe-router-force-load-balancing", Arity::none},
     {"--moe-router-padding-for-fp8", Arity::none},
-    {"--moe-token-dispatcher-type", Arity::one},
     {"--moe-enable-deepep", Arity::none},
     {"--moe-deepep-num-sms", Arity::one},
     {"--moe-permute-fusion", Arity::none},

@@ -76,7 +76,7 @@ const std::vector<std::string>& plan_keys() {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
-      "schedule", "attention", "cp_comm", "first_stage_layers", "last_stage_layers"};
+      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers"};
   return keys;
 }
 
@@ -157,6 +157,12 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
     auto v = enumeration<CpCommType>(key, value, parse_cp_comm_lenient, "p2p, all-gather");
     if (!v) return tl::unexpected(v.error());
     plan.cp_comm = *v;
+    return {};
+  }
+  if (key == "moe_dispatcher") {
+    auto v = enumeration<MoeDispatcher>(key, value, parse_moe_dispatcher, "alltoall, allgather");
+    if (!v) return tl::unexpected(v.error());
+    plan.moe_dispatcher = *v;
     return {};
   }
   return fail(field_of(key), fmt::format("unknown plan key '{}'; known keys: {}", key, known_keys_list()));
@@ -244,6 +250,8 @@ std::string format_inline_plan(const PlanSpec& plan) {
       if (plan.attention != d.attention) add(key, to_string(plan.attention));
     } else if (key == "cp_comm") {
       if (plan.cp_comm != d.cp_comm) add(key, to_string(plan.cp_comm));
+    } else if (key == "moe_dispatcher") {
+      if (plan.moe_dispatcher != d.moe_dispatcher) add(key, to_string(plan.moe_dispatcher));
     } else if (key == "first_stage_layers") add_opt(key, plan.first_stage_layers);
     else if (key == "last_stage_layers") add_opt(key, plan.last_stage_layers);
   }
@@ -272,7 +280,7 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.tp_grad_overlap == b.tp_grad_overlap && a.grad_accum_fusion == b.grad_accum_fusion &&
          a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&
          a.moe_shared_expert_overlap == b.moe_shared_expert_overlap && a.schedule == b.schedule && a.attention == b.attention &&
-         a.cp_comm == b.cp_comm;
+         a.cp_comm == b.cp_comm && a.moe_dispatcher == b.moe_dispatcher;
 }
 
 }  // namespace megascope

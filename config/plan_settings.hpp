@@ -7,7 +7,7 @@
 // recompute_method recompute_layers distopt overlap_grad_reduce
 // overlap_param_gather tp_comm_overlap tp_grad_overlap grad_accum_fusion
 // pp_scatter_gather overlap_p2p_comm moe_shared_expert_overlap schedule
-// attention cp_comm first_stage_layers last_stage_layers. Booleans: on/off/true/false/1/0.
+// attention cp_comm moe_dispatcher first_stage_layers last_stage_layers. Booleans: on/off/true/false/1/0.
 #pragma once
 
 #include <string>

@@ -52,6 +52,12 @@ std::optional<AttentionKernel> parse_attention_kernel(std::string_view s) {
 }
 
 const char* to_string(CpCommType c) { return c == CpCommType::p2p ? "p2p" : "all-gather"; }
+const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::alltoall ? "alltoall" : "allgather"; }
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) {
+  if (s == "alltoall") return MoeDispatcher::alltoall;
+  if (s == "allgather") return MoeDispatcher::allgather;
+  return std::nullopt;
+}
 std::optional<CpCommType> parse_cp_comm(std::string_view s) {
   if (s == "p2p" || s == "ring") return CpCommType::p2p;
   if (s == "all-gather" || s == "allgather") return CpCommType::all_gather;

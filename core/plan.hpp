@@ -17,6 +17,11 @@ enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 enum class AttentionKernel { flash, unfused };      // fused (flash/cuDNN) or score matrices kept
 enum class CpCommType { p2p, all_gather };          // ring exchange of KV blocks, or all-gather KV
+// MoE token dispatcher (--moe-token-dispatcher-type): all-to-all of each
+// token's top-k copies over EP, or Megatron-LM's default all-gather of every
+// token over EP (then each rank keeps its experts' tokens) and a
+// reduce-scatter back.
+enum class MoeDispatcher { alltoall, allgather };
 
 struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::none;
@@ -73,6 +78,7 @@ struct PlanSpec {
   Schedule schedule = Schedule::one_f_one_b;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
 };
 
 const char* to_string(Schedule s);
@@ -80,11 +86,13 @@ const char* to_string(RecomputeGranularity g);
 const char* to_string(RecomputeMethod m);
 const char* to_string(AttentionKernel k);
 const char* to_string(CpCommType c);
+const char* to_string(MoeDispatcher d);
 std::optional<Schedule> parse_schedule(std::string_view s);
 std::optional<RecomputeGranularity> parse_recompute_granularity(std::string_view s);
 std::optional<RecomputeMethod> parse_recompute_method(std::string_view s);
 std::optional<AttentionKernel> parse_attention_kernel(std::string_view s);
 std::optional<CpCommType> parse_cp_comm(std::string_view s);
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s);
 // The accepted spellings, for error messages: "gpipe, 1f1b, interleaved, ...".
 const char* schedule_names();
 

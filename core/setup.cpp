@@ -180,6 +180,8 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (p.moe_shared_expert_overlap)
       return fail("plan.moe_shared_expert_overlap",
                   fmt::format("moe_shared_expert_overlap applies to MoE shared experts; '{}' is dense", m.name));
+    if (p.moe_dispatcher != MoeDispatcher::alltoall)
+      return fail("plan.moe_dispatcher", fmt::format("moe_dispatcher applies to MoE layers; '{}' is dense", m.name));
   } else {
     const MoeSpec& e = *m.moe;
     if (e.num_experts % p.ep != 0)
@@ -201,6 +203,9 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (p.ep > 1 && s.training.params_dtype == Dtype::fp16)
       return fail("plan.ep", "expert parallelism is not supported with fp16 parameters; use bf16");
     s.expert_load = expert_load_factor(e, p.ep);
+    if (p.moe_shared_expert_overlap && p.moe_dispatcher != MoeDispatcher::alltoall)
+      return fail("plan.moe_shared_expert_overlap",
+                  "moe_shared_expert_overlap needs the alltoall dispatcher (Megatron-LM: alltoall or flex)");
     if (p.moe_shared_expert_overlap && (e.shared_expert_ffn_hidden == 0 || (p.ep == 1 && s.etp == 1)))
       s.warnings.push_back(e.shared_expert_ffn_hidden == 0
                                ? "moe_shared_expert_overlap has no effect: the model has no shared experts"

@@ -24,7 +24,9 @@
 // all-gather variant (flash attention and ring CP are never slower here), and
 // the options that only old Megatron-LM lacked: tp_grad_overlap and
 // grad_accum_fusion off (never faster); nor pp_scatter_gather, which only
-// pre-Core Megatron-LM has (the plan must run on today's).
+// pre-Core Megatron-LM has (the plan must run on today's); nor the allgather
+// MoE dispatcher (every plan takes alltoall, and its Megatron-LM arguments
+// name it).
 #pragma once
 
 #include <cstdint>
@@ -93,8 +95,9 @@ struct Candidate {
 
 PlanSpec to_plan(const Candidate& c);
 // The candidate of a user's plan (unfused attention, the CP all-gather, TP
-// without tp_grad_overlap, unfused gradient accumulation and an uneven split
-// that sets only one of first/last are not representable: nullopt).
+// without tp_grad_overlap, unfused gradient accumulation, the allgather MoE
+// dispatcher and an uneven split that sets only one of first/last are not
+// representable: nullopt).
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp);
 // The same for a validated setup: an uneven split that sets only one of
 // first/last gets the other from the setup's layout (the form enumerate()

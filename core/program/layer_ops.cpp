@@ -132,6 +132,23 @@ std::vector<Kernel> attention_kernels(const Setup& s, bool backward) {
 
 bool tp_overlap(const Setup& s) { return s.plan.tp_comm_overlap && s.plan.tp > 1; }
 
+// The EP collectives of an MoE layer, the same kinds in the forward and the
+// backward (each direction's gradient takes the other's collective): the
+// all-to-all of the busiest rank's top-k copies both ways, or Megatron-LM's
+// allgather dispatcher, which gathers every token of the EP group on every
+// rank (whatever the routing: the bytes do not follow the load) and
+// reduce-scatters the outputs back.
+struct ExpertExchange {
+  OpKind out, back;
+  double bytes;
+};
+
+ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double dispatch) {
+  if (s.plan.moe_dispatcher == MoeDispatcher::allgather)
+    return {OpKind::all_gather, OpKind::reduce_scatter, 2.0 * routed * hb * s.plan.ep};
+  return {OpKind::all_to_all, OpKind::all_to_all, dispatch};
+}
+
 // A TP all-gather whose result feeds the next compute. With TP communication
 // overlap (Transformer Engine's userbuffers) the gather is split into tp
 // chunks pipelined with the GEMM: only the first chunk blocks, the rest runs
@@ -273,6 +290,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   dep = w.compute(OpLabel::moe, ctx, {pre_drop, pre_norm, router, topk}, {*dep});
   const double own = 2.0 * routed * e.top_k * hb;          // bytes of this rank's routed copies
   const double dispatch = own * s.expert_load;              // bytes the busiest rank receives (and returns)
+  const ExpertExchange xe = expert_exchange(s, routed, hb, dispatch);
   std::vector<Kernel> shared;
   if (e.shared_expert_ffn_hidden > 0) {
     const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
@@ -287,9 +305,9 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const bool overlap = s.plan.moe_shared_expert_overlap && !shared.empty() && (s.plan.ep > 1 || s.etp > 1);
   std::optional<std::uint32_t> sh;
   if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep}) : *dep;
-  if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+  if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
   if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
-  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
   std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
                             memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
                             gemm(tok, d.h, fe, d.prec)};
@@ -297,8 +315,8 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
   const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
   dep = ex;
-  if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
-  if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+  if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+  if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
   if (overlap) {
     sh = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act);
     dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, {*dep, *sh});
@@ -350,6 +368,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     const auto tok = static_cast<std::int64_t>(tokens);
     const double own = 2.0 * routed * e.top_k * hb;
     const double dispatch = own * s.expert_load;
+    const ExpertExchange xe = expert_exchange(s, routed, hb, dispatch);
     std::vector<Kernel> shared;
     if (e.shared_expert_ffn_hidden > 0) {
       const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
@@ -367,15 +386,15 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
       dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
       std::optional<std::uint32_t> sh =
           d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
-      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
       sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
-      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
       const Kernel ek[] = {gemm(tok, fe, d.h, d.prec),
                            memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
                            gemm(tok, d.h, d.up * fe, d.prec)};
       dep = w.compute(OpLabel::moe, ctx, ek, {*dep});
-      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
-      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+      if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
       sh = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act);
       dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},
                       {*dep, *sh});
@@ -391,15 +410,15 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (!overlap) {
       unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
       dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
-      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
-      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
+      if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
       std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
                                 memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
                                 gemm(tok, d.h, d.up * fe, d.prec)};
       ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
       dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
-      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, dispatch * s.etp, {*dep});
-      if (s.plan.ep > 1) dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, dispatch, {*dep});
+      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+      if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
       dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)}, {*dep});
     }
   }

@@ -278,6 +278,13 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   REQUIRE_THAT(line, Catch::Contains("--moe-layer-freq '([0]*3+[1]*58)'"));
   REQUIRE_THAT(line, Catch::Contains("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity"));
   REQUIRE_THAT(line, Catch::Contains("--moe-shared-expert-overlap"));
+  REQUIRE_THAT(line, Catch::Contains("--moe-token-dispatcher-type alltoall"));
+  PlanSpec gathered = p;
+  gathered.moe_shared_expert_overlap = false;
+  gathered.moe_dispatcher = MoeDispatcher::allgather;
+  const Setup g = validated(m, t, gathered);
+  check_round_trip(g);
+  REQUIRE_THAT(*export_megatron_args(g), Catch::Contains("--moe-token-dispatcher-type allgather"));
   REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
   REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
 }

@@ -260,7 +260,7 @@ TEST_CASE("The DeepSeek-V3 launch line imports MLA, MoE with the ([0]*3+[1]*58) 
 
   for (const char* flag : {"--moe-router-score-function", "--moe-router-enable-expert-bias",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-grouped-gemm",
-                           "--moe-token-dispatcher-type", "--moe-router-dtype", "--fp8-recipe"})
+                           "--moe-router-dtype", "--fp8-recipe"})
     CHECK(contains(l.ignored, flag));
 }
 
@@ -391,6 +391,7 @@ TEST_CASE("The expert capacity factor and padding to capacity are read, and padd
                                      "--moe-shared-expert-overlap");
   CHECK(l.plan.moe_shared_expert_overlap);
   CHECK_FALSE(import_ok(kDeepSeek).plan.moe_shared_expert_overlap);
+  CHECK(l.plan.moe_dispatcher == MoeDispatcher::alltoall);   // the line names alltoall
   REQUIRE(l.model.moe.has_value());
   REQUIRE(l.model.moe->capacity_factor.has_value());
   CHECK(*l.model.moe->capacity_factor == 1.25);
@@ -400,6 +401,22 @@ TEST_CASE("The expert capacity factor and padding to capacity are read, and padd
   const Error pad = import_error(std::string(kDeepSeek) + " --moe-pad-expert-input-to-capacity");
   CHECK(pad.field == "megatron.--moe-pad-expert-input-to-capacity");
   REQUIRE_THAT(pad.message, Catch::Contains("--moe-expert-capacity-factor"));
+}
+
+TEST_CASE("The MoE token dispatcher is Megatron-LM's allgather unless the line names alltoall, and flex is an error",
+          "[config]") {
+  std::string line = kDeepSeek;
+  const std::string flag = "--moe-token-dispatcher-type alltoall ";
+  REQUIRE(line.find(flag) != std::string::npos);
+  const std::string without = std::string(line).erase(line.find(flag), flag.size());
+  CHECK(import_ok(without).plan.moe_dispatcher == MoeDispatcher::allgather);
+  std::string gather = line, flex = line;
+  gather.replace(line.find(flag), flag.size(), "--moe-token-dispatcher-type allgather ");
+  flex.replace(line.find(flag), flag.size(), "--moe-token-dispatcher-type flex ");
+  CHECK(import_ok(gather).plan.moe_dispatcher == MoeDispatcher::allgather);
+  const Error e = import_error(flex);
+  CHECK(e.field == "megatron.--moe-token-dispatcher-type");
+  REQUIRE_THAT(e.message, Catch::Contains("not modelled"));
 }
 
 TEST_CASE("All-to-all context parallelism and other unmodelled Megatron features are errors", "[config]") {

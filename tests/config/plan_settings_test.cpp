@@ -194,12 +194,12 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
 }
 
-TEST_CASE("plan_keys lists the 26 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 27 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
-      "schedule", "attention", "cp_comm", "first_stage_layers", "last_stage_layers"};
+      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
   for (const std::string& key : expected) {
@@ -215,6 +215,7 @@ TEST_CASE("plan_keys lists the 26 documented keys and every one of them is accep
     if (key == "schedule") value = "1f1b";
     if (key == "attention") value = "flash";
     if (key == "cp_comm") value = "p2p";
+    if (key == "moe_dispatcher") value = "allgather";
     CHECK(apply_plan_setting(p, key, value).has_value());
   }
 }
@@ -302,7 +303,7 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
 
 TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   const PlanSpec base;
-  std::vector<PlanSpec> variants(25, base);
+  std::vector<PlanSpec> variants(26, base);
   variants[0].tp = 2;
   variants[1].pp = 2;
   variants[2].vpp = 1;
@@ -328,6 +329,7 @@ TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   variants[22].overlap_p2p_comm = false;
   variants[23].overlap_p2p_comm = true;
   variants[24].moe_shared_expert_overlap = true;
+  variants[25].moe_dispatcher = MoeDispatcher::allgather;
   CHECK(base == PlanSpec{});
   for (std::size_t i = 0; i < variants.size(); ++i) {
     INFO("variant " << i);

@@ -197,6 +197,36 @@ TEST_CASE("Expert load: the busiest EP rank's tokens scale its expert GEMMs, its
   }
 }
 
+TEST_CASE("The allgather dispatcher gathers every token over EP and reduce-scatters it back, whatever the load",
+          "[core]") {
+  const int moe_layers = shipped_model("tiny-moe").num_moe_layers();
+  for (double load : {1.0, 1.5}) {
+    INFO("load " << load);
+    const Setup a2a = make_setup(tiny_moe_with(load), "dgx-h100", "tp=1,ep=4", 4, 4);
+    const Setup ag = make_setup(tiny_moe_with(load), "dgx-h100", "tp=1,ep=4,moe_dispatcher=allgather", 4, 4);
+    const auto pa = build_program(a2a), pg = build_program(ag);
+    REQUIRE(pa);
+    REQUIRE(pg);
+    // Per micro-batch and MoE layer: one gather and one reduce-scatter each way.
+    const std::size_t per_stage = static_cast<std::size_t>(2 * moe_layers * ag.num_microbatches);
+    CHECK(count(*pg, 0, OpKind::all_to_all) == 0);
+    CHECK(count(*pg, 0, OpKind::all_gather, OpLabel::ep_comm) == per_stage);
+    CHECK(count(*pg, 0, OpKind::reduce_scatter, OpLabel::ep_comm) == per_stage);
+    const double gathered = 2.0 * 64 * 64 * 4;   // bf16 tokens x hidden x ep, for any load
+    for (const Op& op : pg->stages[0].ops)
+      if (op.label == OpLabel::ep_comm) CHECK(op.bytes == gathered);
+    CHECK(program_flops(*pg) == Approx(program_flops(*pa)).epsilon(1e-12));   // the experts' work follows the load
+  }
+  auto dense = try_setup(gpt_no_bias(4, 512, 8), "dgx-h100", "tp=1,moe_dispatcher=allgather", 4, 4);
+  REQUIRE_FALSE(dense);
+  CHECK(dense.error().field == "plan.moe_dispatcher");
+  ModelSpec shared = shipped_model("tiny-moe");
+  shared.moe->shared_expert_ffn_hidden = 64;
+  auto both = try_setup(shared, "dgx-h100", "tp=1,ep=4,moe_dispatcher=allgather,moe_shared_expert_overlap=on", 4, 4);
+  REQUIRE_FALSE(both);
+  CHECK(both.error().field == "plan.moe_shared_expert_overlap");
+}
+
 TEST_CASE("Expert load settings out of range are errors naming the field", "[core]") {
   const auto error_of = [](ModelSpec m) {
     auto r = validate_model(std::move(m));
