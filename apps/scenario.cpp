@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-
 #include "config/library.hpp"
 #include "config/megatron_args.hpp"
 
@@ -17,11 +15,11 @@ Error usage(const std::string& option, const std::string& message) { return Erro
 Result<void> override_moe_imbalance(ModelSpec& m, std::optional<double> imbalance) {
   if (!imbalance) return {};
   if (!m.moe) return Err(usage("--moe-imbalance", fmt::format("'{}' has no experts to route to", m.name)));
-  if (!std::isfinite(*imbalance) || *imbalance < 1.0)
-    return Err(usage("--moe-imbalance",
-                     fmt::format("must be a finite number >= 1 (the busiest EP rank's tokens over the mean), found {}",
-                                 *imbalance)));
-  m.moe->load_imbalance = *imbalance;
+  ModelSpec with = m;
+  with.moe->load_imbalance = *imbalance;
+  auto valid = validate_model(std::move(with));   // the model's own rule for the value
+  if (!valid) return Err(usage("--moe-imbalance", valid.error().message));
+  m = std::move(*valid);
   return {};
 }
 

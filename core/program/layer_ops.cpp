@@ -313,18 +313,13 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
                             gemm(tok, d.h, fe, d.prec)};
   // Without TP the shared experts need no collective: they run with the routed ones.
   if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
-  const std::uint32_t ex = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
-  dep = ex;
+  dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
   if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
   if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
-  if (overlap) {
-    sh = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act);
-    dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, {*dep, *sh});
-    return *dep;
-  }
-  if (d.t == 1 || shared.empty()) {
-    dep = w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, {*dep});
-    return *dep;
+  if (overlap || d.t == 1 || shared.empty()) {
+    Deps last{*dep};
+    if (overlap) last.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act));
+    return w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, last);
   }
   // With TP the shared experts are a TP-split MLP on the layer's input
   // (Megatron-Core's SharedExpertMLP, after the routed tokens are back when
@@ -380,47 +375,35 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (const auto b = bda_backward(m, d)) unpermute.push_back(*b);   // the MoE block's bias-dropout-add
     // With the overlap the shared experts' backward runs on their own
     // stream beside the routed path's all-to-alls, as their forward did.
+    // Without it, under TP, it runs first (their output was added last): the
+    // output gradient gathered with SP, the input gradient reduced. Without
+    // TP it runs with the routed experts.
     const bool overlap = s.plan.moe_shared_expert_overlap && !shared.empty() && (s.plan.ep > 1 || s.etp > 1);
-    if (overlap) {
-      unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
-      dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
-      std::optional<std::uint32_t> sh =
-          d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
-      if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
-      sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
-      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-      const Kernel ek[] = {gemm(tok, fe, d.h, d.prec),
-                           memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
-                           gemm(tok, d.h, d.up * fe, d.prec)};
-      dep = w.compute(OpLabel::moe, ctx, ek, {*dep});
-      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-      if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
-      sh = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act);
-      dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},
-                      {*dep, *sh});
-    } else if (d.t > 1 && !shared.empty()) {
-      // The shared experts' backward first (their output was added last):
-      // the output gradient gathered with SP, the input gradient reduced.
+    if (!overlap && d.t > 1 && !shared.empty()) {
       if (!unpermute.empty()) dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
       unpermute.clear();
       if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
       dep = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), dep, out_tp, act);
       shared.clear();
     }
-    if (!overlap) {
-      unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
-      dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
-      if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
-      if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-      std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
-                                memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
-                                gemm(tok, d.h, d.up * fe, d.prec)};
-      ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
-      dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
-      if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-      if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
-      dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)}, {*dep});
-    }
+    unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
+    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
+    std::optional<std::uint32_t> sh;
+    if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
+    if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+    if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
+    if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+    std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
+                              memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
+                              gemm(tok, d.h, d.up * fe, d.prec)};
+    if (!overlap) ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
+    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
+    if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+    if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+    Deps router_deps{*dep};
+    if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act));
+    dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},
+                    router_deps);
   }
 
   // --- attention backward ---

@@ -26,6 +26,20 @@ using megascope::test::span_of;
 using megascope::test::two_stages;
 using megascope::test::unit_cost;
 
+namespace {
+
+// The step time of a setup's Program in one mode, with the setup's cluster
+// and its device's shipped cost profile.
+double step_time(const Setup& s, const Program& p, Mode mode) {
+  auto cost = CostModel::for_device(s.cluster.device);
+  REQUIRE(cost);
+  auto r = simulate(p, Topology::build(s.cluster, s.world), *cost, {mode, false, {}});
+  REQUIRE(r);
+  return r->step_time_s;
+}
+
+}  // namespace
+
 TEST_CASE("A send and its receive form one transfer and the consumer starts when it ends", "[sim]") {
   Program p = two_stages();
   detail::OpContext ctx;
@@ -659,17 +673,9 @@ TEST_CASE("Shared experts overlapped with the EP all-to-alls do the same work in
       return f;
     };
     CHECK(flops(*p_on) == Approx(flops(*p_off)).epsilon(1e-12));
-    auto cost = CostModel::for_device(off.cluster.device);
-    REQUIRE(cost);
-    const Topology topo = Topology::build(off.cluster, off.world);
-    auto a = simulate(*p_off, topo, *cost, {Mode::reduced, false, {}});
-    auto b = simulate(*p_on, topo, *cost, {Mode::reduced, false, {}});
-    auto b_full = simulate(*p_on, topo, *cost, {Mode::full, false, {}});
-    REQUIRE(a);
-    REQUIRE(b);
-    REQUIRE(b_full);
-    CHECK(b->step_time_s < a->step_time_s);
-    CHECK(b_full->step_time_s == Approx(b->step_time_s).epsilon(1e-9));
+    const double on_reduced = step_time(on, *p_on, Mode::reduced);
+    CHECK(on_reduced < step_time(off, *p_off, Mode::reduced));
+    CHECK(step_time(on, *p_on, Mode::full) == Approx(on_reduced).epsilon(1e-9));
   }
   // Without shared experts, or without an all-to-all, the flag changes nothing and says so.
   const Setup none = make_setup(shipped_model("mixtral-8x7b"), "dgx-h100", "tp=1,ep=8,moe_shared_expert_overlap=on", 16,
@@ -691,15 +697,9 @@ TEST_CASE("MTP layers lengthen the last stage's work and the step, the same in f
     const Setup s = make_setup(mm, "dgx-h100", plan, 64, 32, 4096);
     auto p = build_program(s);
     REQUIRE(p);
-    auto cost = CostModel::for_device(s.cluster.device);
-    REQUIRE(cost);
-    const Topology topo = Topology::build(s.cluster, s.world);
-    auto reduced = simulate(*p, topo, *cost, {Mode::reduced, false, {}});
-    auto full = simulate(*p, topo, *cost, {Mode::full, false, {}});
-    REQUIRE(reduced);
-    REQUIRE(full);
-    CHECK(full->step_time_s == Approx(reduced->step_time_s).epsilon(1e-9));
-    return reduced->step_time_s;
+    const double reduced = step_time(s, *p, Mode::reduced);
+    CHECK(step_time(s, *p, Mode::full) == Approx(reduced).epsilon(1e-9));
+    return reduced;
   };
   for (const char* plan : {"tp=2,pp=2,ep=8,etp=1,sp=on", "tp=1,pp=2,ep=8,schedule=dualpipev"}) {
     INFO(plan);
