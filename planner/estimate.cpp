@@ -77,8 +77,10 @@ struct ActEntry {
 
 struct LayerTime {
   double f = 0, b = 0, w = 0;
+  double fb_saving = 0;   // f + b + w less a DualPipe F&B pair through the layer (probe_fb_pair)
 };
 struct TimeEntry {
+  bool has_fb = false;    // fb_saving filled (DualPipe candidates only)
   LayerTime dense, moe;
   double emb_f = 0, emb_w = 0, out_f = 0, out_b = 0, out_w = 0;
 };
@@ -116,6 +118,7 @@ struct Estimator::Impl {
   std::unordered_map<LayoutKey, Layout, KeyHash, KeyEq> layouts;
   std::unordered_map<ActKey, ActEntry, KeyHash, KeyEq> acts;
   std::unordered_map<TimeKey, TimeEntry, KeyHash, KeyEq> times;
+  std::map<std::array<int, 3>, std::vector<int>> units;   // fb_units
   std::map<int, sim::Topology> topologies;
   std::unordered_map<CommKey, CommTable, KeyHash, KeyEq> comm;
   LastEntry<Key, Layout> last_layout;
@@ -199,8 +202,8 @@ struct Estimator::Impl {
   }
 
   // Runs one probe's ops on their streams for one rank of an idle cluster;
-  // returns when its `last` op ends.
-  double run_probe(const LayerProbe& p, int n, const RankGrid& grid) {
+  // returns when its `last` op ends (`all`: when its last op to end does).
+  double run_probe(const LayerProbe& p, int n, const RankGrid& grid, bool all = false) {
     const std::vector<double> dur = sim::compute_durations(p.ops, cost);
     std::array<double, kStreamCount> free{};
     std::vector<double> end(p.ops.ops.size(), 0.0);
@@ -213,7 +216,23 @@ struct Estimator::Impl {
       end[i] = start + t;
       free[static_cast<std::size_t>(op.stream)] = end[i];
     }
+    if (all) return end.empty() ? 0.0 : *std::max_element(end.begin(), end.end());
     return p.ops.ops.empty() ? 0.0 : end[p.last];
+  }
+
+  // DualPipe(V)'s F&B units per pipeline rank (make_schedule), by (schedule, pp, m).
+  const std::vector<int>& fb_units(Schedule sch, int pp, int m) {
+    const std::array<int, 3> key{static_cast<int>(sch), pp, m};
+    auto it = units.find(key);
+    if (it != units.end()) return it->second;
+    std::vector<int> n(static_cast<std::size_t>(pp), 0);
+    const std::vector<RankSchedule> steps = make_schedule(sch, pp, 1, m);
+    for (int r = 0; r < pp; ++r) {
+      const RankSchedule& st = steps[static_cast<std::size_t>(r)];
+      for (std::size_t i = 1; i < st.size(); ++i)
+        n[static_cast<std::size_t>(r)] += st[i].pass == Pass::B && st[i].paired && st[i - 1].pass == Pass::F;
+    }
+    return units.emplace(key, std::move(n)).first->second;
   }
 
   static LayoutKey layout_key(const Candidate& c) {
@@ -298,8 +317,16 @@ struct Estimator::Impl {
     // A single stage holds both embedding tables: tied, they share one
     // gradient, which changes the edge ops' work (builder.cpp).
     const TimeKey key = {a[0], a[1] | field(c.pp == 1, 1, 39) | field(c.gpus, 23, 40) | field(c.tp_comm_overlap, 1, 63)};
-    if (const TimeEntry* t = last_time.find(key)) return t;
-    if (auto it = times.find(key); it != times.end()) return last_time.keep(key, &it->second);
+    const bool fb = c.schedule == Schedule::dualpipe || c.schedule == Schedule::dualpipev;
+    if (const TimeEntry* t = last_time.find(key); t && (t->has_fb || !fb)) return t;
+    if (auto it = times.find(key); it != times.end()) {
+      if (fb && !it->second.has_fb) {
+        auto s = setup_of(c);
+        if (!s) return tl::unexpected(s.error());
+        fill_fb(*s, c.gpus, grid_of(c), it->second);
+      }
+      return last_time.keep(key, &it->second);
+    }
     auto s = setup_of(c);
     if (!s) return tl::unexpected(s.error());
     const RankGrid grid = grid_of(c);
@@ -318,7 +345,21 @@ struct Estimator::Impl {
     e.out_f = run_probe(probe_edge(*s, EdgePass::output_forward), c.gpus, grid);
     e.out_b = run_probe(probe_edge(*s, EdgePass::output_backward_input), c.gpus, grid);
     e.out_w = run_probe(probe_edge(*s, EdgePass::output_weight), c.gpus, grid);
+    if (fb) fill_fb(*s, c.gpus, grid, e);
     return last_time.keep(key, &times.emplace(key, e).first->second);
+  }
+
+  // What a DualPipe F&B pair through a layer saves over its passes one after the other.
+  void fill_fb(const Setup& s, int n, const RankGrid& grid, TimeEntry& e) {
+    const auto [dense, moe] = kind_layers();
+    const auto saving = [&](int layer, LayerTime& t) {
+      if (layer < 0) return;
+      const double pair = run_probe(probe_fb_pair(s, layer), n, grid, true);
+      t.fb_saving = std::max(0.0, t.f + t.b + t.w - pair);
+    };
+    saving(dense, e.dense);
+    saving(moe, e.moe);
+    e.has_fb = true;
   }
 
   int communicators(const Candidate& c) const {
@@ -404,6 +445,10 @@ struct Estimator::Impl {
     const bool uniform = c.recompute_method == RecomputeMethod::uniform;
     const bool dualpipe = c.schedule == Schedule::dualpipe;
     const double share = dualpipe ? 0.5 : 1.0;   // DualPipe: a micro-batch runs one of the rank's two chunks
+    // DualPipe(V)'s F&B units: a forward and a backward interleaved, about half
+    // the rank's layers each, one layer's pair hiding its communication.
+    const std::vector<int>* fb_units_of =
+        c.schedule == Schedule::dualpipe || c.schedule == Schedule::dualpipev ? &fb_units(c.schedule, p, m) : nullptr;
 
     double cmax = 0, csum = 0, fsum = 0, bsum = 0, wsum = 0;
     back.assign(static_cast<std::size_t>(p), 0.0);
@@ -431,7 +476,11 @@ struct Estimator::Impl {
       F *= share;
       B *= share;
       W *= share;
-      const double cr = F + B + W;
+      double cr = F + B + W;
+      if (fb_units_of) {
+        const double per_unit = 0.5 * (rl.dense_layers * T.dense.fb_saving + rl.moe_layers * T.moe.fb_saving);
+        cr = std::max(0.0, cr - per_unit * (*fb_units_of)[static_cast<std::size_t>(r)] / m);
+      }
       cmax = std::max(cmax, cr);
       csum += cr;
       fsum += F;

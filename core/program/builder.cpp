@@ -308,7 +308,9 @@ std::uint32_t last_stage_backward(StageWriter& w, LayerEmitter& layers, const Se
 
 }  // namespace
 
-Result<Program> build_program(const Setup& s) {
+Result<Program> build_program(const Setup& s) { return build_program(s, BuildOptions{}); }
+
+Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   Program prog;
   const int pp = s.plan.pp;
   const int m = s.num_microbatches;
@@ -488,7 +490,9 @@ Result<Program> build_program(const Setup& s) {
       else w.p2p(OpKind::send, label, ctx, to, tag, p2p_bytes, deps);
     };
 
+    std::vector<std::uint32_t> step_begin(steps.size() + 1, 0);   // each step's first op
     for (std::size_t i = 0; i < steps.size(); ++i) {
+      step_begin[i] = w.size();
       const ScheduleStep& st = steps[i];
       const ChunkLayers& ch = chunks[static_cast<std::size_t>(st.chunk)];
       const int vs = ch.virtual_stage;
@@ -698,6 +702,15 @@ Result<Program> build_program(const Setup& s) {
       }
     }
 
+    step_begin[steps.size()] = w.size();
+    // DualPipe(V)'s F&B units: a forward and the paired backward after it (with
+    // that backward's own W), their ops interleaved (detail::interleave_fb).
+    std::vector<detail::FbUnit> units;
+    for (std::size_t i = 1; i < steps.size(); ++i) {
+      if (!(steps[i].pass == Pass::B && steps[i].paired && steps[i - 1].pass == Pass::F)) continue;
+      const std::size_t last = i + 1 < steps.size() && steps[i + 1].pass == Pass::W && steps[i + 1].paired ? i + 1 : i;
+      units.push_back({step_begin[i - 1], step_begin[i], step_begin[last + 1]});
+    }
     // Synchronous: the schedule returns when its last sends have ended.
     if (!sent.empty()) {
       Deps tail;
@@ -732,6 +745,7 @@ Result<Program> build_program(const Setup& s) {
       if (expert > 0 && s.edp > 1)
         w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes, {opt});
     }
+    if (options.fb_overlap && !units.empty()) detail::interleave_fb(sp, units);
   }
   if (auto ok = validate_program(prog); !ok) return tl::unexpected(ok.error());
   return prog;
@@ -760,6 +774,22 @@ LayerProbe probe_edge(const Setup& s, EdgePass pass) {
       for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) probe.last = mtp_weight(w, layers, s, ctx, k, probe.last);
       break;
   }
+  return probe;
+}
+
+LayerProbe probe_fb_pair(const Setup& s, int layer) {
+  LayerProbe probe;
+  StageWriter w(probe.ops);
+  LayerEmitter layers{s, w};
+  const bool selective = s.plan.recompute.granularity == RecomputeGranularity::selective;
+  layers.forward(layer, OpContext{Phase::forward, std::nullopt, 0, 0}, std::nullopt);
+  const std::uint32_t mid = w.size();
+  const std::uint32_t b = layers.backward_input(layer, OpContext{Phase::backward_input, std::nullopt, 1, 0}, std::nullopt, selective);
+  const std::uint32_t wg = layers.backward_weight(layer, OpContext{Phase::backward_weight, std::nullopt, 1, 0},
+                                                  s.plan.tp_grad_overlap && s.plan.cp == 1 ? std::nullopt
+                                                                                             : std::optional{b});
+  const detail::FbUnit unit{0, mid, w.size()};
+  probe.last = detail::interleave_fb(probe.ops, std::span(&unit, 1))[wg];
   return probe;
 }
 

@@ -9,6 +9,12 @@
 namespace megascope {
 
 Result<Program> build_program(const Setup& s);
+// fb_overlap false: DualPipe(V)'s F&B units run their forward, then their
+// backward, one after the other (no interleaving; for comparisons).
+struct BuildOptions {
+  bool fb_overlap = true;
+};
+Result<Program> build_program(const Setup& s, const BuildOptions& options);
 
 // One transformer layer's ops for one micro-batch on one rank, exactly as
 // build_program emits them inside a pass (same kernels, collectives and
@@ -22,6 +28,11 @@ struct LayerProbe {
 };
 LayerProbe probe_layer(const Setup& s, int layer, LayerPass pass);
 // The same for the work at the ends of the model, per micro-batch.
+// A forward of `layer` and the backward (input and weight gradients) of
+// another micro-batch through it, interleaved as DualPipe's F&B units are
+// (detail::interleave_fb); `last` is the op that ends last on an idle rank's
+// streams only if the caller runs them all: use every op's end.
+LayerProbe probe_fb_pair(const Setup& s, int layer);
 enum class EdgePass : std::uint8_t { embedding_forward, embedding_weight, output_forward, output_backward_input,
                                      output_weight };
 LayerProbe probe_edge(const Setup& s, EdgePass pass);

@@ -212,4 +212,82 @@ double kernel_flops(const Kernel& k) {
   return 0;
 }
 
+namespace {
+
+// One unit's order (old indices, appended to `order`): see FbUnit.
+void fb_order(const StageProgram& sp, const FbUnit& u, std::vector<std::uint32_t>& order,
+              std::vector<std::uint32_t>& stamp) {
+  const std::uint32_t n = u.end - u.begin;
+  // 0: not written yet; kWritten: written (a compute op, or an op of an
+  // earlier turn); otherwise the turn that wrote this communication op.
+  constexpr std::uint32_t kUnwritten = 0, kWritten = 1;
+  stamp.assign(n, kUnwritten);
+  std::uint32_t next[2] = {u.begin, u.mid};
+  const std::uint32_t stop[2] = {u.mid, u.end};
+  int cur = 0;               // the forward first
+  std::uint32_t turn = 2;    // stamps of this turn's communication ops
+  const auto deps_of = [&](std::uint32_t i) {
+    const Op& op = sp.ops[i];
+    return std::span<const std::uint32_t>(sp.deps.data() + op.dep_begin, op.dep_count);
+  };
+  const auto ready = [&](std::uint32_t i) {
+    for (std::uint32_t d : deps_of(i))
+      if (d >= u.begin && d < u.end && stamp[d - u.begin] == kUnwritten) return false;
+    return true;
+  };
+  // A compute op waiting for a communication op its chain posted this turn.
+  const auto stalls = [&](std::uint32_t i) {
+    if (sp.ops[i].kind != OpKind::compute) return false;
+    for (std::uint32_t d : deps_of(i))
+      if (d >= u.begin && d < u.end && stamp[d - u.begin] == turn) return true;
+    return false;
+  };
+  for (std::uint32_t written = 0; written < n;) {
+    const int other = 1 - cur;
+    if (next[cur] == stop[cur]) {
+      cur = other;
+      ++turn;
+      continue;
+    }
+    const std::uint32_t i = next[cur];
+    const bool other_ready = next[other] < stop[other] && ready(next[other]);
+    // The backward may use the forward's ops (never the reverse: the
+    // forward was written first): it waits for them.
+    if (!ready(i) || (stalls(i) && other_ready)) {
+      MEGASCOPE_CHECK(other_ready, "an F&B unit's ops cannot be ordered");
+      cur = other;
+      ++turn;
+      continue;
+    }
+    stamp[i - u.begin] = sp.ops[i].kind == OpKind::compute ? kWritten : turn;
+    order.push_back(i);
+    ++next[cur];
+    ++written;
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> interleave_fb(StageProgram& sp, std::span<const FbUnit> units) {
+  const auto n = static_cast<std::uint32_t>(sp.ops.size());
+  std::vector<std::uint32_t> order;
+  order.reserve(n);
+  std::vector<std::uint32_t> stamp;
+  std::uint32_t i = 0;
+  for (const FbUnit& u : units) {
+    MEGASCOPE_CHECK(u.begin >= i && u.begin <= u.mid && u.mid <= u.end && u.end <= n, "F&B units out of order");
+    for (; i < u.begin; ++i) order.push_back(i);
+    fb_order(sp, u, order, stamp);
+    i = u.end;
+  }
+  for (; i < n; ++i) order.push_back(i);
+  std::vector<std::uint32_t> at(n);
+  for (std::uint32_t k = 0; k < n; ++k) at[order[k]] = k;
+  std::vector<Op> ops(n);
+  for (std::uint32_t k = 0; k < n; ++k) ops[k] = sp.ops[order[k]];
+  sp.ops = std::move(ops);
+  for (std::uint32_t& d : sp.deps) d = at[d];
+  return at;
+}
+
 }  // namespace megascope::detail

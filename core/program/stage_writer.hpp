@@ -107,6 +107,26 @@ class StageWriter {
   std::vector<Kernel> marked_;   // a backward op's kernels with Kernel::backward set on its memory kernels
 };
 
+// DualPipe's overlapped forward and backward of two micro-batches (a paired
+// F&B unit, core/schedule/schedule.hpp): the ops [begin, mid) of the forward
+// and [mid, end) of the backward (with its paired W), interleaved so that
+// each one's communication runs while the other computes, as DualPipe
+// arranges the two chunks by hand (DeepSeek-V3 report, Figure 4: the
+// forward's attention beside the backward's combine, its dispatch beside the
+// backward's MLP, and so on). Each chain keeps its own order and starts with
+// the forward; the chain being written hands over when its next compute op
+// would wait for a collective or transfer it posted since it took over (the
+// compute stream runs in program order, so writing it there would stall
+// both), and takes over again when the other one reaches the same point.
+// Without communication the forward is written whole, then the backward.
+struct FbUnit {
+  std::uint32_t begin = 0, mid = 0, end = 0;
+};
+// Applies every unit's order to `sp` (units ascending, disjoint): ops move
+// within their unit, every dependency is renumbered. Returns the new index
+// of each old op.
+std::vector<std::uint32_t> interleave_fb(StageProgram& sp, std::span<const FbUnit> units);
+
 // Kernel constructors.
 Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, Precision p);
 Kernel memory(MemoryOp op, double bytes);

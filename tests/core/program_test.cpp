@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "core/accounting/activations.hpp"
 #include "core/accounting/flops.hpp"
 #include "core/accounting/params.hpp"
 #include "core/program/builder.hpp"
+#include "core/program/stage_writer.hpp"
 #include "models.hpp"
 #include "support.hpp"
 
@@ -761,6 +763,88 @@ TEST_CASE("Pipeline transfers carry the SP shard, Megatron-Core's whole activati
       }
       CHECK(recvs == 4);   // four micro-batches: activations into stage 1, gradients into stage 0
       CHECK(gathers == (c.gathered ? recvs : 0));
+    }
+  }
+}
+
+TEST_CASE("A DualPipe F&B unit interleaves its forward and backward at their communication points", "[core]") {
+  // Each chain: compute, all-to-all, compute, all-to-all, compute, every op
+  // waiting for the one before. The forward (ops 0-4) goes first and hands
+  // over when its next compute would wait for the all-to-all it just posted;
+  // the backward (ops 5-9) does the same; a chain's all-to-all posted before
+  // the other's turn no longer stalls it.
+  const auto chain_unit = [](bool comm) {
+    StageProgram sp;
+    detail::StageWriter w(sp);
+    detail::OpContext ctx;
+    for (int chain = 0; chain < 2; ++chain) {
+      std::optional<std::uint32_t> dep;
+      for (int k = 0; k < 5; ++k)
+        dep = k % 2 == 1 && comm ? w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, 1e6, dep)
+                                 : w.compute(OpLabel::moe, ctx, {detail::memory(MemoryOp::other, 1e6)}, dep);
+    }
+    return sp;
+  };
+  StageProgram sp = chain_unit(true);
+  const std::vector<Op> before = sp.ops;
+  const detail::FbUnit unit{0, 5, 10};
+  const std::vector<std::uint32_t> at = detail::interleave_fb(sp, std::span(&unit, 1));
+  const std::vector<std::uint32_t> order = {0, 1, 5, 6, 2, 3, 7, 8, 4, 9};   // old index at each new position
+  for (std::uint32_t k = 0; k < order.size(); ++k) {
+    INFO("position " << k);
+    CHECK(at[order[k]] == k);
+    CHECK(sp.ops[k].kind == before[order[k]].kind);
+  }
+  // Every op still waits for the op before it in its own chain, renumbered.
+  for (std::uint32_t old = 0; old < 10; ++old) {
+    const Op& op = sp.ops[at[old]];
+    if (old % 5 == 0) {
+      CHECK(op.dep_count == 0);
+    } else {
+      REQUIRE(op.dep_count == 1);
+      CHECK(sp.deps[op.dep_begin] == at[old - 1]);
+      CHECK(sp.deps[op.dep_begin] < at[old]);
+    }
+  }
+  // Without communication the forward is written whole, then the backward.
+  StageProgram plain = chain_unit(false);
+  const std::vector<std::uint32_t> same = detail::interleave_fb(plain, std::span(&unit, 1));
+  for (std::uint32_t k = 0; k < 10; ++k) CHECK(same[k] == k);
+}
+
+TEST_CASE("DualPipe programs interleave each F&B unit and keep its ops, FLOPs and transfers", "[core]") {
+  for (const char* plan : {"tp=1,ep=8,pp=4,schedule=dualpipev", "tp=2,sp=on,ep=4,pp=4,schedule=dualpipe"}) {
+    INFO(plan);
+    const Setup s = make_setup(shipped_model("mixtral-8x7b"), "dgx-h100", plan, 128, 32, 4096);
+    auto on = build_program(s);
+    auto off = build_program(s, BuildOptions{false});
+    REQUIRE(on);
+    REQUIRE(off);
+    REQUIRE(on->stages.size() == off->stages.size());
+    for (std::size_t r = 0; r < on->stages.size(); ++r) {
+      const StageProgram &a = on->stages[r], &b = off->stages[r];
+      REQUIRE(a.ops.size() == b.ops.size());
+      // The same ops, reordered: per (kind, phase, micro-batch, layer) counts and FLOPs agree.
+      std::map<std::tuple<int, int, int, int>, std::pair<int, double>> ca, cb;
+      for (const Op& op : a.ops) {
+        auto& e = ca[{static_cast<int>(op.kind), static_cast<int>(op.phase), op.microbatch.value_or(-1), op.layer.value_or(-1)}];
+        e.first += 1;
+        e.second += op.flops;
+      }
+      for (const Op& op : b.ops) {
+        auto& e = cb[{static_cast<int>(op.kind), static_cast<int>(op.phase), op.microbatch.value_or(-1), op.layer.value_or(-1)}];
+        e.first += 1;
+        e.second += op.flops;
+      }
+      CHECK(ca == cb);
+      // Interleaved: somewhere a backward op comes between two forward ops of one micro-batch.
+      bool mixed = false;
+      for (std::size_t i = 2; i < a.ops.size() && !mixed; ++i)
+        mixed = a.ops[i].phase == Phase::forward && a.ops[i - 1].phase == Phase::backward_input &&
+                std::any_of(a.ops.begin(), a.ops.begin() + static_cast<std::ptrdiff_t>(i - 1), [&](const Op& o) {
+                  return o.phase == Phase::forward && o.microbatch == a.ops[i].microbatch && o.chunk == a.ops[i].chunk;
+                });
+      CHECK(mixed);
     }
   }
 }

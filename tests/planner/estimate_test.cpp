@@ -183,6 +183,14 @@ TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last st
                     [&](const Candidate& c) { return c.first_layers > 0 && i++ % 1499 == 0; });
 }
 
+TEST_CASE("Stage-1 time follows the simulator on DualPipe plans of an MoE model, F&B units interleaved (Mixtral, 64 H100s)") {
+  SearchInputs in = inputs(test::shipped_model("mixtral-8x7b"), "dgx-h100", 64, 512);
+  in.constraints.schedules = {Schedule::dualpipe, Schedule::dualpipev};
+  in.constraints.mbs = {{1, 2}, {}, {}};
+  int i = 0;
+  check_stage1_time(in, 64, 10, "DualPipe plans", [&](const Candidate& c) { return c.ep > 1 && i++ % 1999 == 0; });
+}
+
 TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (tied embeddings, one stage or two)") {
   // Tied word tables share one gradient only when one stage holds both, so
   // the edge ops of pp = 1 and pp = 2 plans differ although the layer-time
