@@ -825,18 +825,16 @@ TEST_CASE("DualPipe programs interleave each F&B unit and keep its ops, FLOPs an
       const StageProgram &a = on->stages[r], &b = off->stages[r];
       REQUIRE(a.ops.size() == b.ops.size());
       // The same ops, reordered: per (kind, phase, micro-batch, layer) counts and FLOPs agree.
-      std::map<std::tuple<int, int, int, int>, std::pair<int, double>> ca, cb;
-      for (const Op& op : a.ops) {
-        auto& e = ca[{static_cast<int>(op.kind), static_cast<int>(op.phase), op.microbatch.value_or(-1), op.layer.value_or(-1)}];
-        e.first += 1;
-        e.second += op.flops;
-      }
-      for (const Op& op : b.ops) {
-        auto& e = cb[{static_cast<int>(op.kind), static_cast<int>(op.phase), op.microbatch.value_or(-1), op.layer.value_or(-1)}];
-        e.first += 1;
-        e.second += op.flops;
-      }
-      CHECK(ca == cb);
+      const auto census = [](const StageProgram& st) {
+        std::map<std::tuple<int, int, int, int>, std::pair<int, double>> c;
+        for (const Op& op : st.ops) {
+          auto& e = c[{static_cast<int>(op.kind), static_cast<int>(op.phase), op.microbatch.value_or(-1), op.layer.value_or(-1)}];
+          e.first += 1;
+          e.second += op.flops;
+        }
+        return c;
+      };
+      CHECK(census(a) == census(b));
       // Interleaved: somewhere a backward op comes between two forward ops of one micro-batch.
       bool mixed = false;
       for (std::size_t i = 2; i < a.ops.size() && !mixed; ++i)
