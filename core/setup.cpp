@@ -280,7 +280,10 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
                 fmt::format("dualpipev needs at least 2 x pp = {} micro-batches, found {}", 2 * p.pp,
                             s.num_microbatches));
   const bool uneven = p.first_stage_layers || p.last_stage_layers;
-  if (uneven && (sch == Schedule::zb_v || sch == Schedule::dualpipe || sch == Schedule::dualpipev))
+  // DualPipe splits the model into pp stages as 1f1b does (rank r holds
+  // stages r and pp - 1 - r), so its first and last stage may differ; the V
+  // shapes split each rank's layers into two equal chunks.
+  if (uneven && (sch == Schedule::zb_v || sch == Schedule::dualpipev))
     return fail("plan.first_stage_layers", fmt::format("uneven stages are not supported with {}", to_string(sch)));
 
   // Layer layout.
@@ -306,8 +309,9 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     }
   }
   if (rc.granularity == RecomputeGranularity::full) {
-    int most = 0;
-    for (int r = 0; r < p.pp; ++r) most = std::max(most, s.layers_on_rank(r) / chunks_per_rank);
+    int most = 0;   // DualPipe's uneven stages give a rank chunks of two sizes
+    for (const auto& rank_chunks : s.chunks)
+      for (const ChunkLayers& c : rank_chunks) most = std::max(most, c.count);
     if (*rc.num_layers < 1 || *rc.num_layers > most)
       return fail("plan.recompute_layers", fmt::format("must be between 1 and the layers per model chunk ({}), "
                                                        "found {}", most, *rc.num_layers));

@@ -245,8 +245,8 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
       if (s == Schedule::gpipe && pp == 1 &&
           std::find(k.schedules.begin(), k.schedules.end(), Schedule::one_f_one_b) != k.schedules.end())
         continue;   // the same plan as 1f1b at pp = 1
-      if (uneven && (s == Schedule::zb_v || s == Schedule::dualpipe || s == Schedule::dualpipev))
-        continue;   // their V placements need equal chunks
+      if (uneven && (s == Schedule::zb_v || s == Schedule::dualpipev))
+        continue;   // their V placements need equal chunks (DualPipe holds whole stages)
       if (s == Schedule::interleaved) {
         if (pp < 2 || split.unit == 0) {
           scheds.push_back({s, 2});   // rejected below

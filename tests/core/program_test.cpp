@@ -61,6 +61,22 @@ TEST_CASE("DualPipe programs carry the FLOPs once although every rank holds two 
   auto p = build_program(s);
   REQUIRE(p);
   CHECK(program_flops(*p) == Approx(iteration_flops(s).hardware).epsilon(1e-9));
+  // Uneven first and last stages (16 layers as 3 + 5 + 5 + 3): rank r holds
+  // stages r and 3 - r, so ranks 0 and 3 hold 6 layers, ranks 1 and 2 hold 10.
+  const Setup u = make_setup(m, "dgx-a100", "tp=1,pp=4,schedule=dualpipe,first_stage_layers=3,last_stage_layers=3", 16, 8);
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    REQUIRE(u.chunks[static_cast<std::size_t>(r)].size() == 2);
+    CHECK(u.chunks[static_cast<std::size_t>(r)][0].virtual_stage == r);
+    CHECK(u.chunks[static_cast<std::size_t>(r)][1].virtual_stage == 3 - r);
+    CHECK(u.layers_on_rank(r) == (r == 0 || r == 3 ? 6 : 10));
+  }
+  CHECK(u.chunks[0][0].first == 0);
+  CHECK(u.chunks[0][0].count == 3);
+  CHECK(u.chunks[0][1].first == 13);
+  auto pu = build_program(u);
+  REQUIRE(pu);
+  CHECK(program_flops(*pu) == Approx(iteration_flops(u).hardware).epsilon(1e-9));
 }
 
 TEST_CASE("Memory kernels of backward ops are marked backward, and no other kernel is", "[core]") {

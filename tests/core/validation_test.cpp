@@ -191,6 +191,8 @@ TEST_CASE("Schedule rules: V schedules take two chunks, pipelined schedules need
                "at least 2 x pp = 8");
   expect_error(try_setup(dense(), "dgx-a100", "pp=4,schedule=zb-v,first_stage_layers=3", 16, 8), "plan.first_stage_layers",
                "not supported with zb-v");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,schedule=dualpipev,last_stage_layers=2", 16, 8),
+               "plan.first_stage_layers", "not supported with dualpipev");
 }
 
 TEST_CASE("Layer split rules: even split, uneven first/last stages, chunks of equal size", "[core]") {

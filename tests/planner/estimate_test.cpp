@@ -100,6 +100,18 @@ TEST_CASE("Stage-1 memory equals memory_report on every plan with uneven first/l
   CHECK(check_memory(in, 1) > uneven);
 }
 
+TEST_CASE("Stage-1 memory equals memory_report on DualPipe plans with uneven first/last stages") {
+  SearchInputs in = inputs(test::small_gpt(), "dgx-h100", 16, 16);
+  in.constraints.uneven = UnevenStages::on;
+  in.constraints.schedules = {Schedule::dualpipe};
+  in.constraints.pp = {{2, 4}, {}, {}};
+  int uneven = 0;
+  Rejections rej;
+  enumerate(in, rej, [&](const Candidate& c) { uneven += c.first_layers > 0 || c.last_layers > 0; });
+  CHECK(uneven > 50);
+  CHECK(check_memory(in, 1) > uneven);
+}
+
 TEST_CASE("A collective curve gives exactly the simulator's isolated time at every size, from its undominated lines") {
   const ClusterSpec cl = *with_device_count(test::shipped_cluster("dgx-a100"), 64);
   const sim::Topology topo = sim::Topology::build(cl, 64);
@@ -183,12 +195,13 @@ TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last st
                     [&](const Candidate& c) { return c.first_layers > 0 && i++ % 1499 == 0; });
 }
 
-TEST_CASE("Stage-1 time follows the simulator on DualPipe plans of an MoE model, F&B units interleaved (Mixtral, 64 H100s)") {
+TEST_CASE("Stage-1 time follows the simulator on DualPipe plans of an MoE model, F&B units interleaved, uneven stages too (Mixtral, 64 H100s)") {
   SearchInputs in = inputs(test::shipped_model("mixtral-8x7b"), "dgx-h100", 64, 512);
   in.constraints.schedules = {Schedule::dualpipe, Schedule::dualpipev};
   in.constraints.mbs = {{1, 2}, {}, {}};
+  in.constraints.uneven = UnevenStages::on;   // DualPipe's uneven splits among them
   int i = 0;
-  check_stage1_time(in, 64, 10, "DualPipe plans", [&](const Candidate& c) { return c.ep > 1 && i++ % 1999 == 0; });
+  check_stage1_time(in, 64, 10, "DualPipe plans", [&](const Candidate& c) { return c.ep > 1 && i++ % 4999 == 0; });
 }
 
 TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (tied embeddings, one stage or two)") {
