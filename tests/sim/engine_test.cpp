@@ -718,7 +718,7 @@ TEST_CASE("DualPipe's interleaved F&B units hide all-to-all time behind the othe
   // the step is shorter, in both modes alike, given enough micro-batches
   // (32 and 64 here): each unit also sends its forward's output later, when
   // the interleaved forward ends, which costs more than it hides when the
-  // warm-up and cool-down dominate (at m = 2 pp the first plan's step is 2%
+  // warm-up and cool-down dominate (at m = 2 pp the first plan's step is 2.5%
   // longer).
   for (const char* plan : {"tp=1,ep=8,pp=4,schedule=dualpipev", "tp=2,sp=on,ep=4,pp=4,schedule=dualpipe"}) {
     INFO(plan);
