@@ -297,6 +297,17 @@ Result<void> read_deepseek(const Reader& rd, ModelSpec& m) {
   std::optional<std::int64_t> shared;
   MEGASCOPE_HF_ASSIGN(shared, rd.opt_int("n_shared_experts", 0));
   moe.shared_expert_ffn_hidden = shared.value_or(0) * moe.expert_ffn_hidden;
+  // Group-limited routing (V2's group_limited_greedy, V3's noaux_tc): n_group
+  // groups, topk_group of them per token; "greedy" (V2-Lite) routes over all.
+  std::optional<std::int64_t> n_group, topk_group;
+  std::optional<std::string> topk_method;
+  MEGASCOPE_HF_ASSIGN(n_group, rd.opt_int("n_group", 1));
+  MEGASCOPE_HF_ASSIGN(topk_group, rd.opt_int("topk_group", 1));
+  MEGASCOPE_HF_ASSIGN(topk_method, rd.opt_string("topk_method"));
+  if (n_group && *n_group > 1 && topk_group && topk_method.value_or("") != "greedy") {
+    moe.num_groups = static_cast<int>(*n_group);
+    moe.group_topk = static_cast<int>(*topk_group);
+  }
   std::optional<std::int64_t> first_dense;
   MEGASCOPE_HF_ASSIGN(first_dense, rd.opt_int("first_k_dense_replace", 0));
   std::optional<std::int64_t> freq;

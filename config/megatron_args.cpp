@@ -67,6 +67,8 @@ Result<MegatronLaunch> interpret(Args& args) {
   const auto moe_ffn = rd.integer("--moe-ffn-hidden-size");
   const auto shared_ffn = rd.integer("--moe-shared-expert-intermediate-size");
   const auto capacity = rd.real("--moe-expert-capacity-factor");
+  const auto router_groups = rd.count("--moe-router-num-groups", 0);
+  const auto router_group_topk = rd.count("--moe-router-group-topk", 0);
   const auto q_lora = rd.integer("--q-lora-rank");
   const auto kv_lora = rd.integer("--kv-lora-rank");
   const auto qk_head = rd.integer("--qk-head-dim");
@@ -97,6 +99,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   if (!method) method = rd.choice("--activations-checkpoint-method", {"uniform", "block"});
   const auto backend = rd.choice("--attention-backend", {"flash", "fused", "unfused", "local", "auto"});
   const auto dispatcher = rd.choice("--moe-token-dispatcher-type", {"allgather", "alltoall", "alltoall_seq", "flex"});
+  const auto flex_backend = rd.choice("--moe-flex-dispatcher-backend", {"deepep", "hybridep"});
   const auto optimizer = rd.choice("--optimizer", {"adam", "sgd", "muon", "dist_muon"});
   const auto main_grads = rd.choice("--main-grads-dtype", {"fp32", "bf16"});
   const auto main_params = rd.choice("--main-params-dtype", {"fp32", "fp16"});
@@ -217,7 +220,9 @@ Result<MegatronLaunch> interpret(Args& args) {
                                                    "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
                                                    "--moe-expert-capacity-factor",
                                                    "--moe-pad-expert-input-to-capacity",
-                                                   "--moe-shared-expert-overlap", "--moe-token-dispatcher-type"};
+                                                   "--moe-shared-expert-overlap", "--moe-token-dispatcher-type",
+                                                   "--moe-router-num-groups", "--moe-router-group-topk",
+                                                   "--moe-enable-deepep", "--moe-flex-dispatcher-backend"};
   if (experts && *experts > 0) {
     MoeSpec e;
     e.num_experts = *experts;
@@ -226,6 +231,12 @@ Result<MegatronLaunch> interpret(Args& args) {
     e.shared_expert_ffn_hidden = shared_ffn.value_or(0);
     e.capacity_factor = capacity;
     e.pad_to_capacity = args.has("--moe-pad-expert-input-to-capacity");
+    // Group-limited routing: Megatron-LM leaves it off unless both are set
+    // (a group top-k of 0, or one group, routes over every expert).
+    if (router_groups && router_group_topk && *router_groups > 1 && *router_group_topk > 0) {
+      e.num_groups = *router_groups;
+      e.group_topk = *router_group_topk;
+    }
     if (e.pad_to_capacity && !capacity)
       return fail("megatron.--moe-pad-expert-input-to-capacity",
                   "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
@@ -353,12 +364,22 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.moe_shared_expert_overlap = out.model.moe && args.has("--moe-shared-expert-overlap");
   // Megatron-LM's token dispatcher: allgather unless the line says otherwise.
   if (out.model.moe) {
-    if (dispatcher && *dispatcher == "flex")
-      return fail("megatron.--moe-token-dispatcher-type",
-                  "--moe-token-dispatcher-type flex (DeepEP) is not modelled; use alltoall or allgather");
-    p.moe_dispatcher = dispatcher && (*dispatcher == "alltoall" || *dispatcher == "alltoall_seq")
-                           ? MoeDispatcher::alltoall
-                           : MoeDispatcher::allgather;
+    // flex runs DeepEP (--moe-enable-deepep, or --moe-flex-dispatcher-backend
+    // deepep); its HybridEP backend is not modelled.
+    if (dispatcher && *dispatcher == "flex") {
+      if (flex_backend && *flex_backend == "hybridep")
+        return fail("megatron.--moe-flex-dispatcher-backend",
+                    "the flex dispatcher's HybridEP backend is not modelled; DeepEP (deepep) is");
+      if (!flex_backend && !args.has("--moe-enable-deepep"))
+        return fail("megatron.--moe-token-dispatcher-type",
+                    "--moe-token-dispatcher-type flex needs a backend: --moe-enable-deepep (or "
+                    "--moe-flex-dispatcher-backend deepep)");
+      p.moe_dispatcher = MoeDispatcher::flex;
+    } else {
+      p.moe_dispatcher = dispatcher && (*dispatcher == "alltoall" || *dispatcher == "alltoall_seq")
+                             ? MoeDispatcher::alltoall
+                             : MoeDispatcher::allgather;
+    }
   }
   // Megatron-LM overlaps pipeline communication only in the interleaved
   // schedule; its 1f1b always waits. The overlap was opt-in when it came
@@ -485,6 +506,10 @@ Result<std::string> export_megatron_args(const Setup& setup) {
     if (e.shared_expert_ffn_hidden > 0) kv("--moe-shared-expert-intermediate-size", e.shared_expert_ffn_hidden);
     if (e.capacity_factor) kv("--moe-expert-capacity-factor", *e.capacity_factor);
     if (e.pad_to_capacity) sw("--moe-pad-expert-input-to-capacity");
+    if (e.num_groups > 0) {
+      kv("--moe-router-num-groups", e.num_groups);
+      kv("--moe-router-group-topk", e.group_topk);
+    }
     const std::string freq = moe_layer_freq_text(e.moe_layers);
     if (!freq.empty()) kv("--moe-layer-freq", freq.front() == '(' ? "'" + freq + "'" : freq);
   }
@@ -555,6 +580,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.moe_shared_expert_overlap) sw("--moe-shared-expert-overlap");
   // Always named: Megatron-LM's default (allgather) is not Megascope's.
   if (setup.model.moe) kv("--moe-token-dispatcher-type", to_string(p.moe_dispatcher));
+  if (setup.model.moe && p.moe_dispatcher == MoeDispatcher::flex) sw("--moe-enable-deepep");
   // pp_scatter_gather has no flag: pre-Core Megatron-LM did it by default
   // (--no-scatter-gather-tensors-in-pipeline turned it off), Megatron-Core cannot.
   if (p.attention == AttentionKernel::unfused) kv("--attention-backend", "unfused");

@@ -160,7 +160,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
     return {};
   }
   if (key == "moe_dispatcher") {
-    auto v = enumeration<MoeDispatcher>(key, value, parse_moe_dispatcher, "alltoall, allgather");
+    auto v = enumeration<MoeDispatcher>(key, value, parse_moe_dispatcher, "alltoall, allgather, flex");
     if (!v) return tl::unexpected(v.error());
     plan.moe_dispatcher = *v;
     return {};

@@ -144,6 +144,8 @@ Result<ModelSpec> model_from_toml(const toml::table& root, const std::string& fi
     e.load_imbalance = moe->opt_number("load_imbalance").value_or(1.0);
     e.capacity_factor = moe->opt_number("capacity_factor");
     e.pad_to_capacity = moe->opt_boolean("pad_to_capacity").value_or(false);
+    e.num_groups = to_int(*moe, "num_groups", moe->opt_integer("num_groups").value_or(0));
+    e.group_topk = to_int(*moe, "group_topk", moe->opt_integer("group_topk").value_or(0));
     const auto first_dense = moe->opt_integer("first_dense_layers");
     const auto freq = moe->opt_integer("layer_freq");
     if (const toml::array* layers = moe->opt_array("layers")) {

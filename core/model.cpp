@@ -87,6 +87,23 @@ Result<ModelSpec> validate_model(ModelSpec m) {
       return fail("model.moe.capacity_factor", fmt::format("must be a finite number > 0, found {}", *e.capacity_factor));
     if (e.pad_to_capacity && !e.capacity_factor)
       return fail("model.moe.pad_to_capacity", "padding experts to capacity needs a capacity_factor");
+    if ((e.num_groups > 0) != (e.group_topk > 0))
+      return fail(e.num_groups > 0 ? "model.moe.group_topk" : "model.moe.num_groups",
+                  "group-limited routing needs both num_groups and group_topk (>= 1)");
+    if (e.num_groups < 0 || e.group_topk < 0)
+      return fail(e.num_groups < 0 ? "model.moe.num_groups" : "model.moe.group_topk", "must be >= 1 when set");
+    if (e.num_groups > 0) {
+      if (e.num_experts % e.num_groups != 0)
+        return fail("model.moe.num_groups", fmt::format("must divide num_experts ({}), found {}", e.num_experts,
+                                                        e.num_groups));
+      if (e.group_topk > e.num_groups)
+        return fail("model.moe.group_topk", fmt::format("must be at most num_groups ({}), found {}", e.num_groups,
+                                                        e.group_topk));
+      if (e.top_k > e.group_topk * (e.num_experts / e.num_groups))
+        return fail("model.moe.group_topk",
+                    fmt::format("{} groups of {} experts hold fewer than top_k = {}", e.group_topk,
+                                e.num_experts / e.num_groups, e.top_k));
+    }
     bool any = false;
     for (bool b : e.moe_layers) any = any || b;
     if (!any) return fail("model.moe.layers", "no layer is an MoE layer; drop the [moe] table for a dense model");
@@ -114,6 +131,45 @@ double expert_load_factor(const MoeSpec& e, int ep) {
   double f = std::min(e.load_imbalance, static_cast<double>(std::max(ep, 1)));
   if (e.capacity_factor) f = std::min(f, *e.capacity_factor);
   return f;
+}
+
+namespace {
+
+// C(a, k) / C(c, k) for a <= c: the chance that k draws without replacement
+// from c items all miss c - a given ones.
+double miss_all(std::int64_t a, std::int64_t c, int k) {
+  double p = 1.0;
+  for (int i = 0; i < k; ++i) {
+    if (a - i <= 0) return 0.0;
+    p *= static_cast<double>(a - i) / static_cast<double>(c - i);
+  }
+  return p;
+}
+
+double choose(int n, int r) {
+  if (r < 0 || r > n) return 0.0;
+  double v = 1.0;
+  for (int i = 1; i <= r; ++i) v = v * (n - r + i) / i;
+  return v;
+}
+
+}  // namespace
+
+std::optional<double> routing_hit_probability(const MoeSpec& e, int blocks) {
+  const std::int64_t E = e.num_experts;
+  if (blocks < 1 || E % blocks != 0) return std::nullopt;
+  const std::int64_t b = E / blocks;
+  if (e.num_groups <= 0) return 1.0 - miss_all(E - b, E, e.top_k);
+  const int G = e.num_groups, g = e.group_topk;
+  const std::int64_t size = E / G, pool = size * g;
+  if (b <= size && size % b == 0)   // inside one group: missed if the group is not picked, or by the draws
+    return 1.0 - ((1.0 - static_cast<double>(g) / G) + static_cast<double>(g) / G * miss_all(pool - b, pool, e.top_k));
+  if (b % size != 0) return std::nullopt;
+  const int whole = static_cast<int>(b / size);   // groups the block holds; j of them picked
+  double miss = 0;
+  for (int j = 0; j <= std::min(whole, g); ++j)
+    miss += choose(whole, j) * choose(G - whole, g - j) / choose(G, g) * miss_all(pool - j * size, pool, e.top_k);
+  return 1.0 - miss;
 }
 
 const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }

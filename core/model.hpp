@@ -35,6 +35,12 @@ struct MoeSpec {
   double load_imbalance = 1.0;
   std::optional<double> capacity_factor;
   bool pad_to_capacity = false;
+  // Group-limited routing (DeepSeek-V3's node-limited routing; Megatron's
+  // --moe-router-num-groups / --moe-router-group-topk): the experts split
+  // into num_groups equal groups, a token picks group_topk of them and its
+  // top_k experts among theirs. 0: not grouped.
+  int num_groups = 0;
+  int group_topk = 0;
 };
 
 // The tokens the busiest EP rank's experts process, over the balanced share:
@@ -42,6 +48,13 @@ struct MoeSpec {
 // the capacity factor and by ep (one rank can at most take every token; at
 // ep = 1 the one rank takes exactly the balanced share).
 double expert_load_factor(const MoeSpec& e, int ep);
+
+// The chance that one of `blocks` equal, contiguous blocks of the experts (an
+// EP rank's, a scale-up domain's) holds at least one of a token's top_k
+// experts, routing uniform over the experts (or, with group-limited routing,
+// over the experts of group_topk groups picked uniformly). With groups, a
+// block must lie inside one group or be whole groups; nullopt otherwise.
+std::optional<double> routing_hit_probability(const MoeSpec& e, int blocks);
 
 // Multi-head latent attention (DeepSeek-V2/V3).
 struct MlaSpec {

@@ -52,10 +52,18 @@ std::optional<AttentionKernel> parse_attention_kernel(std::string_view s) {
 }
 
 const char* to_string(CpCommType c) { return c == CpCommType::p2p ? "p2p" : "all-gather"; }
-const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::alltoall ? "alltoall" : "allgather"; }
+const char* to_string(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::alltoall: return "alltoall";
+    case MoeDispatcher::allgather: return "allgather";
+    case MoeDispatcher::flex: return "flex";
+  }
+  return "?";
+}
 std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) {
   if (s == "alltoall") return MoeDispatcher::alltoall;
   if (s == "allgather") return MoeDispatcher::allgather;
+  if (s == "flex") return MoeDispatcher::flex;
   return std::nullopt;
 }
 std::optional<CpCommType> parse_cp_comm(std::string_view s) {

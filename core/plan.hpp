@@ -21,7 +21,7 @@ enum class CpCommType { p2p, all_gather };          // ring exchange of KV block
 // token's top-k copies over EP, or Megatron-LM's default all-gather of every
 // token over EP (then each rank keeps its experts' tokens) and a
 // reduce-scatter back.
-enum class MoeDispatcher { alltoall, allgather };
+enum class MoeDispatcher { alltoall, allgather, flex };   // flex: Megatron-LM's flex dispatcher on DeepEP
 
 struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::none;

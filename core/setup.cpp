@@ -5,6 +5,7 @@
 // fields and the rule; docs/validation-rules.md lists them.
 #include "core/setup.hpp"
 
+#include "core/rank_grid.hpp"
 #include "core/schedule/schedule.hpp"
 
 #include <fmt/format.h>
@@ -203,7 +204,7 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (p.ep > 1 && s.training.params_dtype == Dtype::fp16)
       return fail("plan.ep", "expert parallelism is not supported with fp16 parameters; use bf16");
     s.expert_load = expert_load_factor(e, p.ep);
-    if (p.moe_shared_expert_overlap && p.moe_dispatcher != MoeDispatcher::alltoall)
+    if (p.moe_shared_expert_overlap && p.moe_dispatcher == MoeDispatcher::allgather)
       return fail("plan.moe_shared_expert_overlap",
                   "moe_shared_expert_overlap needs the alltoall dispatcher (Megatron-LM: alltoall or flex)");
     if (p.moe_shared_expert_overlap && (e.shared_expert_ffn_hidden == 0 || (p.ep == 1 && s.etp == 1)))
@@ -213,6 +214,42 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
                                  "to hide the shared experts behind");
   }
   s.edp = s.world / (s.etp * p.ep * p.pp);
+  if (m.moe && p.moe_dispatcher == MoeDispatcher::flex) {
+    // DeepEP sends a token once to each other scale-up domain holding any of
+    // its experts (to the EP rank at its own position there), then once to
+    // each other EP rank of a domain holding any. The EP group must fill
+    // whole domains alike, or sit inside one.
+    const MoeSpec& e = *m.moe;
+    const int domain = std::max(s.cluster.scale_up_domain, s.cluster.node.devices_per_node);
+    const RankGrid grid{p.tp, p.cp, s.dp, p.pp, s.etp, p.ep, s.edp};
+    const std::vector<int> members = grid.group(0, CommGroup::ep);
+    int domains = 1, per = 0;
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      if (j > 0 && members[j] / domain != members[j - 1] / domain) {
+        if (members[j] / domain < members[j - 1] / domain)
+          return fail("plan.moe_dispatcher", "moe_dispatcher=flex needs the EP ranks in domain order");
+        ++domains;
+      }
+    }
+    per = p.ep / domains;
+    for (std::size_t j = 0; j < members.size(); ++j)
+      if (static_cast<int>(j) / per != (members[j] / domain) - (members[0] / domain) && domains > 1)
+        return fail("plan.moe_dispatcher",
+                    fmt::format("moe_dispatcher=flex needs the EP group ({} ranks) to fill its scale-up domains "
+                                "equally ({} devices each) or sit in one", p.ep, domain));
+    const auto rail = routing_hit_probability(e, domains);
+    const auto rank = routing_hit_probability(e, p.ep);
+    if (!rail || !rank)
+      return fail("model.moe.num_groups",
+                  fmt::format("moe_dispatcher=flex prices group-limited routing when each group lies inside one EP "
+                              "rank's or one domain's experts or holds whole ones; {} groups of {} experts over "
+                              "{} domains and {} EP ranks do not nest",
+                              e.num_groups, e.num_groups > 0 ? e.num_experts / e.num_groups : 0, domains, p.ep));
+    s.flex_rail_copies = (domains - 1) * *rail;
+    s.flex_domain_copies = (p.ep - domains) * *rank;
+    if (p.ep == 1)
+      s.warnings.push_back("moe_dispatcher=flex has no effect without expert parallelism: no tokens are exchanged");
+  }
 
   // Optimizer and overlap.
   if (p.overlap_param_gather && !p.distributed_optimizer)

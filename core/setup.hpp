@@ -39,6 +39,11 @@ struct Setup {
   int edp = 1;                  // expert data parallel = world / (etp * ep * pp)
   bool sequence_parallel = false;  // effective SP (off when tp == 1)
   double expert_load = 1.0;     // MoE: the busiest EP rank's expert tokens over the balanced share (expert_load_factor)
+  // The flex dispatcher (DeepEP), per routed token: the copies a rank sends
+  // to other scale-up domains (one per other domain holding any of the
+  // token's experts) and within domains (one per other EP rank holding any,
+  // from the token's rank or the one it reached in that domain).
+  double flex_rail_copies = 0, flex_domain_copies = 0;
   bool overlap_p2p_comm = true;   // effective: the plan's, or the schedule's default (PlanSpec)
   std::int64_t seq_length = 0;  // tokens per sequence
   int num_microbatches = 0;     // m = global batch / (micro-batch * dp)

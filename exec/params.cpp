@@ -43,6 +43,10 @@ Result<void> check_supported(const Setup& s) {
   if (m.moe && m.moe->load_imbalance != 1.0)
     return no("model.moe.load_imbalance",
               "a set expert load imbalance (the executor's router decides each expert's load; measure it instead)");
+  if (m.moe && p.moe_dispatcher == MoeDispatcher::flex)
+    return no("plan.moe_dispatcher", "the flex dispatcher (DeepEP's two-hop exchange)");
+  if (m.moe && m.moe->num_groups > 0)
+    return no("model.moe.num_groups", "group-limited routing (the executor's router picks from every expert)");
   if (m.mla) return no("model.mla", "multi-latent attention");
   if (m.qk_layernorm) return no("model.qk_layernorm", "QK layer norm");
   if (m.mtp_num_layers > 0) return no("model.mtp_num_layers", "multi-token prediction");

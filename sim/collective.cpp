@@ -180,7 +180,8 @@ std::vector<Shape> candidate_shapes(const Topology& topo, Collective c, const Gr
     for (auto& l : s->load) merge(l);
     shapes.push_back(std::move(*s));
   };
-  if (c == Collective::all_to_all || c == Collective::send_recv) {
+  if (c == Collective::all_to_all || c == Collective::send_recv || c == Collective::all_to_all_rails ||
+      c == Collective::all_to_all_domain) {
     consider(direct_shape(topo, c, g));
     return shapes;
   }
@@ -201,7 +202,8 @@ std::vector<Shape> candidate_shapes(const Topology& topo, Collective c, const Gr
 FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int> devices, double bytes,
                          Algorithm algo) {
   using namespace detail;
-  const bool point = c == Collective::all_to_all || c == Collective::send_recv;
+  const bool point = c == Collective::all_to_all || c == Collective::send_recv ||
+                     c == Collective::all_to_all_rails || c == Collective::all_to_all_domain;
   if (c == Collective::send_recv && devices.size() != 2)
     throw std::invalid_argument("collective_flow: send_recv takes two devices (source, destination)");
   const Group g = make_group(topo, devices);

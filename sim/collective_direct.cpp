@@ -23,6 +23,33 @@ std::optional<Shape> direct_shape(const Topology& topo, Collective c, const Grou
     s.phases = {Phase{1, lat}};
     return s;
   }
+  if (c == Collective::all_to_all_rails || c == Collective::all_to_all_domain) {
+    // The DeepEP dispatcher's hops (CommSpan): a member sends the bytes in
+    // all, evenly, to the member at its own position in every other domain
+    // (rails) or to the other members of its domain (domain); one step per peer.
+    const int D = g.ndomains();
+    std::size_t per = g.domains.front().size();
+    for (const auto& d : g.domains) per = std::min(per, d.size());
+    if (c == Collective::all_to_all_rails) {
+      if (D < 2) return std::nullopt;
+      for (std::size_t i = 0; i < per; ++i)
+        for (int x = 0; x < D; ++x)
+          for (int y = 0; y < D; ++y)
+            if (x != y)
+              lat = std::max(lat, s.add_path(topo, g.domains[static_cast<std::size_t>(x)][i],
+                                             g.domains[static_cast<std::size_t>(y)][i], 1.0 / (D - 1),
+                                             LinkClass::network));
+      s.phases = {Phase{D - 1, lat}};
+    } else {
+      if (per < 2) return std::nullopt;
+      for (const auto& d : g.domains)
+        for (int b : d)
+          for (int a : d)
+            if (a != b) lat = std::max(lat, s.add_path(topo, a, b, 1.0 / static_cast<double>(d.size() - 1), LinkClass::scale_up));
+      s.phases = {Phase{static_cast<int>(per) - 1, lat}};
+    }
+    return s;
+  }
   if (c != Collective::all_to_all) return std::nullopt;
   // Destination-major, so that consecutive path queries share a destination.
   for (int b : g.devices)

@@ -36,12 +36,12 @@ constexpr std::uint32_t kLone = kNone - 1;   // a heap entry that ends a lone tr
 constexpr std::uint32_t kHeld = kNone - 2;   // a heap entry that ends a held transfer: op is its Network::Held
 
 
-Collective collective_of(OpKind k) {
-  switch (k) {
+Collective collective_of(const Op& op) {
+  switch (op.kind) {
     case OpKind::all_reduce: return Collective::all_reduce;
     case OpKind::reduce_scatter: return Collective::reduce_scatter;
     case OpKind::all_gather: return Collective::all_gather;
-    case OpKind::all_to_all: return Collective::all_to_all;
+    case OpKind::all_to_all: return all_to_all_of(op.span);
     default: return Collective::send_recv;
   }
 }
@@ -697,11 +697,11 @@ class Engine {
   }
 
   Network::Prepared collective_flow_of(int rank, std::int64_t gid, const Op& op) {
-    const auto key = std::make_tuple(gid, static_cast<int>(op.kind), op.bytes);
+    const auto key = std::make_tuple(gid, static_cast<int>(collective_of(op)), op.bytes);
     auto it = spec_cache_.find(key);
     if (it != spec_cache_.end()) return it->second;
     const std::vector<int> members = p_.grid.group(rank, op.group);
-    const Network::Prepared f = net_.prepare(collective_flow(topo_, collective_of(op.kind), members, op.bytes));
+    const Network::Prepared f = net_.prepare(collective_flow(topo_, collective_of(op), members, op.bytes));
     spec_cache_.emplace(key, f);
     return f;
   }

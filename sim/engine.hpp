@@ -36,6 +36,16 @@
 
 namespace megascope::sim {
 
+// The collective an all-to-all of the given span runs (CommSpan).
+inline Collective all_to_all_of(CommSpan span) {
+  switch (span) {
+    case CommSpan::rails: return Collective::all_to_all_rails;
+    case CommSpan::domain: return Collective::all_to_all_domain;
+    case CommSpan::whole: break;
+  }
+  return Collective::all_to_all;
+}
+
 enum class Mode : std::uint8_t { full, reduced };
 enum class Execution : std::uint8_t { streams, serial };
 

@@ -53,7 +53,7 @@ namespace {
 // kind, group and size; for a send or receive its direction, peer and size.
 struct CommClass {
   OpKind kind;
-  std::uint8_t group;    // CommGroup of a collective; 0 for send/recv
+  std::uint8_t group;    // CommGroup of a collective (and its CommSpan, above bit 4); 0 for send/recv
   std::int32_t peer;     // peer stage of a send/recv; 0 for a collective
   double bytes;
   bool operator==(const CommClass&) const = default;
@@ -181,7 +181,10 @@ StageInfo analyse(const StageProgram& s, const CostModel& cost) {
       o.comm.pair = counters[k * kCommGroupCount + static_cast<std::size_t>(op.group)]++;
     }
     const CommClass c = is_p2p(op.kind) ? CommClass{op.kind, 0, op.peer_stage, op.bytes}
-                                        : CommClass{op.kind, static_cast<std::uint8_t>(op.group), 0, op.bytes};
+                                        : CommClass{op.kind,
+                                                    static_cast<std::uint8_t>(static_cast<unsigned>(op.group) |
+                                                                              static_cast<unsigned>(op.span) << 4),
+                                                    0, op.bytes};
     // The hash's high bits after one more multiply pick the slot (its low
     // bits alone put most of a stage's few classes in one slot).
     auto& hit = recent[(CommClassHash{}(c) * 0x9e3779b97f4a7c15ULL) >> 56];

@@ -31,7 +31,10 @@
 
 namespace megascope::sim {
 
-enum class Collective : std::uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, send_recv, broadcast };
+// all_to_all_rails and all_to_all_domain: the two hops of CommSpan (core/program/program.hpp).
+enum class Collective : std::uint8_t {
+  all_reduce, reduce_scatter, all_gather, all_to_all, send_recv, broadcast, all_to_all_rails, all_to_all_domain
+};
 enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls, direct };
 
 using LinkId = std::uint32_t;

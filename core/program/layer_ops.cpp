@@ -137,16 +137,39 @@ bool tp_overlap(const Setup& s) { return s.plan.tp_comm_overlap && s.plan.tp > 1
 // all-to-all of the busiest rank's top-k copies both ways, or Megatron-LM's
 // allgather dispatcher, which gathers every token of the EP group on every
 // rank (whatever the routing: the bytes do not follow the load) and
-// reduce-scatters the outputs back.
+// reduces-scatters the outputs back, or the flex dispatcher (DeepEP): two
+// all-to-alls each way, one copy of a token to each other scale-up domain
+// holding any of its experts (rails), then one to each other EP rank there
+// holding any (domain); the combine takes the same hops back. Both scale
+// with the busiest rank's load, as the alltoall's copies do.
 struct ExpertExchange {
   OpKind out, back;
-  double bytes;
+  double bytes;               // alltoall, allgather: the one collective's (flex: the alltoall's, for the ETP gather)
+  double rails = 0, domain = 0;   // flex: each hop's
 };
 
 ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double dispatch) {
   if (s.plan.moe_dispatcher == MoeDispatcher::allgather)
     return {OpKind::all_gather, OpKind::reduce_scatter, 2.0 * routed * hb * s.plan.ep};
+  if (s.plan.moe_dispatcher == MoeDispatcher::flex) {
+    const double token = 2.0 * routed * hb * s.expert_load;
+    return {OpKind::all_to_all, OpKind::all_to_all, dispatch, token * s.flex_rail_copies, token * s.flex_domain_copies};
+  }
   return {OpKind::all_to_all, OpKind::all_to_all, dispatch};
+}
+
+// The exchange's ops out (dispatch) or back (combine) after `dep`, on the EP stream.
+std::uint32_t exchange(StageWriter& w, const Setup& s, const ExpertExchange& xe, bool out, const OpContext& ctx,
+                       std::uint32_t dep) {
+  if (s.plan.moe_dispatcher != MoeDispatcher::flex)
+    return w.collective(out ? xe.out : xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {dep});
+  const std::pair<CommSpan, double> hops[2] = {{CommSpan::rails, xe.rails}, {CommSpan::domain, xe.domain}};
+  for (int k = 0; k < 2; ++k) {
+    const auto& [span, bytes] = hops[out ? k : 1 - k];
+    if (bytes > 0)
+      dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, bytes, {dep}, span);
+  }
+  return dep;
 }
 
 // A TP all-gather whose result feeds the next compute. With TP communication
@@ -305,7 +328,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const bool overlap = s.plan.moe_shared_expert_overlap && !shared.empty() && (s.plan.ep > 1 || s.etp > 1);
   std::optional<std::uint32_t> sh;
   if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep}) : *dep;
-  if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+  if (s.plan.ep > 1) dep = exchange(w, s, xe, true, ctx, *dep);
   if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
   if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
   std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
@@ -315,7 +338,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
   dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
   if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-  if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+  if (s.plan.ep > 1) dep = exchange(w, s, xe, false, ctx, *dep);
   if (overlap || d.t == 1 || shared.empty()) {
     Deps last{*dep};
     if (overlap) last.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act));
@@ -390,7 +413,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
     std::optional<std::uint32_t> sh;
     if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
-    if (s.plan.ep > 1) dep = w.collective(xe.out, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+    if (s.plan.ep > 1) dep = exchange(w, s, xe, true, ctx, *dep);
     if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
     if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
     std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
@@ -399,7 +422,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (!overlap) ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
     if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-    if (s.plan.ep > 1) dep = w.collective(xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {*dep});
+    if (s.plan.ep > 1) dep = exchange(w, s, xe, false, ctx, *dep);
     Deps router_deps{*dep};
     if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act));
     dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},

@@ -38,6 +38,14 @@ inline constexpr int kStreamCount = 7;
 
 enum class OpKind : std::uint8_t { compute, all_reduce, reduce_scatter, all_gather, all_to_all, send, recv };
 
+// Which pairs of its group an all-to-all connects (the DeepEP dispatcher's
+// two hops, docs/simulator.md): every pair (whole); each member with the
+// member at its position in every other scale-up domain (rails, over the
+// scale-out network); the members of its own domain (domain). For rails and
+// domain the op's bytes are what a member sends in all, spread evenly over
+// those peers.
+enum class CommSpan : std::uint8_t { whole, rails, domain };
+
 // What the op is part of, for reports and traces.
 enum class Phase : std::uint8_t { forward, backward_input, backward_weight, recompute, optimizer, gradient_sync, param_sync };
 
@@ -91,6 +99,7 @@ struct Op {
   Phase phase = Phase::forward;
   OpLabel label = OpLabel::attention;
   CommGroup group = CommGroup::tp;      // collectives only
+  CommSpan span = CommSpan::whole;      // all-to-alls only
   OptIndex layer;                       // transformer layer, when the op belongs to one
   OptIndex microbatch;
   OptIndex chunk;

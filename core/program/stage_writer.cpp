@@ -90,11 +90,12 @@ std::uint32_t StageWriter::compute(OpLabel label, const OpContext& ctx, std::spa
 }
 
 std::uint32_t StageWriter::collective(OpKind kind, Stream stream, CommGroup group, OpLabel label, const OpContext& ctx,
-                                      double bytes, Deps deps) {
+                                      double bytes, Deps deps, CommSpan span) {
   Op op;
   op.kind = kind;
   op.stream = stream;
   op.group = group;
+  op.span = span;
   op.phase = ctx.phase;
   op.label = label;
   op.layer = ctx.layer;

@@ -77,7 +77,7 @@ class StageWriter {
   }
   // A collective of `bytes` per rank on `stream` over `group`.
   std::uint32_t collective(OpKind kind, Stream stream, CommGroup group, OpLabel label, const OpContext& ctx,
-                           double bytes, Deps deps = {});
+                           double bytes, Deps deps = {}, CommSpan span = CommSpan::whole);
   std::uint32_t p2p(OpKind kind, OpLabel label, const OpContext& ctx, int peer_stage, std::uint64_t tag, double bytes,
                     Deps deps = {});
   void add_dep(std::uint32_t op, std::uint32_t dep);

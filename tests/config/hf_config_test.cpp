@@ -184,6 +184,8 @@ TEST_CASE("DeepSeek-V3 maps to 61 layers, the first 3 dense, 256 experts top-8, 
   CHECK(m.moe->top_k == 8);
   CHECK(m.moe->expert_ffn_hidden == 2048);
   CHECK(m.moe->shared_expert_ffn_hidden == 2048);
+  CHECK(m.moe->num_groups == 8);   // n_group, topk_group with topk_method noaux_tc
+  CHECK(m.moe->group_topk == 4);
   CHECK(m.num_moe_layers() == 58);
   for (int i = 0; i < 3; ++i) CHECK_FALSE(m.is_moe_layer(i));
   for (int i = 3; i < 61; ++i) CHECK(m.is_moe_layer(i));

@@ -70,6 +70,8 @@ void check_same_model(const ModelSpec& a, const ModelSpec& b) {
     CHECK(a.moe->moe_layers == b.moe->moe_layers);
     CHECK(a.moe->capacity_factor == b.moe->capacity_factor);
     CHECK(a.moe->pad_to_capacity == b.moe->pad_to_capacity);
+    CHECK(a.moe->num_groups == b.moe->num_groups);
+    CHECK(a.moe->group_topk == b.moe->group_topk);
   }
   REQUIRE(a.mla.has_value() == b.mla.has_value());
   if (a.mla) {
@@ -285,6 +287,17 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   const Setup g = validated(m, t, gathered);
   check_round_trip(g);
   REQUIRE_THAT(*export_megatron_args(g), Catch::Contains("--moe-token-dispatcher-type allgather"));
+  // DeepEP with group-limited routing: both named, and read back the same.
+  ModelSpec grouped = m;
+  grouped.moe->num_groups = 8;
+  grouped.moe->group_topk = 4;
+  PlanSpec deepep = p;
+  deepep.moe_dispatcher = MoeDispatcher::flex;
+  const Setup f = validated(grouped, t, deepep);
+  check_round_trip(f);
+  const std::string flex_line = *export_megatron_args(f);
+  REQUIRE_THAT(flex_line, Catch::Contains("--moe-token-dispatcher-type flex --moe-enable-deepep"));
+  REQUIRE_THAT(flex_line, Catch::Contains("--moe-router-num-groups 8 --moe-router-group-topk 4"));
   REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
   REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
 }

@@ -403,7 +403,7 @@ TEST_CASE("The expert capacity factor and padding to capacity are read, and padd
   REQUIRE_THAT(pad.message, Catch::Contains("--moe-expert-capacity-factor"));
 }
 
-TEST_CASE("The MoE token dispatcher is Megatron-LM's allgather unless the line names alltoall, and flex is an error",
+TEST_CASE("The MoE token dispatcher is Megatron-LM's allgather unless the line names alltoall, flex runs DeepEP",
           "[config]") {
   std::string line = kDeepSeek;
   const std::string flag = "--moe-token-dispatcher-type alltoall ";
@@ -414,9 +414,27 @@ TEST_CASE("The MoE token dispatcher is Megatron-LM's allgather unless the line n
   gather.replace(line.find(flag), flag.size(), "--moe-token-dispatcher-type allgather ");
   flex.replace(line.find(flag), flag.size(), "--moe-token-dispatcher-type flex ");
   CHECK(import_ok(gather).plan.moe_dispatcher == MoeDispatcher::allgather);
-  const Error e = import_error(flex);
-  CHECK(e.field == "megatron.--moe-token-dispatcher-type");
-  REQUIRE_THAT(e.message, Catch::Contains("not modelled"));
+  // flex needs its backend named: DeepEP is modelled, HybridEP is not.
+  const Error none = import_error(flex);
+  CHECK(none.field == "megatron.--moe-token-dispatcher-type");
+  REQUIRE_THAT(none.message, Catch::Contains("--moe-enable-deepep"));
+  CHECK(import_ok(flex + " --moe-enable-deepep").plan.moe_dispatcher == MoeDispatcher::flex);
+  CHECK(import_ok(flex + " --moe-flex-dispatcher-backend deepep").plan.moe_dispatcher == MoeDispatcher::flex);
+  const Error hybrid = import_error(flex + " --moe-flex-dispatcher-backend hybridep");
+  CHECK(hybrid.field == "megatron.--moe-flex-dispatcher-backend");
+  REQUIRE_THAT(hybrid.message, Catch::Contains("not modelled"));
+}
+
+TEST_CASE("Group-limited routing is read from --moe-router-num-groups and --moe-router-group-topk", "[config]") {
+  CHECK(import_ok(kDeepSeek).model.moe->num_groups == 0);
+  const MegatronLaunch r = import_ok(std::string(kDeepSeek) + " --moe-router-num-groups 8 --moe-router-group-topk 4");
+  CHECK(r.model.moe->num_groups == 8);
+  CHECK(r.model.moe->group_topk == 4);
+  // Megatron-LM routes over every expert with a group top-k of 0 or one group.
+  CHECK(import_ok(std::string(kDeepSeek) + " --moe-router-num-groups 8 --moe-router-group-topk 0").model.moe->num_groups == 0);
+  CHECK(import_ok(std::string(kDeepSeek) + " --moe-router-num-groups 1 --moe-router-group-topk 1").model.moe->num_groups == 0);
+  const Error e = import_error(std::string(kDeepSeek) + " --moe-router-num-groups 7 --moe-router-group-topk 4");
+  CHECK(e.field == "model.moe.num_groups");
 }
 
 TEST_CASE("All-to-all context parallelism and other unmodelled Megatron features are errors", "[config]") {

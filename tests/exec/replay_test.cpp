@@ -269,7 +269,7 @@ TEST_CASE("Replay in shard mode: compute only, back to back, with the same kerne
   }
 }
 
-TEST_CASE("The executor refuses an expert capacity and a set load imbalance, naming the field", "[exec]") {
+TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the flex dispatcher and routing groups, naming the field", "[exec]") {
   megascope::ModelSpec m = megascope::test::shipped_model("tiny-moe");
   REQUIRE(megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2", 4, 2)));
   megascope::ModelSpec capped = m;
@@ -282,4 +282,14 @@ TEST_CASE("The executor refuses an expert capacity and a set load imbalance, nam
   auto b = megascope::exec::check_supported(megascope::test::make_setup(skewed, "cpu-host", "ep=2", 4, 2));
   REQUIRE_FALSE(b);
   CHECK(b.error().field == "model.moe.load_imbalance");
+  // Nor the flex (DeepEP) dispatcher or group-limited routing.
+  auto c = megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2,moe_dispatcher=flex", 4, 2));
+  REQUIRE_FALSE(c);
+  CHECK(c.error().field == "plan.moe_dispatcher");
+  megascope::ModelSpec grouped = m;
+  grouped.moe->num_groups = 2;
+  grouped.moe->group_topk = 1;
+  auto d = megascope::exec::check_supported(megascope::test::make_setup(grouped, "cpu-host", "ep=2", 4, 2));
+  REQUIRE_FALSE(d);
+  CHECK(d.error().field == "model.moe.num_groups");
 }

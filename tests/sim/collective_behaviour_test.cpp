@@ -199,3 +199,24 @@ TEST_CASE("On CPU ranks collectives follow MPI's latency-bandwidth model, with n
   const Topology g = Topology::build(*gpu, 2);
   CHECK(seconds(g, Collective::all_reduce, {0, 1}, 64.0) > seconds(t, Collective::all_reduce, {0, 1}, 64.0) + 1e-6);
 }
+
+TEST_CASE("The flex dispatcher's hops: rails cross the network between same-position ranks, domain stays on NVLink") {
+  const Topology topo = topology("dgx-h100", 32);   // four nodes of eight
+  const std::vector<int> group = iota(32);
+  const double bytes = 256 * MiB;
+  // Rails: each rank sends its bytes in equal parts to its three rail peers,
+  // all through its own NIC, while every other rank does the same on its
+  // own rail: as long as one send of the whole buffer.
+  const double rails = isolated_time(topo, collective_flow(topo, Collective::all_to_all_rails, group, bytes));
+  const double one = isolated_time(topo, collective_flow(topo, Collective::send_recv, std::vector<int>{0, 8}, bytes));
+  CHECK(rails == Approx(one).epsilon(0.05));
+  // Domain: within each node, each rank sends its bytes in seven equal parts
+  // to the other seven, as an all-to-all of one node sends 7/8 of its buffer.
+  const double domain = isolated_time(topo, collective_flow(topo, Collective::all_to_all_domain, group, bytes));
+  const double node = isolated_time(topo, collective_flow(topo, Collective::all_to_all, iota(8), bytes * 8 / 7));
+  CHECK(domain == Approx(node).epsilon(1e-9));
+  CHECK(domain < rails);   // NVLink against one NIC per rank
+  // A group inside one domain has no rails hop; one rank per domain has no domain hop.
+  CHECK(isolated_time(topo, collective_flow(topo, Collective::all_to_all_rails, iota(8), bytes)) == 0);
+  CHECK(isolated_time(topo, collective_flow(topo, Collective::all_to_all_domain, iota(4, 0, 8), bytes)) == 0);
+}
