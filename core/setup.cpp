@@ -222,21 +222,27 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     const MoeSpec& e = *m.moe;
     const int domain = std::max(s.cluster.scale_up_domain, s.cluster.node.devices_per_node);
     const RankGrid grid{p.tp, p.cp, s.dp, p.pp, s.etp, p.ep, s.edp};
-    const std::vector<int> members = grid.group(0, CommGroup::ep);
-    int domains = 1, per = 0;
-    for (std::size_t j = 0; j < members.size(); ++j) {
-      if (j > 0 && members[j] / domain != members[j - 1] / domain) {
-        if (members[j] / domain < members[j - 1] / domain)
-          return fail("plan.moe_dispatcher", "moe_dispatcher=flex needs the EP ranks in domain order");
-        ++domains;
+    // Every EP group (one per rank with EP coordinate 0): D domains of
+    // ep / D consecutive members each, the same D for every group.
+    int domains = 0;
+    for (int r = 0; r < s.world; ++r) {
+      if (grid.coord(r).ep != 0) continue;
+      const std::vector<int> members = grid.group(r, CommGroup::ep);
+      int d = 1;
+      for (std::size_t j = 1; j < members.size(); ++j) d += members[j] / domain != members[j - 1] / domain;
+      bool alike = p.ep % d == 0 && (domains == 0 || d == domains);
+      for (std::size_t j = 0; alike && j < members.size(); ++j) {
+        const std::size_t first = j / static_cast<std::size_t>(p.ep / d) * static_cast<std::size_t>(p.ep / d);
+        alike = members[j] / domain == members[first] / domain &&
+                (first == 0 || members[first] / domain != members[first - 1] / domain);
       }
-    }
-    per = p.ep / domains;
-    for (std::size_t j = 0; j < members.size(); ++j)
-      if (static_cast<int>(j) / per != (members[j] / domain) - (members[0] / domain) && domains > 1)
+      if (!alike)
         return fail("plan.moe_dispatcher",
-                    fmt::format("moe_dispatcher=flex needs the EP group ({} ranks) to fill its scale-up domains "
-                                "equally ({} devices each) or sit in one", p.ep, domain));
+                    fmt::format("moe_dispatcher=flex needs every EP group ({} ranks) to fill its scale-up domains "
+                                "equally ({} devices each) or sit in one; the group of rank {} does not",
+                                p.ep, domain, r));
+      domains = d;
+    }
     const auto rail = routing_hit_probability(e, domains);
     const auto rank = routing_hit_probability(e, p.ep);
     if (!rail || !rank)

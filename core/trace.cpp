@@ -64,6 +64,8 @@ Result<void> write_trace(const std::string& path, const Program& p, const TraceI
     const Op& op = stage.ops.at(sp.op);
     std::string name = op.kind == OpKind::compute ? fmt::format("{} {}", to_string(op.phase), to_string(op.label))
                                                   : fmt::format("{} {}", to_string(op.label), to_string(op.kind));
+    if (op.span == CommSpan::rails) name += " (rails)";   // the flex dispatcher's hops
+    if (op.span == CommSpan::domain) name += " (domain)";
     if (op.microbatch) name += fmt::format(" mb{}", *op.microbatch);
     buf += fmt::format(",\n{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"name\":\"{}\",\"cat\":\"{}\","
                        "\"args\":{{\"op\":{},\"phase\":\"{}\",\"microbatch\":{},\"chunk\":{},\"layer\":{},\"bytes\":{:.0f},"

@@ -180,6 +180,9 @@ std::vector<ReplayRoute> replay_channels(const Program& p) {
 }
 
 Result<ReplayPlan> plan_replay(const Setup& s, const Program& p, int stage, bool shard) {
+  if (s.model.moe && s.plan.moe_dispatcher == MoeDispatcher::flex)
+    return fail("plan.moe_dispatcher", "the flex dispatcher (DeepEP's two-hop exchange) is not supported by the "
+                                       "executor yet");
   if (stage < 0 || stage >= static_cast<int>(p.stages.size()))
     return fail("--shard", fmt::format("stage {} is not a pipeline stage of the plan (0-{})", stage, p.stages.size() - 1));
   const StageProgram& sp = p.stages[static_cast<std::size_t>(stage)];

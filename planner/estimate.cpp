@@ -77,7 +77,7 @@ struct ActEntry {
 
 struct LayerTime {
   double f = 0, b = 0, w = 0;
-  double fb_saving = 0;   // f + b + w less a DualPipe F&B pair through the layer (probe_fb_pair)
+  double fb_saving = 0;   // a DualPipe F&B pair through the layer, sequential less interleaved (probe_fb_pair)
 };
 struct TimeEntry {
   bool has_fb = false;    // fb_saving filled (DualPipe candidates only)
@@ -353,13 +353,15 @@ struct Estimator::Impl {
     return last_time.keep(key, &times.emplace(key, e).first->second);
   }
 
-  // What a DualPipe F&B pair through a layer saves over its passes one after the other.
+  // What a DualPipe F&B pair through a layer saves over the same ops one
+  // pass after the other (both timed to their last op's end).
   void fill_fb(const Setup& s, int n, const RankGrid& grid, TimeEntry& e) {
     const auto [dense, moe] = kind_layers();
     const auto saving = [&](int layer, LayerTime& t) {
       if (layer < 0) return;
-      const double pair = run_probe(probe_fb_pair(s, layer), n, grid, true);
-      t.fb_saving = std::max(0.0, t.f + t.b + t.w - pair);
+      const double pair = run_probe(probe_fb_pair(s, layer, true), n, grid, true);
+      const double sequential = run_probe(probe_fb_pair(s, layer, false), n, grid, true);
+      t.fb_saving = std::max(0.0, sequential - pair);
     };
     saving(dense, e.dense);
     saving(moe, e.moe);

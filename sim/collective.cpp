@@ -213,6 +213,9 @@ FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int
   if (g.size() < 2 || (c == Collective::send_recv && devices[0] == devices[1]) || !(bytes > 0)) return none;
 
   const std::vector<Shape> shapes = candidate_shapes(topo, c, g, algo);
+  if (shapes.empty() && (c == Collective::all_to_all_rails || c == Collective::all_to_all_domain))
+    throw std::invalid_argument("collective_flow: a rails hop needs two scale-up domains, a domain hop two members in "
+                                "each (the flex dispatcher's setup omits hops that have none)");
   FlowSpec best = none;
   double best_time = std::numeric_limits<double>::infinity();
   for (const Shape& s : shapes) {

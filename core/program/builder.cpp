@@ -708,7 +708,10 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     std::vector<detail::FbUnit> units;
     for (std::size_t i = 1; i < steps.size(); ++i) {
       if (!(steps[i].pass == Pass::B && steps[i].paired && steps[i - 1].pass == Pass::F)) continue;
-      const std::size_t last = i + 1 < steps.size() && steps[i + 1].pass == Pass::W && steps[i + 1].paired ? i + 1 : i;
+      const std::size_t last = i + 1 < steps.size() && steps[i + 1].pass == Pass::W && steps[i + 1].paired &&
+                                       steps[i + 1].microbatch == steps[i].microbatch && steps[i + 1].chunk == steps[i].chunk
+                                   ? i + 1
+                                   : i;
       units.push_back({step_begin[i - 1], step_begin[i], step_begin[last + 1]});
     }
     // Synchronous: the schedule returns when its last sends have ended.
@@ -777,7 +780,7 @@ LayerProbe probe_edge(const Setup& s, EdgePass pass) {
   return probe;
 }
 
-LayerProbe probe_fb_pair(const Setup& s, int layer) {
+LayerProbe probe_fb_pair(const Setup& s, int layer, bool interleave) {
   LayerProbe probe;
   StageWriter w(probe.ops);
   LayerEmitter layers{s, w};
@@ -789,7 +792,7 @@ LayerProbe probe_fb_pair(const Setup& s, int layer) {
                                                   s.plan.tp_grad_overlap && s.plan.cp == 1 ? std::nullopt
                                                                                              : std::optional{b});
   const detail::FbUnit unit{0, mid, w.size()};
-  probe.last = detail::interleave_fb(probe.ops, std::span(&unit, 1))[wg];
+  probe.last = interleave ? detail::interleave_fb(probe.ops, std::span(&unit, 1))[wg] : wg;
   return probe;
 }
 

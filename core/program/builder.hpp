@@ -28,13 +28,14 @@ struct LayerProbe {
 };
 LayerProbe probe_layer(const Setup& s, int layer, LayerPass pass);
 // The same for the work at the ends of the model, per micro-batch.
+enum class EdgePass : std::uint8_t { embedding_forward, embedding_weight, output_forward, output_backward_input,
+                                     output_weight };
+LayerProbe probe_edge(const Setup& s, EdgePass pass);
 // A forward of `layer` and the backward (input and weight gradients) of
 // another micro-batch through it, interleaved as DualPipe's F&B units are
 // (detail::interleave_fb). `last` is the backward's weight-gradient op; the
 // pair takes until its last op to end, so a caller runs every op.
-LayerProbe probe_fb_pair(const Setup& s, int layer);
-enum class EdgePass : std::uint8_t { embedding_forward, embedding_weight, output_forward, output_backward_input,
-                                     output_weight };
-LayerProbe probe_edge(const Setup& s, EdgePass pass);
+// `interleave` false: the same ops, the forward's then the backward's.
+LayerProbe probe_fb_pair(const Setup& s, int layer, bool interleave = true);
 
 }  // namespace megascope

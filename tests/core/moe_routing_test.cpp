@@ -165,3 +165,12 @@ TEST_CASE("The flex dispatcher needs EP groups that fill scale-up domains alike,
   REQUIRE(no_ep.warnings.size() == 1);
   CHECK_THAT(no_ep.warnings[0], Catch::Contains("no effect without expert parallelism"));
 }
+
+TEST_CASE("The flex dispatcher checks every EP group, not only the first one's", "[core]") {
+  // NVL72 domains of 72 GPUs: EP groups of 16 over 144 GPUs. The group of
+  // ranks 0-15 sits in one domain; that of ranks 64-79 crosses into the next.
+  auto s = try_setup(shipped_model("qwen3-30b-a3b"), "gb200-nvl72", "tp=1,ep=16,moe_dispatcher=flex", 144, 144);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().field == "plan.moe_dispatcher");
+  CHECK_THAT(s.error().message, Catch::Contains("the group of rank 64"));
+}

@@ -283,9 +283,16 @@ TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the fl
   REQUIRE_FALSE(b);
   CHECK(b.error().field == "model.moe.load_imbalance");
   // Nor the flex (DeepEP) dispatcher or group-limited routing.
-  auto c = megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2,moe_dispatcher=flex", 4, 2));
+  const megascope::Setup flex = megascope::test::make_setup(m, "cpu-host", "ep=2,moe_dispatcher=flex", 4, 2);
+  auto c = megascope::exec::check_supported(flex);
   REQUIRE_FALSE(c);
   CHECK(c.error().field == "plan.moe_dispatcher");
+  // The replay (run --backend cuda, --shard) refuses it too: its hops are no NCCL all-to-all over the group.
+  auto program = megascope::build_program(flex);
+  REQUIRE(program);
+  auto replay = megascope::exec::plan_replay(flex, *program, 0, true);
+  REQUIRE_FALSE(replay);
+  CHECK(replay.error().field == "plan.moe_dispatcher");
   megascope::ModelSpec grouped = m;
   grouped.moe->num_groups = 2;
   grouped.moe->group_topk = 1;
