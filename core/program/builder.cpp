@@ -1,6 +1,6 @@
 // build_program: walks each pipeline rank's schedule (core/schedule) and
 // emits, per step, the receive, the embedding / layers / output-and-loss
-// work (layer_ops.cpp), and the send; then gradient synchronisation, the
+// work (edge_ops.cpp, layer_ops.cpp), and the send; then gradient synchronisation, the
 // optimizer step and, with the distributed optimizer, the parameter
 // all-gather.
 //
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/accounting/params.hpp"
+#include "core/program/edge_ops.hpp"
 #include "core/program/stage_writer.hpp"
 
 namespace megascope {
@@ -29,6 +30,14 @@ using detail::Deps;
 using detail::LayerEmitter;
 using detail::OpContext;
 using detail::StageWriter;
+using detail::embedding_forward;
+using detail::embedding_weight;
+using detail::last_stage_backward;
+using detail::last_stage_forward;
+using detail::mtp_weight;
+using detail::output_weight;
+using detail::tokens_of;
+using detail::word_params;
 
 namespace {
 
@@ -37,11 +46,6 @@ namespace {
 std::uint64_t p2p_tag(Pass pass, int mb, int to_stage, int direction) {
   return (static_cast<std::uint64_t>(pass) << 56) | (static_cast<std::uint64_t>(direction) << 48) |
          (static_cast<std::uint64_t>(mb) << 20) | static_cast<std::uint64_t>(to_stage);
-}
-
-// The parameters of the local slice of the word embedding (or output layer).
-double word_params(const Setup& s) {
-  return static_cast<double>(s.padded_vocab) * static_cast<double>(s.model.hidden_size) / s.plan.tp;
 }
 
 struct ChunkParams {
@@ -99,212 +103,8 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
   return out;
 }
 
-double tokens_of(const Setup& s) {
-  return static_cast<double>(s.seq_length) / s.plan.cp * s.plan.micro_batch_size;
-}
-
-// The embedding dropout's bytes (read, write and a 1-byte mask per element,
-// on the sequence-parallel shard with SP); none without dropout, where
-// PyTorch's dropout returns its input. No executor kernel has exactly this
-// shape: calibration prices it at the dropout_residual bandwidth, and the
-// GPU replay stands in a bias-dropout-add of the nearest byte count.
-double embedding_dropout_bytes(const Setup& s, double per_element) {
-  if (!(s.model.hidden_dropout > 0)) return 0;
-  const double rows = s.sequence_parallel ? tokens_of(s) / s.plan.tp : tokens_of(s);
-  return per_element * rows * static_cast<double>(s.model.hidden_size);
-}
-
-// The embedding lookup of one micro-batch, its TP reduction and its dropout
-// (charged with the lookup, before the reduction: the same work on the
-// compute stream).
-std::uint32_t embedding_forward(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps) {
-  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
-  std::vector<Kernel> k = {detail::memory(MemoryOp::embedding, 4.0 * tokens * h)};
-  if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
-  std::uint32_t dep = w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k), deps);
-  if (s.plan.tp > 1)
-    dep = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
-                       OpLabel::tp_comm, ctx, 2.0 * tokens * h, {dep});
-  return dep;
-}
-
-// Final norm, output layer and loss of one micro-batch (SP: after gathering the sequence).
-std::uint32_t output_forward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep) {
-  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
-  const std::int64_t T = static_cast<std::int64_t>(tokens);
-  const std::int64_t V = s.padded_vocab / s.plan.tp;
-  if (s.sequence_parallel)
-    dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, dep);
-  return w.compute(OpLabel::output_loss, ctx,
-                   {detail::memory(MemoryOp::norm, 4.0 * tokens * h), detail::gemm(T, V, s.model.hidden_size,
-                                                                                   s.training.precision),
-                    detail::memory(MemoryOp::cross_entropy, kCrossEntropyFwdBytesPerLogit * tokens * static_cast<double>(V))},
-                   dep);
-}
-
-// Loss and output-layer input gradient, and its TP reduction.
-std::uint32_t output_backward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep) {
-  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size);
-  const std::int64_t T = static_cast<std::int64_t>(tokens);
-  const std::int64_t V = s.padded_vocab / s.plan.tp;
-  std::uint32_t out = w.compute(OpLabel::output_loss, ctx,
-                                {detail::memory(MemoryOp::cross_entropy, kCrossEntropyBwdBytesPerLogit * tokens * static_cast<double>(V)),
-                                 detail::gemm(T, s.model.hidden_size, V, s.training.precision)},
-                                dep);
-  if (s.plan.tp > 1)
-    out = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
-                       OpLabel::tp_comm, ctx, 2.0 * tokens * h, {out});
-  return out;
-}
-
-// Tied embeddings on a single stage: the embedding and the output layer share
-// one weight, and so one gradient and one DDP hook.
-bool shared_word_weight(const Setup& s) { return s.model.tied_embeddings && s.virtual_stages == 1; }
-
-// The output layer's weight gradient, and the work around it outside the GEMM:
-// without gradient accumulation fusion, its addition to the main gradient
-// (for a shared weight, once, with the embedding's); with fusion, a weight
-// shared on one stage still returns a zero-filled gradient for autograd to
-// sum with the embedding's (Megatron's zero_out_wgrad).
-std::uint32_t output_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
-  std::vector<Kernel> k;
-  for (int head = 0; head <= s.model.mtp_num_layers; ++head)   // the main head and one per MTP depth
-    k.push_back(detail::gemm(s.model.hidden_size, s.padded_vocab / s.plan.tp,
-                             static_cast<std::int64_t>(tokens_of(s)), s.training.precision));
-  const bool shared = shared_word_weight(s);
-  const double per_param = s.plan.grad_accum_fusion ? (shared ? detail::grad_write_bytes(s) : 0.0)
-                                                    : (shared ? 0.0 : detail::grad_add_bytes(s));
-  if (per_param > 0) k.push_back(detail::memory(MemoryOp::other, per_param * word_params(s)));
-  return w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(k), deps);
-}
-
-// The embedding dropout's backward, then the tables' gradients, never fused:
-// PyTorch's dense embedding backward adds the micro-batch's rows into a
-// zero-filled gradient of the whole local table, and the DDP hook adds that
-// to the main gradient, every micro-batch. A word table shared with the
-// output layer on this stage first gets the output layer's gradient summed
-// in (read both, write one). A learned position table (replicated over TP)
-// goes the same way.
-std::uint32_t embedding_weight(StageWriter& w, const Setup& s, const OpContext& ctx, Deps deps = {}) {
-  std::vector<Kernel> k;
-  if (const double b = embedding_dropout_bytes(s, 5.0); b > 0) k.push_back(detail::memory(MemoryOp::dropout_residual, b));
-  const double h = static_cast<double>(s.model.hidden_size);
-  k.push_back(detail::memory(MemoryOp::embedding, 6.0 * tokens_of(s) * h));
-  const double table = detail::grad_write_bytes(s) + detail::grad_add_bytes(s);
-  double bytes = table * word_params(s);
-  if (shared_word_weight(s)) bytes += 3.0 * detail::grad_write_bytes(s) * word_params(s);
-  if (s.model.position_embedding == PositionEmbedding::learned) bytes += table * static_cast<double>(s.model.seq_length) * h;
-  k.push_back(detail::memory(MemoryOp::other, bytes));
-  return w.compute(OpLabel::embedding, ctx, std::span<const Kernel>(k), deps);
-}
-
 // Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.
 double bucket_params(const Setup& s) { return std::max(40e6, 1e6 * s.dp * s.plan.cp); }
-
-// Multi-token prediction (DeepSeek-V3; Megatron-Core's MultiTokenPredictionBlock)
-// on the last virtual stage, after the decoder. Depth k (from 0) looks up the
-// tokens k + 1 ahead in the stage's copy of the word embedding, normalises
-// that and the previous depth's hidden state (on the SP shard), projects
-// their concatenation 2h -> h (column-parallel: with SP its input gathered;
-// its output gathered over TP, then re-sharded) and runs one transformer
-// layer shaped like the model's last, numbered num_layers + k
-// (ModelSpec::is_moe_layer). Every depth then has its own head and loss on
-// the shared output layer. MTP layers are not recomputed (as the FLOPs and
-// memory accounting count them).
-int mtp_layer(const Setup& s, int k) { return s.model.num_layers + k; }
-
-double mtp_rows(const Setup& s) { return s.sequence_parallel ? tokens_of(s) / s.plan.tp : tokens_of(s); }
-
-std::uint32_t mtp_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx, int k,
-                          std::optional<std::uint32_t> dep) {
-  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size), rows = mtp_rows(s);
-  const std::int64_t T = static_cast<std::int64_t>(tokens);
-  Deps d;
-  if (dep) d.push(*dep);
-  std::uint32_t x = embedding_forward(w, s, ctx, d);
-  x = w.compute(OpLabel::output_loss, ctx,
-                {detail::memory(MemoryOp::norm, 4.0 * rows * h), detail::memory(MemoryOp::norm, 4.0 * rows * h),
-                 detail::memory(MemoryOp::other, 8.0 * rows * h)},   // enorm, hnorm, the concatenation
-                {x});
-  if (s.sequence_parallel)
-    x = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * 2.0 * h, {x});
-  x = w.compute(OpLabel::output_loss, ctx,
-                {detail::gemm(T, s.model.hidden_size / s.plan.tp, 2 * s.model.hidden_size, s.training.precision)}, {x});
-  if (s.plan.tp > 1)
-    x = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {x});
-  return layers.forward(mtp_layer(s, k), ctx, x);
-}
-
-// The input gradients of depth k after its layer's: the projection's, its
-// input gradient reduced over TP (reduce-scatter with SP), and the norms'.
-std::uint32_t mtp_projection_backward(StageWriter& w, const Setup& s, const OpContext& ctx, std::uint32_t dep) {
-  const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size), rows = mtp_rows(s);
-  const std::int64_t T = static_cast<std::int64_t>(tokens);
-  std::uint32_t x = w.compute(
-      OpLabel::output_loss, ctx,
-      {detail::gemm(T, 2 * s.model.hidden_size, s.model.hidden_size / s.plan.tp, s.training.precision)}, {dep});
-  if (s.plan.tp > 1)
-    x = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
-                     OpLabel::tp_comm, ctx, 2.0 * tokens * 2.0 * h, {x});
-  return w.compute(OpLabel::output_loss, ctx,
-                   {detail::memory(MemoryOp::other, 8.0 * rows * h), detail::memory(MemoryOp::norm, 6.0 * rows * h),
-                    detail::memory(MemoryOp::norm, 6.0 * rows * h)},
-                   {x});
-}
-
-// Depth k's weight gradients: its layer's, the projection's, and the table
-// gradient of its embedding lookup (every micro-batch, as the first stage's).
-std::uint32_t mtp_weight(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx, int k,
-                         std::optional<std::uint32_t> deps) {
-  const double h = static_cast<double>(s.model.hidden_size);
-  std::uint32_t x = layers.backward_weight(mtp_layer(s, k), ctx, deps);
-  std::vector<Kernel> kk = {detail::gemm(2 * s.model.hidden_size, s.model.hidden_size / s.plan.tp,
-                                         static_cast<std::int64_t>(tokens_of(s)), s.training.precision)};
-  if (!s.plan.grad_accum_fusion) kk.push_back(detail::memory(MemoryOp::other, detail::grad_add_bytes(s) * 2.0 * h * h / s.plan.tp));
-  x = w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(kk), {x});
-  return embedding_weight(w, s, ctx, {x});
-}
-
-// After the decoder on the last virtual stage: the MTP depths, then every
-// head (the MTP depths' and the main one).
-std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
-                                 std::optional<std::uint32_t> dep,
-                                 const std::map<int, std::uint32_t>* gates = nullptr) {
-  if (s.model.mtp_num_layers == 0) return output_forward(w, s, ctx, dep);
-  const std::optional<std::uint32_t> decoder = dep;
-  for (int k = 0; k < s.model.mtp_num_layers; ++k) {
-    if (gates)
-      if (auto g = gates->find(mtp_layer(s, k)); g != gates->end()) {
-        Deps join;
-        if (dep) join.push(*dep);
-        join.push(g->second);
-        dep = w.compute(OpLabel::attention, ctx, {}, join);   // wait for this bucket's parameters
-      }
-    dep = mtp_forward(w, layers, s, ctx, k, dep);
-  }
-  std::uint32_t out = *dep;
-  for (int head = 0; head < s.model.mtp_num_layers; ++head) out = output_forward(w, s, ctx, out);
-  Deps both{out};
-  if (decoder) both.push(*decoder);
-  return output_forward(w, s, ctx, w.compute(OpLabel::output_loss, ctx, {}, both));   // the main head
-}
-
-// The backward of last_stage_forward up to the decoder's output gradient,
-// with each depth's weight gradients handed to `weights` (the builder's
-// pieces) right after its layer's input gradients.
-template <class Weights>
-std::uint32_t last_stage_backward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
-                                  std::optional<std::uint32_t> dep, Weights&& weights) {
-  std::uint32_t x = output_backward(w, s, ctx, dep);
-  for (int head = 0; head < s.model.mtp_num_layers; ++head) x = output_backward(w, s, ctx, x);
-  x = weights(-1, x);   // the output layer's
-  for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) {
-    x = layers.backward_input(mtp_layer(s, k), ctx, x, false);
-    x = weights(k, x);
-    x = mtp_projection_backward(w, s, ctx, x);
-  }
-  return x;
-}
 
 }  // namespace
 
