@@ -191,20 +191,6 @@ struct Estimator::Impl {
     return time_on(table(n, grid, kind, group), bytes);
   }
 
-  static sim::Collective collective_of(const Op& op) {
-    if (op.kind == OpKind::all_to_all) return sim::all_to_all_of(op.span);
-    return collective_of(op.kind);
-  }
-  static sim::Collective collective_of(OpKind k) {
-    switch (k) {
-      case OpKind::all_reduce: return sim::Collective::all_reduce;
-      case OpKind::reduce_scatter: return sim::Collective::reduce_scatter;
-      case OpKind::all_gather: return sim::Collective::all_gather;
-      case OpKind::all_to_all: return sim::Collective::all_to_all;
-      default: return sim::Collective::send_recv;
-    }
-  }
-
   // Runs one probe's ops on their streams for one rank of an idle cluster;
   // returns when its `last` op ends (`all`: when its last op to end does).
   double run_probe(const LayerProbe& p, int n, const RankGrid& grid, bool all = false) {
@@ -216,7 +202,7 @@ struct Estimator::Impl {
       double start = free[static_cast<std::size_t>(op.stream)];
       for (std::uint32_t d = op.dep_begin; d < op.dep_begin + op.dep_count; ++d)
         start = std::max(start, end[p.ops.deps[d]]);
-      const double t = op.kind == OpKind::compute ? dur[i] : comm_s(n, grid, collective_of(op), op.group, op.bytes);
+      const double t = op.kind == OpKind::compute ? dur[i] : comm_s(n, grid, sim::collective_of(op), op.group, op.bytes);
       end[i] = start + t;
       free[static_cast<std::size_t>(op.stream)] = end[i];
     }

@@ -171,6 +171,13 @@ FlowSpec to_flow(const Shape& s, const ProtocolParams& p, double bytes) {
   return f;
 }
 
+// Point-to-point transfers, whatever the size: every all-to-all (DeepEP's
+// hops too) and send/recv take the direct shape (collective_direct.cpp).
+bool direct(Collective c) {
+  return c == Collective::all_to_all || c == Collective::send_recv || c == Collective::all_to_all_rails ||
+         c == Collective::all_to_all_domain;
+}
+
 // The algorithms' link-load shapes NCCL would choose from (a requested
 // algorithm that does not apply falls back to NCCL's own choice).
 std::vector<Shape> candidate_shapes(const Topology& topo, Collective c, const Group& g, Algorithm algo) {
@@ -180,8 +187,7 @@ std::vector<Shape> candidate_shapes(const Topology& topo, Collective c, const Gr
     for (auto& l : s->load) merge(l);
     shapes.push_back(std::move(*s));
   };
-  if (c == Collective::all_to_all || c == Collective::send_recv || c == Collective::all_to_all_rails ||
-      c == Collective::all_to_all_domain) {
+  if (direct(c)) {
     consider(direct_shape(topo, c, g));
     return shapes;
   }
@@ -202,8 +208,7 @@ std::vector<Shape> candidate_shapes(const Topology& topo, Collective c, const Gr
 FlowSpec collective_flow(const Topology& topo, Collective c, std::span<const int> devices, double bytes,
                          Algorithm algo) {
   using namespace detail;
-  const bool point = c == Collective::all_to_all || c == Collective::send_recv ||
-                     c == Collective::all_to_all_rails || c == Collective::all_to_all_domain;
+  const bool point = direct(c);
   if (c == Collective::send_recv && devices.size() != 2)
     throw std::invalid_argument("collective_flow: send_recv takes two devices (source, destination)");
   const Group g = make_group(topo, devices);

@@ -36,16 +36,6 @@ constexpr std::uint32_t kLone = kNone - 1;   // a heap entry that ends a lone tr
 constexpr std::uint32_t kHeld = kNone - 2;   // a heap entry that ends a held transfer: op is its Network::Held
 
 
-Collective collective_of(const Op& op) {
-  switch (op.kind) {
-    case OpKind::all_reduce: return Collective::all_reduce;
-    case OpKind::reduce_scatter: return Collective::reduce_scatter;
-    case OpKind::all_gather: return Collective::all_gather;
-    case OpKind::all_to_all: return all_to_all_of(op.span);
-    default: return Collective::send_recv;
-  }
-}
-
 // One simulated rank: what every event of the rank reads, in one cache line.
 struct alignas(64) RankState {
   std::uint32_t stage = 0;

@@ -36,14 +36,19 @@
 
 namespace megascope::sim {
 
-// The collective an all-to-all of the given span runs (CommSpan).
-inline Collective all_to_all_of(CommSpan span) {
-  switch (span) {
-    case CommSpan::rails: return Collective::all_to_all_rails;
-    case CommSpan::domain: return Collective::all_to_all_domain;
-    case CommSpan::whole: break;
+// The collective a communication op runs (send and receive: send_recv; an
+// all-to-all by its CommSpan). The engine and the planner's probes both use it.
+inline Collective collective_of(const Op& op) {
+  switch (op.kind) {
+    case OpKind::all_reduce: return Collective::all_reduce;
+    case OpKind::reduce_scatter: return Collective::reduce_scatter;
+    case OpKind::all_gather: return Collective::all_gather;
+    case OpKind::all_to_all:
+      return op.span == CommSpan::rails    ? Collective::all_to_all_rails
+             : op.span == CommSpan::domain ? Collective::all_to_all_domain
+                                           : Collective::all_to_all;
+    default: return Collective::send_recv;
   }
-  return Collective::all_to_all;
 }
 
 enum class Mode : std::uint8_t { full, reduced };

@@ -5,6 +5,7 @@
 // all-reduce. GEMM shapes are (m x k) @ (k x n): forward (T, out, in),
 // input gradient (T, in, out), weight gradient (in, out, T).
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -137,37 +138,49 @@ bool tp_overlap(const Setup& s) { return s.plan.tp_comm_overlap && s.plan.tp > 1
 // all-to-all of the busiest rank's top-k copies both ways, or Megatron-LM's
 // allgather dispatcher, which gathers every token of the EP group on every
 // rank (whatever the routing: the bytes do not follow the load) and
-// reduces-scatters the outputs back, or the flex dispatcher (DeepEP): two
+// reduce-scatters the outputs back, or the flex dispatcher (DeepEP): two
 // all-to-alls each way, one copy of a token to each other scale-up domain
 // holding any of its experts (rails), then one to each other EP rank there
 // holding any (domain); the combine takes the same hops back. Both scale
 // with the busiest rank's load, as the alltoall's copies do.
 struct ExpertExchange {
-  OpKind out, back;
-  double bytes;               // alltoall, allgather: the one collective's (flex: the alltoall's, for the ETP gather)
-  double rails = 0, domain = 0;   // flex: each hop's
+  struct Hop {
+    OpKind out, back;   // dispatch's kind, combine's kind
+    CommSpan span;
+    double bytes;
+  };
+  std::array<Hop, 2> hops{};
+  int count = 0;        // dispatch runs hops[0..count) in order, combine the reverse
+  double received = 0;  // the tokens the (busiest) rank receives, in bytes: what the ETP all-gather gathers
 };
 
 ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double dispatch) {
-  if (s.plan.moe_dispatcher == MoeDispatcher::allgather)
-    return {OpKind::all_gather, OpKind::reduce_scatter, 2.0 * routed * hb * s.plan.ep};
-  if (s.plan.moe_dispatcher == MoeDispatcher::flex) {
-    const double token = 2.0 * routed * hb * s.expert_load;
-    return {OpKind::all_to_all, OpKind::all_to_all, dispatch, token * s.flex_rail_copies, token * s.flex_domain_copies};
+  ExpertExchange x;
+  x.received = dispatch;
+  const auto hop = [&](OpKind out, OpKind back, CommSpan span, double bytes) {
+    if (bytes > 0) x.hops[static_cast<std::size_t>(x.count++)] = {out, back, span, bytes};
+  };
+  switch (s.plan.moe_dispatcher) {
+    case MoeDispatcher::allgather:   // every rank receives every token of the group
+      x.received = 2.0 * routed * hb * s.plan.ep;
+      hop(OpKind::all_gather, OpKind::reduce_scatter, CommSpan::whole, x.received);
+      break;
+    case MoeDispatcher::flex: {
+      const double token = 2.0 * routed * hb * s.expert_load;
+      hop(OpKind::all_to_all, OpKind::all_to_all, CommSpan::rails, token * s.flex_rail_copies);
+      hop(OpKind::all_to_all, OpKind::all_to_all, CommSpan::domain, token * s.flex_domain_copies);
+      break;
+    }
+    case MoeDispatcher::alltoall: hop(OpKind::all_to_all, OpKind::all_to_all, CommSpan::whole, dispatch); break;
   }
-  return {OpKind::all_to_all, OpKind::all_to_all, dispatch};
+  return x;
 }
 
 // The exchange's ops out (dispatch) or back (combine) after `dep`, on the EP stream.
-std::uint32_t exchange(StageWriter& w, const Setup& s, const ExpertExchange& xe, bool out, const OpContext& ctx,
-                       std::uint32_t dep) {
-  if (s.plan.moe_dispatcher != MoeDispatcher::flex)
-    return w.collective(out ? xe.out : xe.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, xe.bytes, {dep});
-  const std::pair<CommSpan, double> hops[2] = {{CommSpan::rails, xe.rails}, {CommSpan::domain, xe.domain}};
-  for (int k = 0; k < 2; ++k) {
-    const auto& [span, bytes] = hops[out ? k : 1 - k];
-    if (bytes > 0)
-      dep = w.collective(OpKind::all_to_all, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, bytes, {dep}, span);
+std::uint32_t exchange(StageWriter& w, const ExpertExchange& xe, bool out, const OpContext& ctx, std::uint32_t dep) {
+  for (int k = 0; k < xe.count; ++k) {
+    const ExpertExchange::Hop& h = xe.hops[static_cast<std::size_t>(out ? k : xe.count - 1 - k)];
+    dep = w.collective(out ? h.out : h.back, Stream::ep, CommGroup::ep, OpLabel::ep_comm, ctx, h.bytes, {dep}, h.span);
   }
   return dep;
 }
@@ -328,17 +341,17 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const bool overlap = s.plan.moe_shared_expert_overlap && !shared.empty() && (s.plan.ep > 1 || s.etp > 1);
   std::optional<std::uint32_t> sh;
   if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep}) : *dep;
-  if (s.plan.ep > 1) dep = exchange(w, s, xe, true, ctx, *dep);
+  if (s.plan.ep > 1) dep = exchange(w, xe, true, ctx, *dep);
   if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
-  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+  if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
   std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
                             memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
                             gemm(tok, d.h, fe, d.prec)};
   // Without TP the shared experts need no collective: they run with the routed ones.
   if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
   dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
-  if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-  if (s.plan.ep > 1) dep = exchange(w, s, xe, false, ctx, *dep);
+  if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
+  if (s.plan.ep > 1) dep = exchange(w, xe, false, ctx, *dep);
   if (overlap || d.t == 1 || shared.empty()) {
     Deps last{*dep};
     if (overlap) last.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act));
@@ -413,16 +426,16 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
     std::optional<std::uint32_t> sh;
     if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
-    if (s.plan.ep > 1) dep = exchange(w, s, xe, true, ctx, *dep);
+    if (s.plan.ep > 1) dep = exchange(w, xe, true, ctx, *dep);
     if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
-    if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
+    if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
     std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
                               memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
                               gemm(tok, d.h, d.up * fe, d.prec)};
     if (!overlap) ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
-    if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.bytes * s.etp, {*dep});
-    if (s.plan.ep > 1) dep = exchange(w, s, xe, false, ctx, *dep);
+    if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
+    if (s.plan.ep > 1) dep = exchange(w, xe, false, ctx, *dep);
     Deps router_deps{*dep};
     if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act));
     dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},

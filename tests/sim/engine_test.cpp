@@ -38,6 +38,19 @@ double step_time(const Setup& s, const Program& p, Mode mode) {
   return r->step_time_s;
 }
 
+// A reduced-mode simulation's step time and its exposed EP communication.
+struct StepAndEp {
+  double step_s = 0, ep_exposed_s = 0;
+};
+StepAndEp reduced_step_and_ep(const Setup& s, const Program& p) {
+  auto cost = CostModel::for_device(s.cluster.device);
+  REQUIRE(cost);
+  auto r = simulate(p, Topology::build(s.cluster, s.world), *cost, {Mode::reduced, true, {}});
+  REQUIRE(r);
+  const double step = r->step_time_s;
+  return {step, make_report(s, p, std::move(*r)).exposed_comm_s[static_cast<std::size_t>(CommKind::ep)]};
+}
+
 }  // namespace
 
 TEST_CASE("A send and its receive form one transfer and the consumer starts when it ends", "[sim]") {
@@ -727,20 +740,11 @@ TEST_CASE("DualPipe's interleaved F&B units hide all-to-all time behind the othe
     auto off = build_program(s, BuildOptions{false});
     REQUIRE(on);
     REQUIRE(off);
-    auto cost = CostModel::for_device(s.cluster.device);
-    REQUIRE(cost);
-    const Topology topo = Topology::build(s.cluster, s.world);
-    auto r_on = simulate(*on, topo, *cost, {Mode::reduced, true, {}});
-    auto r_off = simulate(*off, topo, *cost, {Mode::reduced, true, {}});
-    REQUIRE(r_on);
-    REQUIRE(r_off);
-    const double on_step = r_on->step_time_s, off_step = r_off->step_time_s;
-    const SimReport rep_on = make_report(s, *on, std::move(*r_on)), rep_off = make_report(s, *off, std::move(*r_off));
-    const auto ep = static_cast<std::size_t>(CommKind::ep);
-    INFO("ep exposed " << rep_on.exposed_comm_s[ep] << " s against " << rep_off.exposed_comm_s[ep] << " s");
-    CHECK(rep_on.exposed_comm_s[ep] < 0.7 * rep_off.exposed_comm_s[ep]);
-    CHECK(on_step < off_step);
-    CHECK(step_time(s, *on, Mode::full) == Approx(on_step).epsilon(1e-9));
+    const StepAndEp a = reduced_step_and_ep(s, *on), b = reduced_step_and_ep(s, *off);
+    INFO("ep exposed " << a.ep_exposed_s << " s against " << b.ep_exposed_s << " s");
+    CHECK(a.ep_exposed_s < 0.7 * b.ep_exposed_s);
+    CHECK(a.step_s < b.step_s);
+    CHECK(step_time(s, *on, Mode::full) == Approx(a.step_s).epsilon(1e-9));
   }
 }
 
@@ -754,23 +758,18 @@ TEST_CASE("The flex dispatcher moves fewer bytes across nodes than alltoall: les
   m.num_layers = 8;
   m.mtp_num_layers = 0;
   m.moe->moe_layers = {false, true, true, true, true, true, true, true};
-  double step[2] = {}, ep_exposed[2] = {};
+  StepAndEp r[2];
   for (int flex = 0; flex < 2; ++flex) {
     const std::string plan = std::string("tp=1,pp=2,ep=32,distopt=on,moe_dispatcher=") + (flex ? "flex" : "alltoall");
     INFO(plan);
     const Setup s = make_setup(m, "dgx-h100", plan, 64, 64, 4096);
     auto p = build_program(s);
     REQUIRE(p);
-    auto cost = CostModel::for_device(s.cluster.device);
-    REQUIRE(cost);
-    auto r = simulate(*p, Topology::build(s.cluster, s.world), *cost, {Mode::reduced, true, {}});
-    REQUIRE(r);
-    step[flex] = r->step_time_s;
-    ep_exposed[flex] = make_report(s, *p, std::move(*r)).exposed_comm_s[static_cast<std::size_t>(CommKind::ep)];
-    CHECK(step_time(s, *p, Mode::full) == Approx(step[flex]).epsilon(1e-9));
+    r[flex] = reduced_step_and_ep(s, *p);
+    CHECK(step_time(s, *p, Mode::full) == Approx(r[flex].step_s).epsilon(1e-9));
   }
-  INFO("alltoall " << step[0] << " s (EP exposed " << ep_exposed[0] << " s), flex " << step[1] << " s (" << ep_exposed[1]
-                   << " s)");
-  CHECK(ep_exposed[1] < 0.7 * ep_exposed[0]);
-  CHECK(step[1] < step[0]);
+  INFO("alltoall " << r[0].step_s << " s (EP exposed " << r[0].ep_exposed_s << " s), flex " << r[1].step_s << " s ("
+                   << r[1].ep_exposed_s << " s)");
+  CHECK(r[1].ep_exposed_s < 0.7 * r[0].ep_exposed_s);
+  CHECK(r[1].step_s < r[0].step_s);
 }
