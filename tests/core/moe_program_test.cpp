@@ -1,0 +1,211 @@
+// The Program builder on MoE models: the EP exchange of each dispatcher, the
+// busiest rank's expert load, shared experts under TP, and the MTP layers on
+// the last stage, against the accounting.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/accounting/activations.hpp"
+#include "core/accounting/flops.hpp"
+#include "core/accounting/params.hpp"
+#include "core/program/builder.hpp"
+#include "models.hpp"
+#include "program_support.hpp"
+#include "support.hpp"
+
+using namespace megascope;
+using namespace megascope::test;
+
+TEST_CASE("MoE layers dispatch and combine tokens with all-to-all over EP", "[core]") {
+  const Setup s = make_setup(shipped_model("mixtral-8x7b"), "dgx-h100", "tp=1,ep=4", 4, 4);
+  auto p = build_program(s);
+  REQUIRE(p);
+  // 32 layers x (2 forward + 2 backward) per micro-batch.
+  CHECK(count(*p, 0, OpKind::all_to_all, OpLabel::ep_comm) == 32 * 4);
+}
+
+namespace {
+
+double bytes_of(const Program& p, OpKind kind, OpLabel label) {
+  double b = 0;
+  for (const StageProgram& s : p.stages)
+    for (const Op& op : s.ops)
+      if (op.kind == kind && op.label == label) b += op.bytes;
+  return b;
+}
+
+ModelSpec tiny_moe_with(double imbalance, std::optional<double> capacity = std::nullopt, bool pad = false) {
+  ModelSpec m = shipped_model("tiny-moe");
+  m.moe->load_imbalance = imbalance;
+  m.moe->capacity_factor = capacity;
+  m.moe->pad_to_capacity = pad;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("Expert load: the busiest EP rank's tokens scale its expert GEMMs, its all-to-all bytes and its memory",
+          "[core]") {
+  const Setup base = make_setup(tiny_moe_with(1.0), "dgx-h100", "tp=1,ep=4", 4, 4);
+  CHECK(base.expert_load == 1.0);
+  const auto p0 = build_program(base);
+  REQUIRE(p0);
+  const double hw = iteration_flops(base).hardware;
+  const double f0 = program_flops(*p0);   // the accounting's FLOPs and the routers' GEMMs (which it does not count)
+  const double expert_hw = 3.0 * iteration_flops(base).forward.experts;   // no recomputation
+  REQUIRE(expert_hw > 0);
+  const double a2a0 = bytes_of(*p0, OpKind::all_to_all, OpLabel::ep_comm);
+  REQUIRE(a2a0 > 0);
+  const auto expert_memory = [](const Setup& s) {
+    double b = 0;
+    for (const ActivationTerm& t : layer_activations(s, 1).terms)
+      if (t.name.rfind("expert_", 0) == 0) b += t.bytes;
+    return b;
+  };
+  const double mem0 = expert_memory(base);
+  REQUIRE(mem0 > 0);
+
+  struct Case {
+    ModelSpec model;
+    const char* plan;
+    double load;
+  };
+  const Case cases[] = {
+      {tiny_moe_with(1.5), "tp=1,ep=4", 1.5},
+      {tiny_moe_with(6.0), "tp=1,ep=4", 4.0},               // one rank takes at most every token
+      {tiny_moe_with(2.0, 1.25), "tp=1,ep=4", 1.25},        // capped by the capacity factor
+      {tiny_moe_with(1.0, 1.5, true), "tp=1,ep=4", 1.5},    // padded to capacity
+      {tiny_moe_with(1.0, 0.75), "tp=1,ep=4", 0.75},        // tokens dropped everywhere
+      {tiny_moe_with(3.0), "tp=1,ep=1", 1.0},               // one rank holds every expert
+      {tiny_moe_with(1.0, 1.5, true), "tp=1,ep=1", 1.5},    // padding costs even there
+  };
+  for (const Case& c : cases) {
+    INFO(c.plan << " imbalance " << c.model.moe->load_imbalance << " expected load " << c.load);
+    const Setup s = make_setup(c.model, "dgx-h100", c.plan, 4, 4);
+    CHECK(s.expert_load == Approx(c.load));
+    const auto p = build_program(s);
+    REQUIRE(p);
+    // The model's FLOPs do not change; the busiest rank's expert work does.
+    CHECK(iteration_flops(s).hardware == Approx(hw).epsilon(1e-12));
+    CHECK(program_flops(*p) == Approx(f0 + (c.load - 1.0) * expert_hw).epsilon(1e-9));
+    if (s.plan.ep > 1) CHECK(bytes_of(*p, OpKind::all_to_all, OpLabel::ep_comm) == Approx(c.load * a2a0).epsilon(1e-12));
+    CHECK(expert_memory(s) == Approx(c.load * mem0).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("The allgather dispatcher gathers every token over EP and reduce-scatters it back, whatever the load",
+          "[core]") {
+  const int moe_layers = shipped_model("tiny-moe").num_moe_layers();
+  for (double load : {1.0, 1.5}) {
+    INFO("load " << load);
+    const Setup a2a = make_setup(tiny_moe_with(load), "dgx-h100", "tp=1,ep=4", 4, 4);
+    const Setup ag = make_setup(tiny_moe_with(load), "dgx-h100", "tp=1,ep=4,moe_dispatcher=allgather", 4, 4);
+    const auto pa = build_program(a2a), pg = build_program(ag);
+    REQUIRE(pa);
+    REQUIRE(pg);
+    // Per micro-batch and MoE layer: one gather and one reduce-scatter each way.
+    const std::size_t per_stage = static_cast<std::size_t>(2 * moe_layers * ag.num_microbatches);
+    CHECK(count(*pg, 0, OpKind::all_to_all) == 0);
+    CHECK(count(*pg, 0, OpKind::all_gather, OpLabel::ep_comm) == per_stage);
+    CHECK(count(*pg, 0, OpKind::reduce_scatter, OpLabel::ep_comm) == per_stage);
+    const double gathered = 2.0 * 64 * 64 * 4;   // bf16 tokens x hidden x ep, for any load
+    for (const Op& op : pg->stages[0].ops)
+      if (op.label == OpLabel::ep_comm) CHECK(op.bytes == gathered);
+    CHECK(program_flops(*pg) == Approx(program_flops(*pa)).epsilon(1e-12));   // the experts' work follows the load
+  }
+  auto dense = try_setup(gpt_no_bias(4, 512, 8), "dgx-h100", "tp=1,moe_dispatcher=allgather", 4, 4);
+  REQUIRE_FALSE(dense);
+  CHECK(dense.error().field == "plan.moe_dispatcher");
+  ModelSpec shared = shipped_model("tiny-moe");
+  shared.moe->shared_expert_ffn_hidden = 64;
+  auto both = try_setup(shared, "dgx-h100", "tp=1,ep=4,moe_dispatcher=allgather,moe_shared_expert_overlap=on", 4, 4);
+  REQUIRE_FALSE(both);
+  CHECK(both.error().field == "plan.moe_shared_expert_overlap");
+}
+
+TEST_CASE("Expert load settings out of range are errors naming the field", "[core]") {
+  const auto error_of = [](ModelSpec m) {
+    auto r = validate_model(std::move(m));
+    REQUIRE_FALSE(r);
+    return r.error().str();
+  };
+  CHECK_THAT(error_of(tiny_moe_with(0.9)), Catch::Contains("model.moe.load_imbalance"));
+  CHECK_THAT(error_of(tiny_moe_with(std::nan(""))), Catch::Contains("model.moe.load_imbalance"));
+  CHECK_THAT(error_of(tiny_moe_with(1.0, 0.0)), Catch::Contains("model.moe.capacity_factor"));
+  ModelSpec pad = tiny_moe_with(1.0);
+  pad.moe->pad_to_capacity = true;
+  CHECK_THAT(error_of(pad), Catch::Contains("model.moe.pad_to_capacity"));
+}
+
+TEST_CASE("Shared experts under TP gather their input and reduce their output like the dense MLP", "[core]") {
+  ModelSpec plain = shipped_model("tiny-moe");
+  ModelSpec shared = plain;
+  shared.moe->shared_expert_ffn_hidden = 64;
+  const int moe_layers = plain.num_moe_layers();
+  REQUIRE(moe_layers == 3);
+  // Per micro-batch and MoE layer: one more TP gather and one more reduction in
+  // the forward and in the backward.
+  for (const char* plan : {"tp=2,sp=on,ep=2", "tp=2,sp=off"}) {
+    INFO(plan);
+    const Setup a = make_setup(plain, "dgx-h100", plan, 4, 4);
+    const Setup b = make_setup(shared, "dgx-h100", plan, 4, 4);
+    const auto pa = build_program(a), pb = build_program(b);
+    REQUIRE(pa);
+    REQUIRE(pb);
+    const int mb = a.num_microbatches;
+    if (a.sequence_parallel) {
+      CHECK(count(*pb, 0, OpKind::all_gather, OpLabel::tp_comm) ==
+            count(*pa, 0, OpKind::all_gather, OpLabel::tp_comm) + 2 * moe_layers * mb);
+      CHECK(count(*pb, 0, OpKind::reduce_scatter, OpLabel::tp_comm) ==
+            count(*pa, 0, OpKind::reduce_scatter, OpLabel::tp_comm) + 2 * moe_layers * mb);
+      CHECK(program_flops(*pb) - program_flops(*pa) ==
+            Approx(iteration_flops(b).hardware - iteration_flops(a).hardware).epsilon(1e-9));
+    } else {
+      CHECK(count(*pb, 0, OpKind::all_reduce, OpLabel::tp_comm) ==
+            count(*pa, 0, OpKind::all_reduce, OpLabel::tp_comm) + 2 * moe_layers * mb);
+    }
+  }
+  // Without TP they run beside the routed experts: no collective of their own.
+  const auto pa = build_program(make_setup(plain, "dgx-h100", "tp=1,ep=2", 4, 4));
+  const auto pb = build_program(make_setup(shared, "dgx-h100", "tp=1,ep=2", 4, 4));
+  REQUIRE(pa);
+  REQUIRE(pb);
+  CHECK(pb->stages[0].ops.size() == pa->stages[0].ops.size());
+}
+
+TEST_CASE("MTP layers on the last stage carry the accounting's FLOPs and their gradients' bytes", "[core]") {
+  for (int depth : {1, 2}) {
+    ModelSpec m = gpt_no_bias(8, 512, 8);
+    m.mtp_num_layers = depth;
+    for (const char* plan : {"tp=2,pp=2,sp=on", "tp=1,pp=2,vpp=2,schedule=interleaved", "tp=2,pp=2,schedule=zb-v",
+                             "tp=1,pp=2,schedule=dualpipe", "tp=2,pp=2,schedule=zb-h1",
+                             "tp=2,pp=2,recompute=full,recompute_method=uniform,recompute_layers=1",
+                             "tp=2,pp=1,recompute=selective,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on"}) {
+      INFO(plan << " depth " << depth);
+      const Setup s = make_setup(m, "dgx-a100", plan, 16, 8);
+      auto p = build_program(s);
+      REQUIRE(p);
+      CHECK(program_flops(*p) == Approx(iteration_flops(s).hardware).epsilon(1e-9));
+    }
+  }
+  // The last stage reduces each MTP layer's gradients: one layer's worth more per depth.
+  const auto last_stage_grad_bytes = [](int depth) {
+    ModelSpec m = gpt_no_bias(8, 512, 8);
+    m.mtp_num_layers = depth;
+    const Setup s = make_setup(m, "dgx-a100", "tp=2,pp=2", 16, 8);
+    auto p = build_program(s);
+    REQUIRE(p);
+    double b = 0;
+    for (const Op& op : p->stages.at(1).ops)
+      if (op.label == OpLabel::dp_grad) b += op.bytes;
+    return b;
+  };
+  const double b0 = last_stage_grad_bytes(0), b1 = last_stage_grad_bytes(1), b2 = last_stage_grad_bytes(2);
+  ModelSpec m = gpt_no_bias(8, 512, 8);
+  m.mtp_num_layers = 1;
+  const double per_layer = mtp_layer_params(m, Sharding{2, 2, 1}).total() * 4.0;   // fp32 main gradients
+  CHECK(b1 - b0 == Approx(per_layer).epsilon(1e-12));
+  CHECK(b2 - b1 == Approx(per_layer).epsilon(1e-12));
+}
