@@ -236,6 +236,7 @@ Result<ClusterSpec> cluster_from_toml(const toml::table& root, const std::string
     o.rail_optimized = so->boolean("rail_optimized");
     o.oversubscription = so->number("oversubscription");
     o.switch_radix = to_int(*so, "switch_radix", so->integer("switch_radix"));
+    o.p2p_efficiency = so->opt_number("p2p_efficiency").value_or(1.0);
     if (auto e = so->finish()) return Err(*e);
   } else if (c.node.nics_per_node == 0) {
     c.scale_out.fabric = Fabric::none;

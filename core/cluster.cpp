@@ -45,6 +45,9 @@ Result<ClusterSpec> validate_cluster(ClusterSpec c) {
   if (!(c.scale_out.oversubscription >= 1.0))
     return fail("cluster.scale_out.oversubscription",
                 fmt::format("is a down:up ratio and must be >= 1, found {}", c.scale_out.oversubscription));
+  if (!(c.scale_out.p2p_efficiency > 0 && c.scale_out.p2p_efficiency <= 1))
+    return fail("cluster.scale_out.p2p_efficiency",
+                fmt::format("is a share of the collectives' rate and must be in (0, 1], found {}", c.scale_out.p2p_efficiency));
   if (c.scale_out.switch_radix < 2)
     return fail("cluster.scale_out.switch_radix", fmt::format("must be >= 2, found {}", c.scale_out.switch_radix));
   return c;

@@ -46,6 +46,9 @@ struct ScaleOutSpec {
   bool rail_optimized = true;              // NIC i of every node on leaf (rail) i
   double oversubscription = 1.0;           // down:up ratio at the leaves (1 = full bisection)
   int switch_radix = 64;                   // ports per switch
+  // The share of a collective's rate on the same NIC that a lone send/recv
+  // between scale-up domains reaches (pipeline transfers). 1: the same rate.
+  double p2p_efficiency = 1.0;
 };
 
 struct ClusterSpec {

@@ -1,6 +1,10 @@
 // Direct transfers: all-to-all (every ordered pair of the group exchanges
 // bytes / n over its own path, as NCCL's grouped send/recv does) and
-// send/recv (one path, source to destination).
+// send/recv (one path, source to destination). A send/recv between scale-up
+// domains loads its links 1 / scale_out.p2p_efficiency times as much as a
+// collective's transfer would (NCCL's maintainers: send/recv is "mostly
+// optimized for alltoall", a lone pair "might not achieve peak bandwidth",
+// NVIDIA/nccl#464); the default 1 charges it the collectives' rate.
 //
 // Latency: a send/recv is one step on its path; an all-to-all posts one
 // transfer per peer and is charged n-1 steps at the slowest pair's path
@@ -18,8 +22,10 @@ std::optional<Shape> direct_shape(const Topology& topo, Collective c, const Grou
     return topo.domain_of(a) == topo.domain_of(b) ? LinkClass::scale_up : LinkClass::network;
   };
   if (c == Collective::send_recv) {
+    // Between domains at the cluster's p2p_efficiency of the protocol's network rate.
     const int a = g.devices[0], b = g.devices[1];
-    lat = s.add_path(topo, a, b, 1.0, cls(a, b));
+    const LinkClass k = cls(a, b);
+    lat = s.add_path(topo, a, b, k == LinkClass::network ? 1.0 / topo.cluster().scale_out.p2p_efficiency : 1.0, k);
     s.phases = {Phase{1, lat}};
     return s;
   }

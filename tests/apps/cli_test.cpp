@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -192,6 +193,39 @@ TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
   expect_one_error(run({"simulate", "--calibration", "/nonexistent/profile.toml"}), "profile.toml");
   expect_one_error(run({"simulate", "--calibration", fixture("toml/plan.toml")}), "plan.toml");
   CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
+}
+
+TEST_CASE("A cluster's scale_out.p2p_efficiency slows pipeline transfers between nodes, and a bad value names its file, line and field",
+          "[apps]") {
+  std::ifstream in(std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/clusters/dgx-a100.toml");
+  REQUIRE(in);
+  const std::string shipped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string file = "megascope-p2p-cluster.toml";
+  const auto cluster_with = [&](const std::string& value) {
+    std::ofstream(file) << shipped << "p2p_efficiency = " << value << "\n";   // the file ends in [cluster.scale_out]
+  };
+  const auto pp_seconds = [&](const std::string& cluster) {
+    const Run r = run({"simulate", "--model", "gpt3-175b", "--cluster", cluster, "--gpus", "96", "--plan",
+                       "tp=8,pp=12,vpp=4,schedule=interleaved,recompute=selective,sp=on", "--global-batch", "24", "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    return std::pair{j["step_time_s"].get<double>(), j["exposed_comm_s"]["pp"].get<double>()};
+  };
+  const auto base = pp_seconds("dgx-a100");
+  cluster_with("1.0");
+  CHECK(pp_seconds(file) == base);
+  cluster_with("0.5");
+  const auto slow = pp_seconds(file);
+  CHECK(slow.first > base.first);
+  CHECK(slow.second > 1.5 * base.second);
+  cluster_with("1.5");
+  const std::vector<std::string> bad = {"simulate", "--model", "gpt3-175b", "--cluster", file, "--gpus", "96", "--plan", "tp=8,pp=12",
+                                        "--global-batch", "24"};
+  expect_one_error(run(bad), "megascope-p2p-cluster.toml:");
+  expect_one_error(run(bad), "cluster.scale_out.p2p_efficiency");
+  expect_one_error(run(bad), "(0, 1]");
+  std::remove(file.c_str());
 }
 
 TEST_CASE("An MoE model's load imbalance slows the simulated step, and a bad value names its file, line and field",

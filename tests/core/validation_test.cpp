@@ -242,6 +242,14 @@ TEST_CASE("Cluster rules: scale-up domain in whole nodes, NICs when spanning dom
   c = shipped_cluster("dgx-h100");
   c.scale_out.oversubscription = 0.5;
   CHECK(validate_cluster(c).error().field == "cluster.scale_out.oversubscription");
+  for (double eff : {0.0, -0.5, 1.5}) {
+    c = shipped_cluster("dgx-h100");
+    c.scale_out.p2p_efficiency = eff;
+    INFO("p2p_efficiency " << eff);
+    CHECK(validate_cluster(c).error().field == "cluster.scale_out.p2p_efficiency");
+  }
+  c.scale_out.p2p_efficiency = 1.0;
+  CHECK(validate_cluster(c));
 }
 
 TEST_CASE("Training rules: a positive batch, no fp8 parameter or gradient dtype", "[core]") {

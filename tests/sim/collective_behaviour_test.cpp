@@ -94,6 +94,28 @@ TEST_CASE("A send over NVLink beats the same send across nodes", "[sim]") {
   CHECK_THROWS(collective_flow(t, Collective::send_recv, std::vector<int>{1, 2, 3}, 1 * MiB));
 }
 
+TEST_CASE("scale_out.p2p_efficiency slows sends between nodes only: not NVLink sends, all-to-alls or collectives", "[sim]") {
+  auto c = resolve_cluster("dgx-a100");
+  REQUIRE(c);
+  auto base = with_device_count(*c, 16);
+  REQUIRE(base);
+  ClusterSpec slow = *base;
+  slow.scale_out.p2p_efficiency = 0.5;
+  const Topology a = Topology::build(*base, 16), b = Topology::build(slow, 16);
+  const double bytes = 64 * MiB;
+  // Across nodes: the same latency, the payload at half the rate.
+  const FlowSpec fa = collective_flow(a, Collective::send_recv, std::vector<int>{0, 8}, bytes);
+  const FlowSpec fb = collective_flow(b, Collective::send_recv, std::vector<int>{0, 8}, bytes);
+  CHECK(fb.latency_s == fa.latency_s);
+  const double ta = isolated_time(a, fa), tb = isolated_time(b, fb);
+  CHECK(tb - fb.latency_s == Approx(2 * (ta - fa.latency_s)).epsilon(1e-9));
+  CHECK(bus_bandwidth(Collective::send_recv, 2, bytes, ta - fa.latency_s) / 1e9 == Approx(0.92 * 25).epsilon(1e-6));
+  // Unchanged: a send inside a node, an all-to-all across nodes, a ring across nodes.
+  CHECK(seconds(b, Collective::send_recv, {0, 1}, bytes) == seconds(a, Collective::send_recv, {0, 1}, bytes));
+  CHECK(seconds(b, Collective::all_to_all, iota(16), bytes) == seconds(a, Collective::all_to_all, iota(16), bytes));
+  CHECK(seconds(b, Collective::all_reduce, iota(2, 0, 8), bytes) == seconds(a, Collective::all_reduce, iota(2, 0, 8), bytes));
+}
+
 TEST_CASE("An all-to-all loads every device's links with the bytes it sends to its peers", "[sim]") {
   const Topology t = topology("dgx-h100", 16);
   const FlowSpec one = collective_flow(t, Collective::all_to_all, iota(8), 1 * GiB);
