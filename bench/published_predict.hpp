@@ -14,6 +14,7 @@
 
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
+#include "config/library.hpp"
 #include "published.hpp"
 
 namespace megascope::bench {
@@ -81,10 +82,14 @@ inline Prediction predict(const std::string& model, const std::string& cluster, 
 // The same as Megatron-LM of 2021 ran it (the Narayanan et al. ablations):
 // no asynchronous TP all-reduce, no gradient accumulation fusion, pipeline
 // tensors scattered and gathered over TP, every pipeline exchange waited for,
-// fp16 weights and main gradients.
+// fp16 weights and main gradients. `scatter_gather` false sends pipeline
+// tensors whole (Fig. 18's baseline).
 inline Prediction predict_2021(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
-                               std::int64_t batch) {
-  PublishedRun run = run_of(model, cluster, gpus, plan + ",tp_grad_overlap=off,grad_accum_fusion=off,pp_scatter_gather=on,overlap_p2p_comm=off", batch);
+                               std::int64_t batch, bool scatter_gather = true) {
+  PublishedRun run = run_of(model, cluster, gpus,
+                            plan + fmt::format(",tp_grad_overlap=off,grad_accum_fusion=off,pp_scatter_gather={},overlap_p2p_comm=off",
+                                               scatter_gather ? "on" : "off"),
+                            batch);
   run.params_dtype = Dtype::fp16;
   run.grad_dtype = Dtype::fp16;
   return predict(run);
@@ -92,12 +97,64 @@ inline Prediction predict_2021(const std::string& model, const std::string& clus
 
 // --- The published ablations, as numbers (nullopt: a simulation failed) ---
 
+// A GPT of the Narayanan et al. experiments (GeLU, LayerNorm, learned
+// positions, biases, tied embeddings, dropout 0.1, vocabulary 51200, 2048
+// tokens), written to `file` as a model TOML.
+inline void write_sc21_model(const std::string& file, const std::string& name, int layers, int hidden, int heads) {
+  std::ofstream(file) << fmt::format(
+      "[model]\nname = \"{}\"\nnum_layers = {}\nhidden_size = {}\nffn_hidden_size = {}\n"
+      "num_attention_heads = {}\nvocab_size = 51200\nseq_length = 2048\nactivation = \"gelu\"\n"
+      "norm = \"layernorm\"\nposition_embedding = \"learned\"\nadd_bias_linear = true\n"
+      "tied_embeddings = true\nhidden_dropout = 0.1\nattention_dropout = 0.1\n",
+      name, layers, hidden, 4 * hidden, heads);
+}
+
+// A sweep of one ablation: each value of the swept setting with its
+// simulated tokens/s (nullopt: the simulation failed).
+using Sweep = std::vector<std::pair<int, std::optional<double>>>;
+
+inline std::optional<double> tokens_per_s(const Prediction& p) {
+  return p.ok ? std::optional<double>(p.out.report.tokens_per_s) : std::nullopt;
+}
+
+// The swept value with the most tokens/s, 0 when any simulation failed.
+inline int best_of(const Sweep& sweep) {
+  int best = 0;
+  double most = 0;
+  for (const auto& [value, thr] : sweep) {
+    if (!thr) return 0;
+    if (*thr > most) {
+      most = *thr;
+      best = value;
+    }
+  }
+  return best;
+}
+
+// Whether tokens/s fall strictly as the swept value grows (false when any
+// simulation failed).
+inline bool falling(const Sweep& sweep) {
+  for (std::size_t i = 0; i < sweep.size(); ++i) {
+    if (!sweep[i].second) return false;
+    if (i > 0 && !(*sweep[i].second < *sweep[i - 1].second)) return false;
+  }
+  return true;
+}
+
+// The sc21 scripts' common settings: full recomputation of every layer
+// (`--activations-checkpoint-method uniform`), 2021 attention.
+inline const char* sc21_common() { return "recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused"; }
+
 // Narayanan Fig. 12: GPT-3 175B on 96 GPUs, tp 8 pp 12: the interleaved
 // schedule (2 layers per virtual stage, v 4) over 1F1B, as a step-time gain.
-inline std::optional<double> interleaving_gain(int batch, std::string* error = nullptr) {
-  const std::string common = "mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused";
-  const Prediction a = predict_2021("gpt3-175b", "dgx-a100", 96, "tp=8,pp=12," + common, batch);
-  const Prediction b = predict_2021("gpt3-175b", "dgx-a100", 96, "tp=8,pp=12,vpp=4,schedule=interleaved," + common, batch);
+// With `scatter_gather` false both send pipeline tensors whole, where the
+// paper finds 1F1B ahead at large batch (its text on Fig. 12).
+// `cluster`: dgx-a100 or a variant of it.
+inline std::optional<double> interleaving_gain(int batch, std::string* error = nullptr, bool scatter_gather = true,
+                                               const std::string& cluster = "dgx-a100") {
+  const std::string common = fmt::format("tp=8,pp=12,mbs=1,{}", sc21_common());
+  const Prediction a = predict_2021("gpt3-175b", cluster, 96, common, batch, scatter_gather);
+  const Prediction b = predict_2021("gpt3-175b", cluster, 96, common + ",vpp=4,schedule=interleaved", batch, scatter_gather);
   if (!a.ok || !b.ok) {
     if (error) *error = a.ok ? b.error : a.error;
     return std::nullopt;
@@ -108,19 +165,68 @@ inline std::optional<double> interleaving_gain(int batch, std::string* error = n
 // Narayanan Fig. 13: the 162B model (32 layers, h 20480) on 64 GPUs, batch
 // 128, tokens/s of each tp x pp = 64 split (the model is written to
 // `model_file`).
-inline std::vector<std::pair<int, std::optional<double>>> tp_split_throughputs(const std::string& model_file) {
-  std::ofstream(model_file) << "[model]\nname = \"gpt-162b\"\nnum_layers = 32\nhidden_size = 20480\nffn_hidden_size = 81920\n"
-                               "num_attention_heads = 128\nvocab_size = 51200\nseq_length = 2048\nactivation = \"gelu\"\n"
-                               "norm = \"layernorm\"\nposition_embedding = \"learned\"\nadd_bias_linear = true\n"
-                               "tied_embeddings = true\nhidden_dropout = 0.1\nattention_dropout = 0.1\n";
-  std::vector<std::pair<int, std::optional<double>>> out;
-  for (int tp : {2, 4, 8, 16, 32}) {
-    const Prediction p = predict_2021(
-        model_file, "dgx-a100", 64,
-        fmt::format("tp={},pp={},mbs=1,recompute=full,recompute_method=uniform,recompute_layers=1,attention=unfused", tp, 64 / tp), 128);
-    out.emplace_back(tp, p.ok ? std::optional<double>(p.out.report.tokens_per_s) : std::nullopt);
-  }
+inline Sweep tp_split_throughputs(const std::string& model_file) {
+  write_sc21_model(model_file, "gpt-162b", 32, 20480, 128);
+  Sweep out;
+  for (int tp : {2, 4, 8, 16, 32})
+    out.emplace_back(tp, tokens_per_s(predict_2021(model_file, "dgx-a100", 64,
+                                                   fmt::format("tp={},pp={},mbs=1,{}", tp, 64 / tp, sc21_common()), 128)));
   return out;
+}
+
+// Narayanan Figs. 14 and 15 (`run_figure_14.sh`, `run_figure_15.sh`): the
+// 5.9B model (32 layers, h 3840, 32 heads) on 64 GPUs, micro-batch 1,
+// Megatron's local (non-overlapped) DDP. Fig. 14: tp 1, pp 2-32 and dp the
+// rest; Fig. 15: pp 1, tp 2-32 and dp the rest. Tokens/s by pp or tp.
+inline Sweep pp_dp_throughputs(const std::string& model_file, int batch) {
+  write_sc21_model(model_file, "gpt-5.9b", 32, 3840, 32);
+  Sweep out;
+  for (int pp : {2, 4, 8, 16, 32})
+    out.emplace_back(pp, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("pp={},mbs=1,{}", pp, sc21_common()), batch)));
+  return out;
+}
+
+inline Sweep tp_dp_throughputs(const std::string& model_file, int batch) {
+  write_sc21_model(model_file, "gpt-5.9b", 32, 3840, 32);
+  Sweep out;
+  for (int tp : {2, 4, 8, 16, 32})
+    out.emplace_back(tp, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("tp={},mbs=1,{}", tp, sc21_common()), batch)));
+  return out;
+}
+
+// Narayanan Fig. 16: the 91B model (32 layers, h 15360, 128 heads) on 64
+// GPUs, tp 8 pp 8 (1F1B), tokens/s by micro-batch size 1-8.
+inline Sweep microbatch_throughputs(const std::string& model_file, int batch) {
+  write_sc21_model(model_file, "gpt-91b", 32, 15360, 128);
+  Sweep out;
+  for (int mbs : {1, 2, 4, 8})
+    out.emplace_back(mbs, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("tp=8,pp=8,mbs={},{}", mbs, sc21_common()), batch)));
+  return out;
+}
+
+// Narayanan Fig. 18 (`run_figure_18.sh`): GPT-3 175B on 96 GPUs, tp 8 pp 12,
+// interleaved (v 4): pipeline tensors scattered over TP and gathered after
+// the receive, against sent whole, as a step-time gain. With `interleaved`
+// false, the same for 1F1B. `cluster`: dgx-a100 or a variant of it.
+inline std::optional<double> scatter_gather_gain(int batch, bool interleaved = true, std::string* error = nullptr,
+                                                 const std::string& cluster = "dgx-a100") {
+  const std::string plan =
+      fmt::format("tp=8,pp=12,mbs=1,{}{}", sc21_common(), interleaved ? ",vpp=4,schedule=interleaved" : "");
+  const Prediction on = predict_2021("gpt3-175b", cluster, 96, plan, batch);
+  const Prediction off = predict_2021("gpt3-175b", cluster, 96, plan, batch, false);
+  if (!on.ok || !off.ok) {
+    if (error) *error = on.ok ? off.error : on.error;
+    return std::nullopt;
+  }
+  return off.out.report.step_time_s / on.out.report.step_time_s - 1;
+}
+
+// dgx-a100 with `[cluster.scale_out] p2p_efficiency` set, written to `file`
+// (the shipped file ends in that table).
+inline std::string a100_with_p2p_efficiency(const std::string& file, double efficiency) {
+  std::ifstream in(data_dir() + "/clusters/dgx-a100.toml");
+  std::ofstream(file) << in.rdbuf() << fmt::format("p2p_efficiency = {}\n", efficiency);
+  return file;
 }
 
 // Korthikanti et al. 2022 Table 4: GPT-3 175B on 64 GPUs, tp 8 pp 8 with SP:

@@ -7,6 +7,7 @@
 // these bounds keep what is validated from sliding back.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -70,20 +71,85 @@ TEST_CASE("Narayanan Fig. 12: the interleaved schedule beats 1F1B on GPT-3 175B 
   }
 }
 
+namespace {
+
+// A model file of the sweeps, removed after the test.
+struct TempModel {
+  std::string path;
+  explicit TempModel(const char* name) : path((std::filesystem::temp_directory_path() / name).string()) {}
+  ~TempModel() { std::filesystem::remove(path); }
+};
+
+}  // namespace
+
 TEST_CASE("Narayanan Fig. 13: TP 8 is the fastest TP x PP split of 64 A100s for the 162B model", "[validation]") {
-  const std::string file = (std::filesystem::temp_directory_path() / "megascope-validation-test-162b.toml").string();
-  int best_tp = 0;
-  double best = 0;
-  for (const auto& [tp, thr] : megascope::bench::tp_split_throughputs(file)) {
+  const TempModel file("megascope-validation-test-162b.toml");
+  const megascope::bench::Sweep sweep = megascope::bench::tp_split_throughputs(file.path);
+  REQUIRE(sweep.size() == 5);
+  for (const auto& [tp, thr] : sweep) {
     INFO("tp " << tp);
     REQUIRE(thr);
-    if (*thr > best) {
-      best = *thr;
-      best_tp = tp;
-    }
   }
-  std::filesystem::remove(file);
-  CHECK(best_tp == 8);
+  CHECK(megascope::bench::best_of(sweep) == 8);
+}
+
+TEST_CASE("Narayanan Figs. 14 and 15: on 64 A100s the 5.9B model loses throughput as pp (tp 1) or tp (pp 1) takes GPUs from dp",
+          "[validation]") {
+  const TempModel file("megascope-validation-test-5.9b.toml");
+  for (int batch : {32, 512}) {
+    const megascope::bench::Sweep sweep = megascope::bench::pp_dp_throughputs(file.path, batch);
+    REQUIRE(sweep.size() == 5);
+    for (const auto& [pp, thr] : sweep) {
+      INFO("Fig. 14, batch " << batch << ", pp " << pp << ": " << (thr ? *thr : -1.0) << " tokens/s");
+      REQUIRE(thr);
+    }
+    CHECK(megascope::bench::falling(sweep));
+  }
+  for (int batch : {32, 128, 512}) {
+    const megascope::bench::Sweep sweep = megascope::bench::tp_dp_throughputs(file.path, batch);
+    REQUIRE(sweep.size() == 5);
+    for (const auto& [tp, thr] : sweep) {
+      INFO("Fig. 15, batch " << batch << ", tp " << tp << ": " << (thr ? *thr : -1.0) << " tokens/s");
+      REQUIRE(thr);
+    }
+    CHECK(megascope::bench::falling(sweep));
+  }
+}
+
+// Fig. 16 is not reproduced exactly: the simulator's best is 1 sequence per
+// micro-batch at batch 128 and 4 at 512, each within 1% of 2
+// (docs/validation.md). This holds how close it is: 2 within 1% of the best
+// at both batches, and 8 at least 2% worse.
+TEST_CASE("Narayanan Fig. 16: on the 91B model (tp 8, pp 8) two sequences per micro-batch are within 1 percent of the best at batch 128 and 512",
+          "[validation]") {
+  const TempModel file("megascope-validation-test-91b.toml");
+  for (int batch : {128, 512}) {
+    const megascope::bench::Sweep sweep = megascope::bench::microbatch_throughputs(file.path, batch);
+    REQUIRE(sweep.size() == 4);
+    double best = 0;
+    for (const auto& [mbs, thr] : sweep) {
+      INFO("batch " << batch << ", mbs " << mbs);
+      REQUIRE(thr);
+      best = std::max(best, *thr);
+    }
+    INFO("batch " << batch << ": mbs 1, 2, 4, 8: " << *sweep[0].second << ", " << *sweep[1].second << ", " << *sweep[2].second << ", "
+                  << *sweep[3].second << " tokens/s");
+    REQUIRE(sweep[1].first == 2);
+    CHECK(*sweep[1].second > 0.99 * best);
+    CHECK(*sweep[3].second < 0.98 * *sweep[1].second);
+  }
+}
+
+TEST_CASE("Narayanan Fig. 18: scattering pipeline tensors over TP speeds up the interleaved GPT-3 175B on 96 A100s (published: up to 11 percent)",
+          "[validation]") {
+  for (int batch : {12, 60}) {
+    std::string error;
+    const std::optional<double> gain = megascope::bench::scatter_gather_gain(batch, true, &error);
+    INFO("batch " << batch << ": " << error);
+    REQUIRE(gain);
+    CHECK(*gain > 0.02);
+    CHECK(*gain < 0.15);
+  }
 }
 
 TEST_CASE("Korthikanti Table 4: selective recomputation beats full by 20-40 percent on GPT-3 175B (published: 29)", "[validation]") {
