@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -162,16 +163,22 @@ inline std::optional<double> interleaving_gain(int batch, std::string* error = n
   return a.out.report.step_time_s / b.out.report.step_time_s - 1;
 }
 
+// Tokens/s of the model in `model_file` on 64 A100s at `batch`, for each
+// value v of a setting, with the plan `plan(v)` and the sc21 settings.
+template <class Plan>
+Sweep sweep_64(const std::string& model_file, std::initializer_list<int> values, Plan plan, int batch) {
+  Sweep out;
+  for (int v : values)
+    out.emplace_back(v, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("{},{}", plan(v), sc21_common()), batch)));
+  return out;
+}
+
 // Narayanan Fig. 13: the 162B model (32 layers, h 20480) on 64 GPUs, batch
 // 128, tokens/s of each tp x pp = 64 split (the model is written to
 // `model_file`).
 inline Sweep tp_split_throughputs(const std::string& model_file) {
   write_sc21_model(model_file, "gpt-162b", 32, 20480, 128);
-  Sweep out;
-  for (int tp : {2, 4, 8, 16, 32})
-    out.emplace_back(tp, tokens_per_s(predict_2021(model_file, "dgx-a100", 64,
-                                                   fmt::format("tp={},pp={},mbs=1,{}", tp, 64 / tp, sc21_common()), 128)));
-  return out;
+  return sweep_64(model_file, {2, 4, 8, 16, 32}, [](int tp) { return fmt::format("tp={},pp={},mbs=1", tp, 64 / tp); }, 128);
 }
 
 // Narayanan Figs. 14 and 15 (`run_figure_14.sh`, `run_figure_15.sh`): the
@@ -180,28 +187,19 @@ inline Sweep tp_split_throughputs(const std::string& model_file) {
 // rest; Fig. 15: pp 1, tp 2-32 and dp the rest. Tokens/s by pp or tp.
 inline Sweep pp_dp_throughputs(const std::string& model_file, int batch) {
   write_sc21_model(model_file, "gpt-5.9b", 32, 3840, 32);
-  Sweep out;
-  for (int pp : {2, 4, 8, 16, 32})
-    out.emplace_back(pp, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("pp={},mbs=1,{}", pp, sc21_common()), batch)));
-  return out;
+  return sweep_64(model_file, {2, 4, 8, 16, 32}, [](int pp) { return fmt::format("pp={},mbs=1", pp); }, batch);
 }
 
 inline Sweep tp_dp_throughputs(const std::string& model_file, int batch) {
   write_sc21_model(model_file, "gpt-5.9b", 32, 3840, 32);
-  Sweep out;
-  for (int tp : {2, 4, 8, 16, 32})
-    out.emplace_back(tp, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("tp={},mbs=1,{}", tp, sc21_common()), batch)));
-  return out;
+  return sweep_64(model_file, {2, 4, 8, 16, 32}, [](int tp) { return fmt::format("tp={},mbs=1", tp); }, batch);
 }
 
 // Narayanan Fig. 16: the 91B model (32 layers, h 15360, 128 heads) on 64
 // GPUs, tp 8 pp 8 (1F1B), tokens/s by micro-batch size 1-8.
 inline Sweep microbatch_throughputs(const std::string& model_file, int batch) {
   write_sc21_model(model_file, "gpt-91b", 32, 15360, 128);
-  Sweep out;
-  for (int mbs : {1, 2, 4, 8})
-    out.emplace_back(mbs, tokens_per_s(predict_2021(model_file, "dgx-a100", 64, fmt::format("tp=8,pp=8,mbs={},{}", mbs, sc21_common()), batch)));
-  return out;
+  return sweep_64(model_file, {1, 2, 4, 8}, [](int mbs) { return fmt::format("tp=8,pp=8,mbs={}", mbs); }, batch);
 }
 
 // Narayanan Fig. 18 (`run_figure_18.sh`): GPT-3 175B on 96 GPUs, tp 8 pp 12,

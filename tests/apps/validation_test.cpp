@@ -80,38 +80,42 @@ struct TempModel {
   ~TempModel() { std::filesystem::remove(path); }
 };
 
+// Every point of a sweep simulated; `what` names the sweep in the failure message.
+void require_every_point(const megascope::bench::Sweep& sweep, std::size_t points, const std::string& what) {
+  REQUIRE(sweep.size() == points);
+  for (const auto& [value, thr] : sweep) {
+    INFO(what << " " << value);
+    REQUIRE(thr);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Narayanan Fig. 13: TP 8 is the fastest TP x PP split of 64 A100s for the 162B model", "[validation]") {
   const TempModel file("megascope-validation-test-162b.toml");
   const megascope::bench::Sweep sweep = megascope::bench::tp_split_throughputs(file.path);
-  REQUIRE(sweep.size() == 5);
-  for (const auto& [tp, thr] : sweep) {
-    INFO("tp " << tp);
-    REQUIRE(thr);
-  }
+  require_every_point(sweep, 5, "tp");
   CHECK(megascope::bench::best_of(sweep) == 8);
 }
 
 TEST_CASE("Narayanan Figs. 14 and 15: on 64 A100s the 5.9B model loses throughput as pp (tp 1) or tp (pp 1) takes GPUs from dp",
           "[validation]") {
   const TempModel file("megascope-validation-test-5.9b.toml");
+  const auto show = [](const megascope::bench::Sweep& sweep) {
+    std::string out;
+    for (const auto& [v, thr] : sweep) out += std::to_string(v) + ": " + std::to_string(*thr) + " tokens/s; ";
+    return out;
+  };
   for (int batch : {32, 512}) {
     const megascope::bench::Sweep sweep = megascope::bench::pp_dp_throughputs(file.path, batch);
-    REQUIRE(sweep.size() == 5);
-    for (const auto& [pp, thr] : sweep) {
-      INFO("Fig. 14, batch " << batch << ", pp " << pp << ": " << (thr ? *thr : -1.0) << " tokens/s");
-      REQUIRE(thr);
-    }
+    require_every_point(sweep, 5, "Fig. 14, batch " + std::to_string(batch) + ", pp");
+    INFO("Fig. 14, batch " << batch << ", by pp: " << show(sweep));
     CHECK(megascope::bench::falling(sweep));
   }
   for (int batch : {32, 128, 512}) {
     const megascope::bench::Sweep sweep = megascope::bench::tp_dp_throughputs(file.path, batch);
-    REQUIRE(sweep.size() == 5);
-    for (const auto& [tp, thr] : sweep) {
-      INFO("Fig. 15, batch " << batch << ", tp " << tp << ": " << (thr ? *thr : -1.0) << " tokens/s");
-      REQUIRE(thr);
-    }
+    require_every_point(sweep, 5, "Fig. 15, batch " + std::to_string(batch) + ", tp");
+    INFO("Fig. 15, batch " << batch << ", by tp: " << show(sweep));
     CHECK(megascope::bench::falling(sweep));
   }
 }
@@ -125,13 +129,9 @@ TEST_CASE("Narayanan Fig. 16: on the 91B model (tp 8, pp 8) two sequences per mi
   const TempModel file("megascope-validation-test-91b.toml");
   for (int batch : {128, 512}) {
     const megascope::bench::Sweep sweep = megascope::bench::microbatch_throughputs(file.path, batch);
-    REQUIRE(sweep.size() == 4);
+    require_every_point(sweep, 4, "batch " + std::to_string(batch) + ", mbs");
     double best = 0;
-    for (const auto& [mbs, thr] : sweep) {
-      INFO("batch " << batch << ", mbs " << mbs);
-      REQUIRE(thr);
-      best = std::max(best, *thr);
-    }
+    for (const auto& [mbs, thr] : sweep) best = std::max(best, *thr);
     INFO("batch " << batch << ": mbs 1, 2, 4, 8: " << *sweep[0].second << ", " << *sweep[1].second << ", " << *sweep[2].second << ", "
                   << *sweep[3].second << " tokens/s");
     REQUIRE(sweep[1].first == 2);
