@@ -127,14 +127,23 @@ Result<MegatronLaunch> interpret(Args& args) {
   if (optimizer && *optimizer != "adam")
     return fail("megatron.--optimizer", fmt::format("--optimizer {} is not modelled; only adam is", *optimizer));
   if (optimizer) args.note_ignored("--optimizer");
-  auto fp32_only = [](std::string_view flag, const std::optional<std::string>& v) -> Result<void> {
-    if (v && *v != "fp32")
-      return fail(field_of(flag), fmt::format("{} {} is not modelled: optimizer state is counted in fp32", flag, *v));
+  // Optimizer state dtypes: Megatron-LM takes them only with the precision-aware optimizer.
+  const bool precision_aware = args.has("--use-precision-aware-optimizer");
+  auto needs_precision_aware = [&](std::string_view flag, const std::optional<std::string>& v) -> Result<void> {
+    if (v && *v != "fp32" && !precision_aware)
+      return fail(field_of(flag), fmt::format("{} {} needs --use-precision-aware-optimizer (Megatron-LM keeps this state in "
+                                              "fp32 without it)",
+                                              flag, *v));
     return {};
   };
-  if (auto r = fp32_only("--main-params-dtype", main_params); !r) return tl::unexpected(r.error());
-  if (auto r = fp32_only("--exp-avg-dtype", exp_avg); !r) return tl::unexpected(r.error());
-  if (auto r = fp32_only("--exp-avg-sq-dtype", exp_avg_sq); !r) return tl::unexpected(r.error());
+  for (const auto& [flag, v] : {std::pair{"--main-grads-dtype", &main_grads}, std::pair{"--main-params-dtype", &main_params},
+                                std::pair{"--exp-avg-dtype", &exp_avg}, std::pair{"--exp-avg-sq-dtype", &exp_avg_sq}})
+    if (auto r = needs_precision_aware(flag, *v); !r) return tl::unexpected(r.error());
+  if (precision_aware && !args.has("--use-distributed-optimizer"))
+    return fail("megatron.--use-precision-aware-optimizer",
+                "--use-precision-aware-optimizer needs --use-distributed-optimizer (Megatron-LM asserts it)");
+  if (args.has("--no-store-param-remainders") && !precision_aware)
+    return fail("megatron.--no-store-param-remainders", "--no-store-param-remainders needs --use-precision-aware-optimizer");
   if (optimizer_instances && *optimizer_instances != 1)
     return fail("megatron.--num-distributed-optimizer-instances",
                 "more than one distributed-optimizer instance is not modelled");
@@ -289,6 +298,17 @@ Result<MegatronLaunch> interpret(Args& args) {
     t.grad_dtype = args.has("--accumulate-allreduce-grads-in-fp32") ? Dtype::fp32 : Dtype::fp16;
   } else {
     t.grad_dtype = Dtype::fp32;
+  }
+  if (precision_aware) {
+    const auto dtype = [](const std::optional<std::string>& v) {
+      return !v ? Dtype::fp32 : *v == "bf16" ? Dtype::bf16 : *v == "fp16" ? Dtype::fp16 : *v == "fp8" ? Dtype::fp8 : Dtype::fp32;
+    };
+    OptimizerPrecision& op = t.optimizer_precision;
+    op.enabled = true;
+    op.main_params = dtype(main_params);
+    op.exp_avg = dtype(exp_avg);
+    op.exp_avg_sq = dtype(exp_avg_sq);
+    op.store_param_remainders = !args.has("--no-store-param-remainders");
   }
   if (args.has("--fp8-param-gather"))
     out.warnings.push_back("--fp8-param-gather: FP8 weight copies are not modelled; weights are counted at the "
@@ -552,6 +572,14 @@ Result<std::string> export_megatron_args(const Setup& setup) {
       return fail("training.params_dtype", "Megatron-LM has no fp8 parameter dtype; use precision fp8");
   }
   if (t.precision == Precision::fp8) kv("--fp8-format", "hybrid");
+  if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled) {
+    sw("--use-precision-aware-optimizer");
+    if (t.grad_dtype == Dtype::bf16) kv("--main-grads-dtype", "bf16");
+    if (op.main_params != Dtype::fp32) kv("--main-params-dtype", to_string(op.main_params));
+    if (op.exp_avg != Dtype::fp32) kv("--exp-avg-dtype", to_string(op.exp_avg));
+    if (op.exp_avg_sq != Dtype::fp32) kv("--exp-avg-sq-dtype", to_string(op.exp_avg_sq));
+    if (!op.store_param_remainders) sw("--no-store-param-remainders");
+  }
 
   // ---- parallelism
   kv("--tensor-model-parallel-size", p.tp);

@@ -89,6 +89,8 @@ constexpr Entry kUsed[] = {
     {"--main-params-dtype", Arity::one},
     {"--exp-avg-dtype", Arity::one},
     {"--exp-avg-sq-dtype", Arity::one},
+    {"--use-precision-aware-optimizer", Arity::none},
+    {"--no-store-param-remainders", Arity::none},
     {"--optimizer", Arity::one},
     {"--num-distributed-optimizer-instances", Arity::one},
     {"--cpu-offloading-num-layers", Arity::one},
@@ -179,7 +181,6 @@ constexpr Entry kIgnored[] = {
     {"--min-loss-scale", Arity::one},
     {"--loss-scale-window", Arity::one},
     {"--hysteresis", Arity::one},
-    {"--use-precision-aware-optimizer", Arity::none},
     // iterations and samples
     {"--train-iters", Arity::one},
     {"--train-samples", Arity::one},

@@ -54,6 +54,11 @@ std::optional<Dtype> parse_dtype(std::string_view s) {
     if (s == to_string(d)) return d;
   return std::nullopt;
 }
+std::optional<Dtype> parse_state_dtype(std::string_view s) {
+  for (auto d : {Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::fp8})
+    if (s == to_string(d)) return d;
+  return std::nullopt;
+}
 std::optional<int> parse_adam(std::string_view s) {
   if (s == "adam" || s == "adamw") return 0;
   return std::nullopt;
@@ -262,6 +267,12 @@ Result<TrainingSpec> training_from_toml(const toml::table& root, const std::stri
   tr.params_dtype = r.choice("params_dtype", parse_dtype, "bf16, fp16, fp32", Dtype::bf16, false);
   tr.grad_dtype = r.choice("grad_dtype", parse_dtype, "fp32, bf16, fp16", Dtype::fp32, false);
   (void)r.choice("optimizer", parse_adam, "adam", 0, false);
+  OptimizerPrecision& op = tr.optimizer_precision;
+  op.enabled = r.opt_boolean("precision_aware_optimizer").value_or(false);
+  op.main_params = r.choice("main_params_dtype", parse_dtype, "fp32, fp16", Dtype::fp32, false);
+  op.exp_avg = r.choice("exp_avg_dtype", parse_state_dtype, "fp32, bf16, fp16, fp8", Dtype::fp32, false);
+  op.exp_avg_sq = r.choice("exp_avg_sq_dtype", parse_state_dtype, "fp32, bf16, fp16, fp8", Dtype::fp32, false);
+  op.store_param_remainders = r.opt_boolean("store_param_remainders").value_or(true);
   if (auto o = r.table("overheads", false)) {
     constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
     if (auto v = o->opt_number("cuda_context_GiB")) tr.overheads.cuda_context_bytes = *v * GiB;

@@ -262,6 +262,9 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     return fail("plan.overlap_param_gather", "needs the distributed optimizer (distopt=on)");
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     return fail("plan.overlap_param_gather", "needs overlap_grad_reduce=on as well (Megatron rule)");
+  if (s.training.optimizer_precision.enabled && !p.distributed_optimizer)
+    return fail("plan.distopt", "the precision-aware optimizer (training.precision_aware_optimizer) needs the distributed "
+                                "optimizer (distopt=on), as Megatron-LM asserts");
 
   // Recomputation (TransformerConfig).
   const Recompute& rc = p.recompute;

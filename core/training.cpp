@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <utility>
+
 namespace megascope {
 
 Result<TrainingSpec> validate_training(TrainingSpec t) {
@@ -13,6 +16,22 @@ Result<TrainingSpec> validate_training(TrainingSpec t) {
     return fail("training.params_dtype", "fp8 is a GEMM precision, not a parameter dtype; use precision = \"fp8\"");
   if (t.grad_dtype == Dtype::fp8)
     return fail("training.grad_dtype", "gradients cannot be fp8; use fp32, bf16 or fp16");
+  const OptimizerPrecision& op = t.optimizer_precision;
+  if (!op.enabled) {
+    const std::pair<const char*, Dtype> states[] = {
+        {"main_params_dtype", op.main_params}, {"exp_avg_dtype", op.exp_avg}, {"exp_avg_sq_dtype", op.exp_avg_sq}};
+    for (const auto& [key, d] : states)
+      if (d != Dtype::fp32)
+        return fail(std::string("training.") + key,
+                    fmt::format("{} needs precision_aware_optimizer = true (Megatron-LM: --use-precision-aware-optimizer); "
+                                "without it optimizer state is fp32",
+                                to_string(d)));
+  }
+  if (op.main_params != Dtype::fp32 && op.main_params != Dtype::fp16)
+    return fail("training.main_params_dtype", fmt::format("must be fp32 or fp16 (Megatron-LM's choices), found {}", to_string(op.main_params)));
+  if (op.enabled && t.grad_dtype == Dtype::fp16)
+    return fail("training.grad_dtype",
+                "the precision-aware optimizer reads fp32 or bf16 main gradients (Megatron-LM's --main-grads-dtype), found fp16");
   const RuntimeOverheads& o = t.overheads;
   if (o.cuda_context_bytes < 0)
     return fail("training.overheads.cuda_context_GiB", "must be >= 0");

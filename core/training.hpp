@@ -20,12 +20,28 @@ struct RuntimeOverheads {
   double fragmentation_fraction = 0.05;                      // allocator slack on activations + grads
 };
 
+// Megatron-LM's precision-aware optimizer (--use-precision-aware-optimizer:
+// TransformerEngine's FusedAdam keeps the master weights and Adam's moments
+// itself, in the dtypes below, and reads the main gradients as they are).
+// Off: fp32 master weights and moments, and an fp32 copy of non-fp32 main
+// gradients. Megatron-LM allows it with Adam and the distributed optimizer only.
+struct OptimizerPrecision {
+  bool enabled = false;
+  Dtype main_params = Dtype::fp32;     // --main-params-dtype: fp32 or fp16
+  Dtype exp_avg = Dtype::fp32;         // --exp-avg-dtype: fp32, fp16, bf16 or fp8
+  Dtype exp_avg_sq = Dtype::fp32;      // --exp-avg-sq-dtype
+  // Megatron-Core's default (TransformerEngine >= 2.1): with bf16 weights and
+  // fp32 master weights, only the 16 bits the bf16 weight lacks are stored.
+  bool store_param_remainders = true;
+};
+
 struct TrainingSpec {
   std::int64_t global_batch_size = 0;        // B, sequences per iteration
   std::optional<std::int64_t> seq_length;    // s; absent: the model's seq_length
   Precision precision = Precision::bf16;
   Dtype params_dtype = Dtype::bf16;          // dtype of the model weights used by the GEMMs
   Dtype grad_dtype = Dtype::fp32;            // dtype of the main gradients (Megatron: fp32 by default)
+  OptimizerPrecision optimizer_precision;
   RuntimeOverheads overheads;
 };
 

@@ -493,6 +493,7 @@ struct Estimator::Impl {
     }
     const int edp = c.gpus / (c.etp * c.ep * c.pp);
     const bool distopt = c.distopt && c.dp * c.cp > 1;
+    const double optimizer_step_bytes = optimizer_step_bytes_per_param(in.training);
     // Parameters whose optimizer state a rank updates.
     const auto owned_of = [&](const RankLayout& rl) {
       return distopt ? rl.params.dense / (c.dp * c.cp) + rl.params.expert / edp : rl.params.total();
@@ -505,7 +506,7 @@ struct Estimator::Impl {
     // the exact smaller value.
     {
       const double lower = m * cmax + bubble;
-      if (const double with_tail = lower + cost.memory_s(MemoryOp::optimizer, 30.0 * owned_of(lay.ranks.front()));
+      if (const double with_tail = lower + cost.memory_s(MemoryOp::optimizer, optimizer_step_bytes * owned_of(lay.ranks.front()));
           with_tail > bound) {
         e.step_s = with_tail;
         e.pipeline_s = lower;
@@ -557,7 +558,7 @@ struct Estimator::Impl {
       }
       double exposed = c.overlap_grad_reduce ? std::max(last_bucket, grad - back[static_cast<std::size_t>(r)]) : grad;
       if (rl.embedding != rl.output) exposed += time_on(embedding, embedding_bytes);
-      exposed += cost.memory_s(MemoryOp::optimizer, 30.0 * owned_of(rl));
+      exposed += cost.memory_s(MemoryOp::optimizer, optimizer_step_bytes * owned_of(rl));
       if (distopt) {
         const double dense_ag = time_on(
             dense_gather, (c.overlap_param_gather ? std::min(bucket, rl.params.dense) : rl.params.dense) * param_b);

@@ -204,6 +204,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   const int L = m.num_layers;
   const int domain = scale_up_size(in.cluster);
   const bool moe = m.moe.has_value();
+  const bool need_distopt = in.training.optimizer_precision.enabled;
 
   // Layer splits for a pipeline of pp ranks: the even one (rejected below
   // when pp does not divide the layers), then the uneven ones the
@@ -353,7 +354,8 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                             c.recompute_layers = 0;
                           }
                           for (int d = 0; d < 2; ++d) {
-                            if ((d && !has_dp) || !allowed(k.distopt, d != 0)) continue;
+                            // distopt changes nothing without DP, but the precision-aware optimizer needs it.
+                            if ((need_distopt ? !d : d && !has_dp) || !allowed(k.distopt, d != 0)) continue;
                             c.distopt = d != 0;
                             for (int o = 0; o < 2; ++o) {
                               if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;

@@ -9,15 +9,47 @@
 
 namespace megascope {
 
+namespace {
+
+// Precision-aware: fp32 master weights of bf16 weights kept as 16-bit remainders.
+bool remainders(const TrainingSpec& t) {
+  const OptimizerPrecision& op = t.optimizer_precision;
+  return op.enabled && op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16;
+}
+
+// Precision-aware: master weight bytes per parameter (none for fp32 weights).
+double master_bytes(const TrainingSpec& t) {
+  if (t.params_dtype == Dtype::fp32) return 0.0;
+  return remainders(t) ? 2.0 : bytes_of(t.optimizer_precision.main_params);
+}
+
+}  // namespace
+
 BytesPerParam bytes_per_param(const Setup& s) {
   BytesPerParam b;
   const TrainingSpec& t = s.training;
   b.weights = bytes_of(t.params_dtype) + (t.precision == Precision::fp8 ? 1.0 : 0.0);
   b.grads = bytes_of(t.grad_dtype);
-  b.optimizer = 8.0;                                             // Adam m and v, fp32
-  if (t.params_dtype != Dtype::fp32) b.optimizer += 4.0;         // fp32 master weights
-  if (t.grad_dtype != Dtype::fp32) b.optimizer += 4.0;           // fp32 gradient copy
+  const OptimizerPrecision& op = t.optimizer_precision;
+  if (!op.enabled) {
+    b.optimizer = 8.0;                                             // Adam m and v, fp32
+    if (t.params_dtype != Dtype::fp32) b.optimizer += 4.0;         // fp32 master weights
+    if (t.grad_dtype != Dtype::fp32) b.optimizer += 4.0;           // fp32 gradient copy
+    return b;
+  }
+  // Precision-aware: the moments and master weights in their dtypes, the
+  // main gradients read where they are (no fp32 copy).
+  b.optimizer = bytes_of(op.exp_avg) + bytes_of(op.exp_avg_sq) + master_bytes(t);
   return b;
+}
+
+double optimizer_step_bytes_per_param(const TrainingSpec& t) {
+  const OptimizerPrecision& op = t.optimizer_precision;
+  if (!op.enabled) return 30.0;
+  const double master = master_bytes(t);
+  // With remainders the weight is read too, to rebuild the fp32 master.
+  const double weight = remainders(t) ? 2.0 * bytes_of(t.params_dtype) : bytes_of(t.params_dtype);
+  return bytes_of(t.grad_dtype) + 2.0 * master + 2.0 * bytes_of(op.exp_avg) + 2.0 * bytes_of(op.exp_avg_sq) + weight;
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "core/accounting/memory.hpp"
 #include "core/accounting/params.hpp"
 #include "core/program/edge_ops.hpp"
 #include "core/program/stage_writer.hpp"
@@ -540,7 +541,9 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     OpContext octx{Phase::optimizer, std::nullopt, std::nullopt, std::nullopt};
     Deps opt_deps;
     if (last) opt_deps.push(*last);
-    const std::uint32_t opt = w.compute(OpLabel::optimizer, octx, {detail::memory(MemoryOp::optimizer, 30.0 * owned)}, opt_deps);
+    const std::uint32_t opt =
+        w.compute(OpLabel::optimizer, octx, {detail::memory(MemoryOp::optimizer, optimizer_step_bytes_per_param(s.training) * owned)},
+                  opt_deps);
     for (std::uint32_t g : grad_syncs) w.add_dep(opt, g);
     if (distopt && !s.plan.overlap_param_gather) {
       OpContext ctx{Phase::param_sync, std::nullopt, std::nullopt, std::nullopt};

@@ -195,6 +195,36 @@ TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
   CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
 }
 
+TEST_CASE("An example's [training] sets the precision-aware optimizer: less optimizer memory, and bad keys name file, line and field",
+          "[apps]") {
+  const std::string file = "megascope-precision-aware.toml";
+  const auto example_with = [&](const std::string& training, const std::string& plan) {
+    std::ofstream(file) << "[example]\nmodel = \"llama3-8b\"\ncluster = \"dgx-h100\"\ngpus = 16\n\n[training]\n"
+                           "global_batch_size = 32\n"
+                        << training << "\n[plan]\ntp = 2\n" << plan;
+  };
+  const auto optimizer_gib = [&]() {
+    const Run r = run({"estimate", "--example", file, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    return j["memory"]["per_stage"][0]["optimizer_bytes"].get<double>() / (1024.0 * 1024 * 1024);
+  };
+  example_with("", "distopt = true\n");
+  const double fp32_state = optimizer_gib();
+  example_with("precision_aware_optimizer = true\nexp_avg_dtype = \"bf16\"\nexp_avg_sq_dtype = \"bf16\"\n", "distopt = true\n");
+  const double bf16_state = optimizer_gib();
+  CHECK(bf16_state == Approx(fp32_state * 6.0 / 12.0).epsilon(1e-9));   // 2 + 2 + 2 remainder bytes against 4 + 4 + 4
+  example_with("precision_aware_optimizer = true\nexp_avg_dtype = \"int4\"\n", "distopt = true\n");
+  expect_one_error(run({"estimate", "--example", file}), "megascope-precision-aware.toml:9:");
+  expect_one_error(run({"estimate", "--example", file}), "training.exp_avg_dtype");
+  example_with("exp_avg_dtype = \"bf16\"\n", "distopt = true\n");
+  expect_one_error(run({"estimate", "--example", file}), "training.exp_avg_dtype");
+  example_with("precision_aware_optimizer = true\n", "");
+  expect_one_error(run({"estimate", "--example", file}), "plan.distopt");
+  std::remove(file.c_str());
+}
+
 TEST_CASE("A cluster's scale_out.p2p_efficiency slows pipeline transfers between nodes, and a bad value names its file, line and field",
           "[apps]") {
   std::ifstream in(std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/clusters/dgx-a100.toml");

@@ -95,6 +95,12 @@ void check_round_trip(const Setup& s) {
   CHECK(back.training.precision == s.training.precision);
   CHECK(back.training.params_dtype == s.training.params_dtype);
   CHECK(back.training.grad_dtype == s.training.grad_dtype);
+  const OptimizerPrecision &a = back.training.optimizer_precision, &b = s.training.optimizer_precision;
+  CHECK(a.enabled == b.enabled);
+  CHECK(a.main_params == b.main_params);
+  CHECK(a.exp_avg == b.exp_avg);
+  CHECK(a.exp_avg_sq == b.exp_avg_sq);
+  CHECK(a.store_param_remainders == b.store_param_remainders);
   PlanSpec expected = s.plan;
   expected.dp.reset();
   CHECK(format_inline_plan(back.plan) == format_inline_plan(expected));
@@ -220,6 +226,26 @@ TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the mode
   REQUIRE_THAT(line, Catch::Contains("--group-query-attention --num-query-groups 8"));
   REQUIRE_THAT(line, Catch::Contains("--hidden-dropout 0 --attention-dropout 0"));
   REQUIRE_THAT(line, Catch::Contains("--bf16 --grad-reduce-in-bf16"));
+
+  // DeepSeek-V3's optimizer: bf16 moments, fp32 master weights kept as remainders.
+  TrainingSpec pa = t;
+  pa.optimizer_precision.enabled = true;
+  pa.optimizer_precision.exp_avg = Dtype::bf16;
+  pa.optimizer_precision.exp_avg_sq = Dtype::bf16;
+  const Setup s2 = validated(m, pa, p);
+  check_round_trip(s2);
+  const std::string line2 = *export_megatron_args(s2);
+  CHECK_THAT(line2, Catch::Contains("--use-precision-aware-optimizer --main-grads-dtype bf16 --exp-avg-dtype bf16 "
+                                    "--exp-avg-sq-dtype bf16"));
+  CHECK_THAT(line2, !Catch::Contains("--main-params-dtype") && !Catch::Contains("remainders"));
+  pa.optimizer_precision.main_params = Dtype::fp16;
+  pa.optimizer_precision.exp_avg = Dtype::fp8;
+  pa.optimizer_precision.store_param_remainders = false;
+  pa.grad_dtype = Dtype::fp32;
+  const Setup s3 = validated(m, pa, p);
+  check_round_trip(s3);
+  CHECK_THAT(*export_megatron_args(s3), Catch::Contains("--main-params-dtype fp16 --exp-avg-dtype fp8 --exp-avg-sq-dtype bf16 "
+                                                        "--no-store-param-remainders"));
 }
 
 TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and uneven stages round-trips",

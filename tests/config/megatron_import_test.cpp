@@ -471,6 +471,38 @@ TEST_CASE("Gradient dtype follows Megatron's rules for bf16 and fp16", "[config]
   CHECK(import_ok(fp16 + "--accumulate-allreduce-grads-in-fp32").training.grad_dtype == Dtype::fp32);
 }
 
+TEST_CASE("The precision-aware optimizer's state dtypes are read with it, and are errors without it or the distributed optimizer",
+          "[config]") {
+  const std::string line = kSmall + "--use-distributed-optimizer --use-precision-aware-optimizer ";
+  const OptimizerPrecision plain = import_ok(kSmall).training.optimizer_precision;
+  CHECK_FALSE(plain.enabled);
+  const MegatronLaunch ds = import_ok(line + "--main-grads-dtype bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16");
+  const OptimizerPrecision& op = ds.training.optimizer_precision;
+  CHECK(op.enabled);
+  CHECK(op.main_params == Dtype::fp32);
+  CHECK(op.exp_avg == Dtype::bf16);
+  CHECK(op.exp_avg_sq == Dtype::bf16);
+  CHECK(op.store_param_remainders);
+  CHECK(ds.training.grad_dtype == Dtype::bf16);
+  const OptimizerPrecision low =
+      import_ok(line + "--main-params-dtype fp16 --exp-avg-dtype fp8 --no-store-param-remainders").training.optimizer_precision;
+  CHECK(low.main_params == Dtype::fp16);
+  CHECK(low.exp_avg == Dtype::fp8);
+  CHECK(low.exp_avg_sq == Dtype::fp32);
+  CHECK_FALSE(low.store_param_remainders);
+  // Megatron-LM's rules: state dtypes only with the precision-aware optimizer, and it only with the distributed one.
+  for (const char* flags : {"--exp-avg-dtype bf16", "--exp-avg-sq-dtype fp16", "--main-params-dtype fp16", "--main-grads-dtype bf16"}) {
+    INFO(flags);
+    const Error e = import_error(kSmall + flags);
+    CHECK(e.field == "megatron." + std::string(flags).substr(0, std::string(flags).find(' ')));
+    CHECK_THAT(e.message, Catch::Contains("needs --use-precision-aware-optimizer"));
+  }
+  CHECK(import_error(kSmall + "--no-store-param-remainders").field == "megatron.--no-store-param-remainders");
+  const Error nodist = import_error(kSmall + "--use-precision-aware-optimizer");
+  CHECK(nodist.field == "megatron.--use-precision-aware-optimizer");
+  CHECK_THAT(nodist.message, Catch::Contains("--use-distributed-optimizer"));
+}
+
 TEST_CASE("Attention backends map to the flash or unfused kernel", "[config]") {
   CHECK(import_ok(kSmall).plan.attention == AttentionKernel::flash);
   CHECK(import_ok(kSmall + "--use-flash-attn").plan.attention == AttentionKernel::flash);

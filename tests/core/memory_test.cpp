@@ -48,6 +48,66 @@ TEST_CASE("Bytes per parameter follow Megatron's distributed-optimizer table for
   }
 }
 
+TEST_CASE("The precision-aware optimizer keeps master weights and moments in their dtypes and no fp32 gradient copy", "[core]") {
+  const ModelSpec m = gpt_no_bias(8, 1024, 16);
+  const Setup base = make_setup(m, "dgx-a100", "tp=1,distopt=on", 8, 8);
+  const double D = 8;
+  // (weights, gradients, master, m, v, remainders): optimizer bytes per parameter before sharding.
+  struct Row { Dtype p, g, master, m, v; bool rem; double optimizer, step; };
+  for (const Row& r : {
+           Row{Dtype::bf16, Dtype::fp32, Dtype::fp32, Dtype::fp32, Dtype::fp32, false, 12, 4 + 8 + 8 + 8 + 2},   // as off, fp32 grads
+           Row{Dtype::bf16, Dtype::fp32, Dtype::fp32, Dtype::bf16, Dtype::bf16, true, 2 + 2 + 2, 4 + 4 + 4 + 4 + 4},  // DeepSeek-V3's
+           Row{Dtype::bf16, Dtype::bf16, Dtype::fp32, Dtype::bf16, Dtype::bf16, false, 4 + 2 + 2, 2 + 8 + 4 + 4 + 2},
+           Row{Dtype::bf16, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::fp8, true, 2 + 1 + 1, 2 + 4 + 2 + 2 + 2},  // remainders need fp32 master
+           Row{Dtype::fp32, Dtype::fp32, Dtype::fp32, Dtype::fp16, Dtype::bf16, true, 2 + 2, 4 + 0 + 4 + 4 + 4}}) {
+    Setup s = with_dtypes(base, r.p, r.g);
+    OptimizerPrecision& op = s.training.optimizer_precision;
+    op.enabled = true;
+    op.main_params = r.master;
+    op.exp_avg = r.m;
+    op.exp_avg_sq = r.v;
+    op.store_param_remainders = r.rem;
+    INFO(to_string(r.p) << " weights, " << to_string(r.g) << " grads, master " << to_string(r.master) << ", moments "
+                        << to_string(r.m) << "/" << to_string(r.v) << ", remainders " << r.rem);
+    REQUIRE(validate_training(s.training));
+    CHECK(bytes_per_param(s).optimizer == r.optimizer);
+    CHECK(optimizer_step_bytes_per_param(s.training) == r.step);
+    const StageMemory st = memory_report(s).stages[0];
+    CHECK(state_bytes(st) / st.params == Approx(bytes_of(r.p) + bytes_of(r.g) + r.optimizer / D));
+  }
+  // Off, every dtype pair: a flat 30 bytes a step, as before.
+  for (Dtype p : {Dtype::bf16, Dtype::fp16, Dtype::fp32}) CHECK(optimizer_step_bytes_per_param(with_dtypes(base, p, Dtype::fp32).training) == 30.0);
+}
+
+TEST_CASE("Optimizer state dtypes need the precision-aware optimizer, and it needs the distributed optimizer", "[core]") {
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  t.optimizer_precision.exp_avg = Dtype::bf16;
+  CHECK(validate_training(t).error().field == "training.exp_avg_dtype");
+  CHECK_THAT(validate_training(t).error().message, Catch::Contains("precision_aware_optimizer = true"));
+  t.optimizer_precision = {};
+  t.optimizer_precision.main_params = Dtype::fp16;
+  CHECK(validate_training(t).error().field == "training.main_params_dtype");
+  t.optimizer_precision.enabled = true;
+  CHECK(validate_training(t));
+  t.optimizer_precision.main_params = Dtype::bf16;   // not one of Megatron-LM's choices
+  CHECK(validate_training(t).error().field == "training.main_params_dtype");
+  t.optimizer_precision.main_params = Dtype::fp32;
+  t.params_dtype = Dtype::fp16;
+  t.grad_dtype = Dtype::fp16;
+  CHECK(validate_training(t).error().field == "training.grad_dtype");
+  t.params_dtype = Dtype::bf16;
+  t.grad_dtype = Dtype::fp32;
+  const ModelSpec m = gpt_no_bias(8, 1024, 16);
+  auto plan = parse_inline_plan("tp=1");
+  REQUIRE(plan);
+  const auto no_distopt = validate_setup(m, shipped_cluster("dgx-a100"), t, *plan, 8);
+  REQUIRE_FALSE(no_distopt);
+  CHECK(no_distopt.error().field == "plan.distopt");
+  plan->distributed_optimizer = true;
+  CHECK(validate_setup(m, shipped_cluster("dgx-a100"), t, *plan, 8));
+}
+
 TEST_CASE("Weights and optimizer equal Megatron's estimator for dense, GQA, MoE and MLA models at pp = 1", "[core]") {
   struct Case { ModelSpec m; std::string plan; int gpus; };
   ModelSpec mixtral = shipped_model("mixtral-8x7b");

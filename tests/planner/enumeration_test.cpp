@@ -219,6 +219,31 @@ TEST_CASE("The optimizer and overlap options: every legal combination once, none
   CHECK(got.size() == 2 * 3 * 5);
 }
 
+TEST_CASE("With the precision-aware optimizer every plan has the distributed optimizer, at dp = 1 too, and only legal ones") {
+  SearchInputs in = inputs(small_gpt(), 8, 16);
+  in.training.optimizer_precision.enabled = true;
+  in.training.optimizer_precision.exp_avg = Dtype::bf16;
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.schedules = {Schedule::one_f_one_b};
+  in.constraints.recompute = {RecomputeGranularity::none};
+  Rejections rej;
+  int at_dp1 = 0;
+  std::size_t n = 0;
+  enumerate(in, rej, [&](const Candidate& c) {
+    const PlanSpec p = to_plan(c);
+    INFO(format_inline_plan(p));
+    CHECK(p.distributed_optimizer);
+    CHECK(validate_setup(in.model, in.cluster, in.training, p, c.gpus));
+    at_dp1 += c.dp * c.cp == 1;
+    ++n;
+  });
+  CHECK(n > 0);
+  CHECK(at_dp1 > 0);
+  in.constraints.distopt = false;   // the user's constraint against the optimizer's rule: nothing left
+  Rejections none;
+  enumerate(in, none, [&](const Candidate& c) { FAIL(format_inline_plan(to_plan(c))); });
+}
+
 TEST_CASE("MoE: every legal ep x etp split of the stage is enumerated, and only those") {
   SearchInputs in = inputs(small_moe(), 8, 8);
   in.constraints.schedules = {Schedule::one_f_one_b};
