@@ -3,6 +3,7 @@
 // on stderr, nothing on stdout) for every kind of bad input.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -193,6 +194,27 @@ TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
   expect_one_error(run({"simulate", "--calibration", "/nonexistent/profile.toml"}), "profile.toml");
   expect_one_error(run({"simulate", "--calibration", fixture("toml/plan.toml")}), "plan.toml");
   CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
+}
+
+TEST_CASE("Every shipped example simulates; DeepSeek-V3 on H800s within 10 percent of its published 1,543 tokens/s per GPU",
+          "[apps]") {
+  int examples = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/examples")) {
+    if (entry.path().extension() != ".toml") continue;
+    ++examples;
+    const Run r = run({"simulate", "--example", entry.path().string(), "--json"});
+    INFO(entry.path().string() << ": " << r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["step_time_s"].get<double>() > 0);
+    if (entry.path().stem() == "deepseek-v3-h800") {
+      // 180K H800 GPU hours per trillion tokens (DeepSeek-V3 report): 1e12 / (180e3 x 3600) tokens/s per GPU.
+      const double published = 1e12 / (180e3 * 3600);
+      CHECK(j["tokens_per_s"].get<double>() / 2048 == Approx(published).epsilon(0.10));
+      CHECK_FALSE(j["memory"]["fits"].get<bool>());   // DeepSeek's activation savings are not modelled
+    }
+  }
+  CHECK(examples >= 3);
 }
 
 TEST_CASE("An example's [training] sets the precision-aware optimizer: less optimizer memory, and bad keys name file, line and field",
