@@ -11,6 +11,7 @@
 #include "config/megatron_args.hpp"
 #include "apps/scenario.hpp"
 #include "config/plan_settings.hpp"
+#include "config/spec_toml.hpp"
 
 namespace megascope::cli {
 
@@ -103,6 +104,32 @@ nlohmann::json plan_json(const planner::SimulatedPlan& p, int rank) {
 
 std::string plan_text(const PlanSpec& p) { return format_inline_plan(p); }
 
+std::string training_text(const TrainingSpec& t) {
+  std::vector<std::string> parts;
+  if (t.precision != Precision::bf16) parts.push_back(fmt::format("{} GEMMs", to_string(t.precision)));
+  if (t.params_dtype != Dtype::bf16) parts.push_back(fmt::format("{} weights", to_string(t.params_dtype)));
+  if (t.grad_dtype != Dtype::fp32) parts.push_back(fmt::format("{} gradients", to_string(t.grad_dtype)));
+  if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled)
+    parts.push_back(fmt::format("precision-aware optimizer (moments {}/{}, master weights {}{})", to_string(op.exp_avg),
+                                to_string(op.exp_avg_sq), to_string(op.main_params),
+                                op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16
+                                    ? " as remainders"
+                                    : ""));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+nlohmann::json training_json(const TrainingSpec& t) {
+  const OptimizerPrecision& op = t.optimizer_precision;
+  return {{"precision", to_string(t.precision)},
+          {"params_dtype", to_string(t.params_dtype)},
+          {"grad_dtype", to_string(t.grad_dtype)},
+          {"precision_aware_optimizer", op.enabled},
+          {"main_params_dtype", to_string(op.main_params)},
+          {"exp_avg_dtype", to_string(op.exp_avg)},
+          {"exp_avg_sq_dtype", to_string(op.exp_avg_sq)},
+          {"store_param_remainders", op.store_param_remainders}};
+}
+
 void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--model", o.model, "shipped model name, model TOML file or Hugging Face config.json")->required();
   cmd.add_option("--cluster", o.cluster, "shipped cluster name or cluster TOML file")->required();
@@ -113,7 +140,10 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
 }
 
 void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
-  cmd.add_option("--global-batch", o.global_batch, "sequences per iteration")->required();
+  cmd.add_option("--global-batch", o.global_batch, "sequences per iteration (required unless --training gives it)");
+  cmd.add_option("--training", o.training,
+                 "a TOML file with a [training] table: precision, dtypes, the precision-aware optimizer, overheads, and "
+                 "its batch and length unless --global-batch or --seq-len are given");
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
   cmd.add_option("--moe-imbalance", o.moe_imbalance,
                  "MoE: the busiest EP rank's tokens over the mean (default: the model's load_imbalance, 1 if unset)");
@@ -196,8 +226,17 @@ Result<void> grow_cluster(ClusterSpec& cluster, int gpus) {
 }
 
 Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchInputs& in) {
-  in.training.global_batch_size = o.global_batch.value_or(0);
-  if (in.training.global_batch_size < 1) return Err(usage("--global-batch", "must be >= 1"));
+  if (o.training) {
+    auto t = load_training_toml(*o.training);
+    if (!t) return Err(t.error());
+    in.training = std::move(*t);
+  } else if (!o.global_batch) {
+    return Err(usage("--global-batch", "is required (or a --training file that gives global_batch_size)"));
+  }
+  if (o.global_batch) {
+    if (*o.global_batch < 1) return Err(usage("--global-batch", "must be >= 1"));
+    in.training.global_batch_size = *o.global_batch;
+  }
   if (o.seq_len) in.training.seq_length = *o.seq_len;
   planner::Constraints& k = in.constraints;
   for (auto [name, text, slot] :
@@ -309,6 +348,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     j["cluster"] = in->cluster.name;
     j["gpu_counts"] = in->gpu_counts;
     j["global_batch"] = in->training.global_batch_size;
+    j["training"] = training_json(in->training);
     nlohmann::json ranked = nlohmann::json::array();
     for (std::size_t i = 0; i < res->ranked.size(); ++i) ranked.push_back(plan_json(res->ranked[i], static_cast<int>(i) + 1));
     j["ranked"] = ranked;
@@ -371,6 +411,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   else counts = fmt::format("{} GPU counts from {} to {}", in->gpu_counts.size(), in->gpu_counts.front(), in->gpu_counts.back());
   out << fmt::format("megascope plan: {} on {} of {} ({}), global batch {} x {} tokens\n", in->model.name, counts,
                      in->cluster.name, in->cluster.device.name, in->training.global_batch_size, seq);
+  if (const std::string t = training_text(in->training); !t.empty()) out << "  training: " << t << "\n";
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),
                      res->ranked.size(), res->stage2_s);

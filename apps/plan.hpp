@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -14,6 +15,7 @@ namespace megascope::cli {
 
 struct PlanCommandOptions {
   std::optional<std::string> model, cluster, gpus, max_gpus, explain, calibration;
+  std::optional<std::string> training;   // a TOML file with a [training] table
   std::optional<int> nodes;
   std::optional<std::int64_t> global_batch, seq_len;
   std::optional<double> moe_imbalance;   // overrides the MoE models' load_imbalance
@@ -46,6 +48,10 @@ Result<void> grow_cluster(ClusterSpec& cluster, int gpus);
 
 // The inline form of a candidate's plan, e.g. "tp=8,pp=8,vpp=3,...".
 std::string plan_text(const PlanSpec& p);
+// What a training spec sets beyond the defaults ("fp8 GEMMs, precision-aware
+// optimizer (...)"; empty for bf16 weights, fp32 gradients and fp32 state), and all of it as JSON.
+std::string training_text(const TrainingSpec& t);
+nlohmann::json training_json(const TrainingSpec& t);
 
 int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err);
 

@@ -282,7 +282,7 @@ Result<Sweep> make_points(const SweepOptions& o) {
   Sweep sw;
   planner::SearchInputs common;
   if (auto ok = apply_search_options(so, common); !ok) return Err(ok.error());
-  sw.seq_len = so.seq_len;
+  sw.seq_len = common.training.seq_length;   // --seq-len, else a --training file's
   sw.global_batch = common.training.global_batch_size;
 
   std::vector<ModelSpec> models;

@@ -3,6 +3,8 @@
 // clear error for bad constraints.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -179,4 +181,37 @@ TEST_CASE("plan says whether no plan is legal or no legal plan fits in memory", 
                        "--no-progress"});
   REQUIRE(big.code == 0);
   CHECK_THAT(big.out, Catch::Contains("no plan fits in memory") && Catch::Contains("best plan rejected for memory"));
+}
+
+TEST_CASE("plan --training takes the number formats and the precision-aware optimizer from a [training] table", "[apps]") {
+  const std::string file = "megascope-plan-training.toml";
+  std::ofstream(file) << "[training]\nglobal_batch_size = 128\nprecision_aware_optimizer = true\nexp_avg_dtype = \"bf16\"\n"
+                         "exp_avg_sq_dtype = \"bf16\"\n";
+  const std::vector<std::string> base = {"plan", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--gpus", "64",
+                                         "--top", "6", "--no-progress"};
+  const Run r = run(with(base, {"--training", file, "--json"}));
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("global_batch").get<int>() == 128);
+  CHECK(j.at("training").at("precision_aware_optimizer").get<bool>());
+  CHECK(j.at("training").at("exp_avg_dtype").get<std::string>() == "bf16");
+  REQUIRE_FALSE(j.at("ranked").empty());
+  for (const auto& p : j.at("ranked")) CHECK_THAT(p.at("plan").get<std::string>(), Catch::Contains("distopt=on"));
+  const std::string args = j.at("megatron_args").get<std::string>();
+  CHECK_THAT(args, Catch::Contains("--use-precision-aware-optimizer") && Catch::Contains("--exp-avg-dtype bf16"));
+  // --global-batch overrides the file's; the text report names the optimizer.
+  const Run t = run(with(base, {"--training", file, "--global-batch", "64"}));
+  REQUIRE(t.code == 0);
+  CHECK_THAT(t.out, Catch::Contains("global batch 64 x 2048") &&
+                        Catch::Contains("training: precision-aware optimizer (moments bf16/bf16, master weights fp32 as remainders)"));
+  // Neither a batch nor a file: one error naming --global-batch; a bad file names its field.
+  const Run none = run(base);
+  CHECK(none.code != 0);
+  CHECK_THAT(none.err, Catch::Contains("--global-batch"));
+  std::ofstream(file) << "[training]\nglobal_batch_size = 128\nexp_avg_dtype = \"bf16\"\n";
+  const Run bad = run(with(base, {"--training", file}));
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("megascope-plan-training.toml") && Catch::Contains("training.exp_avg_dtype"));
+  std::remove(file.c_str());
 }
