@@ -109,12 +109,15 @@ std::string training_text(const TrainingSpec& t) {
   if (t.precision != Precision::bf16) parts.push_back(fmt::format("{} GEMMs", to_string(t.precision)));
   if (t.params_dtype != Dtype::bf16) parts.push_back(fmt::format("{} weights", to_string(t.params_dtype)));
   if (t.grad_dtype != Dtype::fp32) parts.push_back(fmt::format("{} gradients", to_string(t.grad_dtype)));
-  if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled)
-    parts.push_back(fmt::format("precision-aware optimizer (moments {}/{}, master weights {}{})", to_string(op.exp_avg),
-                                to_string(op.exp_avg_sq), to_string(op.main_params),
-                                op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16
-                                    ? " as remainders"
-                                    : ""));
+  if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled) {
+    const std::string master =
+        t.params_dtype == Dtype::fp32 ? "the fp32 weights"
+        : op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16
+            ? "fp32 as remainders"
+            : to_string(op.main_params);
+    parts.push_back(fmt::format("precision-aware optimizer (moments {}/{}, master weights {})", to_string(op.exp_avg),
+                                to_string(op.exp_avg_sq), master));
+  }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -214,7 +217,14 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
     in.cluster.num_nodes = *o.nodes;
   }
   if (auto ok = apply_search_options(o, in); !ok) return Err(ok.error());
-  return planner::check_inputs(in);
+  return with_training_file(planner::check_inputs(in), o);
+}
+
+Result<planner::SearchInputs> with_training_file(Result<planner::SearchInputs> r, const PlanCommandOptions& o) {
+  if (r || !o.training || r.error().field.rfind("training.", 0) != 0) return r;
+  Error e = r.error();
+  e.message += fmt::format(" (training from {})", *o.training);
+  return Err(e);
 }
 
 Result<void> grow_cluster(ClusterSpec& cluster, int gpus) {
@@ -227,7 +237,7 @@ Result<void> grow_cluster(ClusterSpec& cluster, int gpus) {
 
 Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchInputs& in) {
   if (o.training) {
-    auto t = load_training_toml(*o.training);
+    auto t = o.global_batch ? load_training_toml(*o.training, *o.global_batch) : load_training_toml(*o.training);
     if (!t) return Err(t.error());
     in.training = std::move(*t);
   } else if (!o.global_batch) {
@@ -274,6 +284,10 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
     if (!v) return Err(v.error());
     *slot = *v;
   }
+  if (k.distopt == false && in.training.optimizer_precision.enabled)
+    return Err(usage("--distopt", fmt::format("off leaves no plan: the precision-aware optimizer of --training {} needs the "
+                                              "distributed optimizer, as Megatron-LM asserts",
+                                              o.training.value_or(""))));
   auto block = on_off(o.block_recompute, "--block-recompute");
   if (!block) return Err(block.error());
   k.block_recompute = block->value_or(true);

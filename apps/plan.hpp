@@ -40,6 +40,9 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o);
 // Resolves the options into search inputs (GPU counts from --gpus N | A-B or --max-gpus N).
 Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o);
 
+// A check_inputs error about the training, naming the --training file it came from.
+Result<planner::SearchInputs> with_training_file(Result<planner::SearchInputs> r, const PlanCommandOptions& o);
+
 // Sets the training spec and the constraints of `in` from the options of
 // add_search_options; errors name the option.
 Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchInputs& in);

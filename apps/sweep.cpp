@@ -354,7 +354,7 @@ Result<Sweep> make_points(const SweepOptions& o) {
                             std::to_string(cluster->scale_up_domain),
                             gbps_text(*cluster),
                             std::to_string(count)};
-                auto checked = planner::check_inputs(p.in);
+                auto checked = with_training_file(planner::check_inputs(p.in), so);
                 if (!checked) {
                   Error e = checked.error();
                   e.message += fmt::format(" (sweep point {} of {} on {}, {} GPUs)", sw.points.size() + 1, model.name,
@@ -520,6 +520,7 @@ std::string fixed_text(const Sweep& sw) {
         fmt::format("global batch {} x {} tokens", sw.global_batch, sw.seq_len.value_or(p0.in.model.seq_length)));
   else
     parts.push_back(fmt::format("global batch {} sequences of each model's length", sw.global_batch));
+  if (const std::string t = training_text(p0.in.training); !t.empty()) parts.push_back(t);
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -633,7 +634,10 @@ nlohmann::json sweep_json(const Sweep& sw, const std::vector<SweepResult>& rs) {
     }
     points.push_back(j);
   }
-  return {{"swept", vars}, {"global_batch", sw.global_batch}, {"points", points}};
+  return {{"swept", vars},
+          {"global_batch", sw.global_batch},
+          {"training", training_json(sw.points.front().in.training)},
+          {"points", points}};
 }
 
 // ---------------------------------------------------------------------------

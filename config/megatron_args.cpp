@@ -299,6 +299,13 @@ Result<MegatronLaunch> interpret(Args& args) {
   } else {
     t.grad_dtype = Dtype::fp32;
   }
+  if (main_grads && *main_grads == "bf16" && args.has("--accumulate-allreduce-grads-in-fp32"))
+    return fail("megatron.--main-grads-dtype",
+                "--main-grads-dtype bf16 contradicts --accumulate-allreduce-grads-in-fp32 (Megatron-LM asserts fp32 then)");
+  if (precision_aware && t.grad_dtype == Dtype::fp16)
+    return fail("megatron.--use-precision-aware-optimizer",
+                "--use-precision-aware-optimizer with --fp16 gradients is not modelled (it reads fp32 or bf16 main "
+                "gradients; add --accumulate-allreduce-grads-in-fp32)");
   if (precision_aware) {
     const auto dtype = [](const std::optional<std::string>& v) {
       return !v ? Dtype::fp32 : *v == "bf16" ? Dtype::bf16 : *v == "fp16" ? Dtype::fp16 : *v == "fp8" ? Dtype::fp8 : Dtype::fp32;

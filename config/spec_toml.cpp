@@ -324,6 +324,14 @@ Result<T> from_file(const std::string& path, Result<T> (*fn)(const toml::table&,
 Result<ModelSpec> load_model_toml(const std::string& path) { return from_file(path, model_from_toml); }
 Result<ClusterSpec> load_cluster_toml(const std::string& path) { return from_file(path, cluster_from_toml); }
 Result<TrainingSpec> load_training_toml(const std::string& path) { return from_file(path, training_from_toml); }
+Result<TrainingSpec> load_training_toml(const std::string& path, std::int64_t batch) {
+  auto root = parse_toml_file(path);
+  if (!root) return Err(root.error());
+  if (auto ok = check_top_level(*root, path); !ok) return Err(ok.error());
+  if (toml::table* t = (*root)["training"].as_table(); t && !t->contains("global_batch_size"))
+    t->insert("global_batch_size", batch);
+  return training_from_toml(*root, path);
+}
 Result<PlanSpec> load_plan_toml(const std::string& path) { return from_file(path, plan_from_toml); }
 
 Result<ExampleSpec> load_example_toml(const std::string& path) {

@@ -25,6 +25,9 @@ Result<PlanSpec> plan_from_toml(const toml::table& root, const std::string& file
 Result<ModelSpec> load_model_toml(const std::string& path);
 Result<ClusterSpec> load_cluster_toml(const std::string& path);
 Result<TrainingSpec> load_training_toml(const std::string& path);
+// The same, with `batch` standing in for a [training] table that gives no
+// global_batch_size (a command line's --global-batch).
+Result<TrainingSpec> load_training_toml(const std::string& path, std::int64_t batch);
 Result<PlanSpec> load_plan_toml(const std::string& path);
 
 // An [example] file: names of (or paths to) a model and a cluster, an

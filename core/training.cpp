@@ -27,6 +27,9 @@ Result<TrainingSpec> validate_training(TrainingSpec t) {
                                 "without it optimizer state is fp32",
                                 to_string(d)));
   }
+  if (!op.enabled && !op.store_param_remainders)
+    return fail("training.store_param_remainders", "needs precision_aware_optimizer = true (it is the precision-aware "
+                                                   "optimizer's storage of fp32 master weights)");
   if (op.main_params != Dtype::fp32 && op.main_params != Dtype::fp16)
     return fail("training.main_params_dtype", fmt::format("must be fp32 or fp16 (Megatron-LM's choices), found {}", to_string(op.main_params)));
   if (op.enabled && t.grad_dtype == Dtype::fp16)

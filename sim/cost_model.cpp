@@ -68,7 +68,7 @@ std::optional<std::string> shipped_profile_name(const DeviceSpec& device) {
   if (has("B200")) return "b200";
   if (has("H200")) return "h200";
   if (has("H100")) return has("PCIE") ? "h100-pcie" : "h100";
-  if (has("H800")) return "h100";   // the H100 SXM's compute and memory with less NVLink (dgx-h800.toml)
+  if (has("H800")) return has("PCIE") ? "h100-pcie" : "h100";   // the H100's compute and memory with less NVLink (dgx-h800.toml)
   if (has("A100")) return "a100";
   return std::nullopt;
 }

@@ -47,8 +47,10 @@ double optimizer_step_bytes_per_param(const TrainingSpec& t) {
   const OptimizerPrecision& op = t.optimizer_precision;
   if (!op.enabled) return 30.0;
   const double master = master_bytes(t);
-  // With remainders the weight is read too, to rebuild the fp32 master.
-  const double weight = remainders(t) ? 2.0 * bytes_of(t.params_dtype) : bytes_of(t.params_dtype);
+  // The weight is written; read too where it is the master (fp32 weights)
+  // or holds half of it (remainders).
+  const bool read_weight = t.params_dtype == Dtype::fp32 || remainders(t);
+  const double weight = (read_weight ? 2.0 : 1.0) * bytes_of(t.params_dtype);
   return bytes_of(t.grad_dtype) + 2.0 * master + 2.0 * bytes_of(op.exp_avg) + 2.0 * bytes_of(op.exp_avg_sq) + weight;
 }
 

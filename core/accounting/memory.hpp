@@ -52,7 +52,7 @@ BytesPerParam bytes_per_param(const Setup& s);
 
 // Bytes the optimizer step moves per parameter it updates (a fused Adam:
 // gradient read, master weights, both moments read and written, the
-// weight written). Without the precision-aware optimizer a flat 30 (fp32
+// weight written, and read where it is or holds part of the master). Without the precision-aware optimizer a flat 30 (fp32
 // gradient, master weights and moments, 2-byte weights: 4 + 8 + 8 + 8 + 2).
 double optimizer_step_bytes_per_param(const TrainingSpec& t);
 

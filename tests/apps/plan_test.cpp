@@ -213,5 +213,19 @@ TEST_CASE("plan --training takes the number formats and the precision-aware opti
   const Run bad = run(with(base, {"--training", file}));
   CHECK(bad.code == 1);
   CHECK_THAT(bad.err, Catch::Contains("megascope-plan-training.toml") && Catch::Contains("training.exp_avg_dtype"));
+  // A file without a batch takes --global-batch's; --distopt off against the optimizer is one clear error;
+  // a rule the file breaks against the model names the file.
+  std::ofstream(file) << "[training]\nprecision_aware_optimizer = true\n";
+  const Run nobatch = run(with(base, {"--training", file, "--global-batch", "32", "--json"}));
+  INFO(nobatch.err);
+  REQUIRE(nobatch.code == 0);
+  CHECK(nlohmann::json::parse(nobatch.out).at("global_batch").get<int>() == 32);
+  const Run nodist = run(with(base, {"--training", file, "--global-batch", "32", "--distopt", "off"}));
+  CHECK(nodist.code == 1);
+  CHECK_THAT(nodist.err, Catch::Contains("--distopt") && Catch::Contains("precision-aware optimizer"));
+  std::ofstream(file) << "[training]\nglobal_batch_size = 32\nseq_length = 4096\n";
+  const Run longer = run(with(base, {"--training", file}));
+  CHECK(longer.code == 1);
+  CHECK_THAT(longer.err, Catch::Contains("training.seq_length") && Catch::Contains("(training from megascope-plan-training.toml)"));
   std::remove(file.c_str());
 }

@@ -290,3 +290,24 @@ TEST_CASE("the MPI sweep: mpirun -np 2 writes the single-process CSV byte for by
   CHECK(bad.err.find(error, first + 1) == std::string::npos);
 #endif
 }
+
+TEST_CASE("sweep --training: every point searches with the file's optimizer, and the header and JSON say so", "[apps]") {
+  const fs::path file = scratch("training.toml");
+  std::ofstream(file) << "[training]\nprecision_aware_optimizer = true\nexp_avg_dtype = \"bf16\"\nexp_avg_sq_dtype = \"bf16\"\n";
+  const Run j = run(with(kSweep, {"--gpus", "8,16", "--training", file.string(), "--json"}));
+  INFO(j.err);
+  REQUIRE(j.code == 0);
+  const auto out = nlohmann::json::parse(j.out);
+  CHECK(out.at("training").at("exp_avg_dtype").get<std::string>() == "bf16");
+  CHECK(out.at("global_batch").get<int>() == 32);
+  REQUIRE(out.at("points").size() == 2);
+  for (const auto& p : out.at("points")) CHECK_THAT(p.at("plan").get<std::string>(), Catch::Contains("distopt=on"));
+  // Each point is plan's winner with the same file.
+  const Run one = run({"plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "16", "--global-batch", "32", "--top", "4",
+                       "--no-progress", "--training", file.string(), "--json"});
+  REQUIRE(one.code == 0);
+  CHECK(nlohmann::json::parse(one.out).at("ranked")[0].at("plan") == out.at("points")[1].at("plan"));
+  const Run text = run(with(kSweep, {"--gpus", "8", "--training", file.string()}));
+  REQUIRE(text.code == 0);
+  CHECK_THAT(text.out, Catch::Contains("precision-aware optimizer (moments bf16/bf16"));
+}

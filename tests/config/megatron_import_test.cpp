@@ -498,6 +498,11 @@ TEST_CASE("The precision-aware optimizer's state dtypes are read with it, and ar
     CHECK_THAT(e.message, Catch::Contains("needs --use-precision-aware-optimizer"));
   }
   CHECK(import_error(kSmall + "--no-store-param-remainders").field == "megatron.--no-store-param-remainders");
+  CHECK(import_error(line + "--main-grads-dtype bf16 --accumulate-allreduce-grads-in-fp32").field == "megatron.--main-grads-dtype");
+  const std::string fp16 = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 32000 "
+                           "--micro-batch-size 1 --global-batch-size 8 --fp16 --use-distributed-optimizer --use-precision-aware-optimizer ";
+  CHECK(import_error(fp16).field == "megatron.--use-precision-aware-optimizer");
+  CHECK(import_ok(fp16 + "--accumulate-allreduce-grads-in-fp32").training.optimizer_precision.enabled);
   const Error nodist = import_error(kSmall + "--use-precision-aware-optimizer");
   CHECK(nodist.field == "megatron.--use-precision-aware-optimizer");
   CHECK_THAT(nodist.message, Catch::Contains("--use-distributed-optimizer"));

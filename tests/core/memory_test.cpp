@@ -59,7 +59,7 @@ TEST_CASE("The precision-aware optimizer keeps master weights and moments in the
            Row{Dtype::bf16, Dtype::fp32, Dtype::fp32, Dtype::bf16, Dtype::bf16, true, 2 + 2 + 2, 4 + 4 + 4 + 4 + 4},  // DeepSeek-V3's
            Row{Dtype::bf16, Dtype::bf16, Dtype::fp32, Dtype::bf16, Dtype::bf16, false, 4 + 2 + 2, 2 + 8 + 4 + 4 + 2},
            Row{Dtype::bf16, Dtype::bf16, Dtype::fp16, Dtype::fp8, Dtype::fp8, true, 2 + 1 + 1, 2 + 4 + 2 + 2 + 2},  // remainders need fp32 master
-           Row{Dtype::fp32, Dtype::fp32, Dtype::fp32, Dtype::fp16, Dtype::bf16, true, 2 + 2, 4 + 0 + 4 + 4 + 4}}) {
+           Row{Dtype::fp32, Dtype::fp32, Dtype::fp32, Dtype::fp16, Dtype::bf16, true, 2 + 2, 4 + 0 + 4 + 4 + 8}}) {   // fp32 weights are the master
     Setup s = with_dtypes(base, r.p, r.g);
     OptimizerPrecision& op = s.training.optimizer_precision;
     op.enabled = true;

@@ -63,6 +63,17 @@ TEST_CASE("Stage-1 memory equals memory_report on every plan of a small dense sp
   CHECK(check_memory(inputs(test::small_gpt(), "dgx-h100", 16, 16), 1) > 1000);
 }
 
+TEST_CASE("Stage-1 memory equals memory_report with the precision-aware optimizer (bf16 moments, fp16 master weights)") {
+  SearchInputs in = inputs(test::small_moe(), "dgx-h100", 8, 16);
+  OptimizerPrecision& op = in.training.optimizer_precision;
+  op.enabled = true;
+  op.exp_avg = Dtype::bf16;
+  op.exp_avg_sq = Dtype::fp8;
+  op.main_params = Dtype::fp16;
+  in.training.grad_dtype = Dtype::bf16;
+  CHECK(check_memory(in, 1) > 200);
+}
+
 TEST_CASE("Stage-1 memory equals memory_report on every plan of a small MoE space with a dense first layer") {
   CHECK(check_memory(inputs(test::small_moe(), "dgx-h100", 8, 16), 1) > 500);
 }
