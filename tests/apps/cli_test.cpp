@@ -196,7 +196,7 @@ TEST_CASE("simulate reports a bad calibration file or mode clearly", "[apps]") {
   CHECK(run({"simulate", "--mode", "sideways"}).code == 2);
 }
 
-TEST_CASE("Every shipped example simulates; DeepSeek-V3 on H800s within 10 percent of its published 1,543 tokens/s per GPU",
+TEST_CASE("Every shipped example simulates, and DeepSeek-V3 on H800s within 10 percent of its published 1,543 tokens/s per GPU",
           "[apps]") {
   int examples = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/examples")) {
