@@ -430,11 +430,22 @@ Result<MegatronLaunch> interpret(Args& args) {
   if (args.has("--recompute-activations")) p.recompute.granularity = RecomputeGranularity::selective;
   if (method) p.recompute.method = *method == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
   if (recompute_layers) p.recompute.num_layers = recompute_layers;
-  if (args.has("--recompute-modules")) {
-    const auto& mods = args.values.at("--recompute-modules");
-    if (std::any_of(mods.begin(), mods.end(), [](const std::string& x) { return x != "core_attn"; }))
-      out.warnings.push_back("--recompute-modules: only recomputing core attention (core_attn) is modelled; "
-                             "the other modules are counted as stored");
+  if (args.has("--recompute-modules") && p.recompute.granularity != RecomputeGranularity::selective) {
+    args.note_ignored("--recompute-modules");   // Megatron-LM reads them with selective granularity only
+  } else if (args.has("--recompute-modules")) {
+    unsigned modules = 0;
+    for (const std::string& name : args.values.at("--recompute-modules")) {
+      if (name == "mlp" || name == "moe" || name == "shared_experts")
+        return fail("megatron.--recompute-modules",
+                    fmt::format("recomputing {} is not modelled (modelled: {})", name, recompute_module_names()));
+      const auto bit = parse_recompute_modules(name);
+      if (!bit)
+        return fail("megatron.--recompute-modules",
+                    fmt::format("'{}' is not a module Megatron-LM recomputes ({}, mlp, moe, shared_experts)", name,
+                                recompute_module_names()));
+      modules |= *bit;
+    }
+    if (modules != kRecomputeCoreAttn) p.recompute.modules = modules;
   }
 
   if (args.has("--use-flash-attn")) p.attention = AttentionKernel::flash;
@@ -606,6 +617,11 @@ Result<std::string> export_megatron_args(const Setup& setup) {
     kv("--recompute-granularity", to_string(p.recompute.granularity));
   if (p.recompute.method) kv("--recompute-method", to_string(*p.recompute.method));
   if (p.recompute.num_layers) kv("--recompute-num-layers", *p.recompute.num_layers);
+  if (p.recompute.modules && p.recompute.granularity == RecomputeGranularity::selective) {
+    std::string names = format_recompute_modules(*p.recompute.modules);
+    std::replace(names.begin(), names.end(), '+', ' ');
+    kv("--recompute-modules", names);
+  }
   if (p.overlap_grad_reduce) sw("--overlap-grad-reduce");
   if (p.overlap_param_gather) sw("--overlap-param-gather");
   if (p.tp_comm_overlap) sw("--tp-comm-overlap");

@@ -74,7 +74,7 @@ const char* on_off(bool b) { return b ? "on" : "off"; }
 const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
-      "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers"};
   return keys;
@@ -139,6 +139,15 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
     auto v = enumeration<RecomputeMethod>(key, value, parse_recompute_method, "uniform, block");
     if (!v) return tl::unexpected(v.error());
     plan.recompute.method = *v;
+    return {};
+  }
+  if (key == "recompute_modules") {
+    const auto v = parse_recompute_modules(value);
+    if (!v)
+      return fail("plan.recompute_modules",
+                  fmt::format("'{}' is not a '+'-separated list of {} (a TOML plan may give an array)", value,
+                              recompute_module_names()));
+    plan.recompute.modules = *v;
     return {};
   }
   if (key == "schedule") {
@@ -232,6 +241,9 @@ std::string format_inline_plan(const PlanSpec& plan) {
     } else if (key == "recompute_method") {
       if (plan.recompute.method) add(key, to_string(*plan.recompute.method));
     } else if (key == "recompute_layers") add_opt(key, plan.recompute.num_layers);
+    else if (key == "recompute_modules") {
+      if (plan.recompute.modules) add(key, format_recompute_modules(*plan.recompute.modules));
+    }
     else if (key == "distopt") add_bool(key, plan.distributed_optimizer, d.distributed_optimizer);
     else if (key == "overlap_grad_reduce") add_bool(key, plan.overlap_grad_reduce, d.overlap_grad_reduce);
     else if (key == "overlap_param_gather") add_bool(key, plan.overlap_param_gather, d.overlap_param_gather);
@@ -267,7 +279,8 @@ std::string format_inline_plan(const PlanSpec& plan) {
 }
 
 bool operator==(const Recompute& a, const Recompute& b) {
-  return a.granularity == b.granularity && a.method == b.method && a.num_layers == b.num_layers;
+  return a.granularity == b.granularity && a.method == b.method && a.num_layers == b.num_layers &&
+         recompute_modules(a) == recompute_modules(b);
 }
 
 bool operator==(const PlanSpec& a, const PlanSpec& b) {

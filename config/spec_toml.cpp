@@ -299,7 +299,13 @@ Result<PlanSpec> plan_from_toml(const toml::table& root, const std::string& file
     if (auto i = node.value_exact<std::int64_t>()) value = std::to_string(*i);
     else if (auto b = node.value_exact<bool>()) value = *b ? "true" : "false";
     else if (auto s = node.value_exact<std::string>()) value = *s;
-    else
+    else if (const toml::array* a = node.as_array(); a && k.str() == "recompute_modules") {
+      for (const toml::node& n : *a) {   // ["core_attn", "moe_act"] is core_attn+moe_act
+        const auto name = n.value_exact<std::string>();
+        if (!name) return Err(Error{"expected an array of strings", "plan.recompute_modules", location_of(n, file)});
+        value += (value.empty() ? "" : "+") + *name;
+      }
+    } else
       return Err(Error{"expected an integer, a boolean or a string", "plan." + std::string(k.str()),
                        location_of(node, file)});
     if (auto ok = apply_plan_setting(p, k.str(), value); !ok) {

@@ -37,6 +37,46 @@ std::optional<RecomputeGranularity> parse_recompute_granularity(std::string_view
   return std::nullopt;
 }
 
+unsigned recompute_modules(const Recompute& r) {
+  if (r.granularity != RecomputeGranularity::selective) return 0;
+  return r.modules.value_or(kRecomputeCoreAttn);
+}
+
+namespace {
+constexpr std::pair<unsigned, const char*> kModuleNames[] = {{kRecomputeCoreAttn, "core_attn"},
+                                                             {kRecomputeLayernorm, "layernorm"},
+                                                             {kRecomputeMlaUpProj, "mla_up_proj"},
+                                                             {kRecomputeMoeAct, "moe_act"}};
+}  // namespace
+
+std::string format_recompute_modules(unsigned modules) {
+  std::string out;
+  for (const auto& [bit, name] : kModuleNames)
+    if (modules & bit) out += (out.empty() ? "" : "+") + std::string(name);
+  return out;
+}
+
+std::optional<unsigned> parse_recompute_modules(std::string_view text) {
+  unsigned out = 0;
+  while (!text.empty()) {
+    const std::size_t at = text.find('+');
+    const std::string_view name = text.substr(0, at);
+    if (at != std::string_view::npos && at + 1 == text.size()) return std::nullopt;   // a trailing '+'
+    bool found = false;
+    for (const auto& [bit, n] : kModuleNames)
+      if (name == n) {
+        out |= bit;
+        found = true;
+      }
+    if (!found) return std::nullopt;
+    text = at == std::string_view::npos ? std::string_view{} : text.substr(at + 1);
+  }
+  if (out == 0) return std::nullopt;
+  return out;
+}
+
+const char* recompute_module_names() { return "core_attn, layernorm, mla_up_proj, moe_act"; }
+
 const char* to_string(RecomputeMethod m) { return m == RecomputeMethod::uniform ? "uniform" : "block"; }
 std::optional<RecomputeMethod> parse_recompute_method(std::string_view s) {
   for (auto v : {RecomputeMethod::uniform, RecomputeMethod::block})

@@ -23,11 +23,32 @@ enum class CpCommType { p2p, all_gather };          // ring exchange of KV block
 // reduce-scatter back.
 enum class MoeDispatcher { alltoall, allgather, flex };   // flex: Megatron-LM's flex dispatcher on DeepEP
 
+// Megatron-Core's selective recomputation modules (--recompute-modules):
+// core_attn (the attention core, its default), layernorm (the input and
+// pre-MLP norms' outputs), mla_up_proj (MLA's query and key/value
+// up-projections with RoPE), moe_act (the routed experts' activation).
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1u,
+  kRecomputeLayernorm = 2u,
+  kRecomputeMlaUpProj = 4u,
+  kRecomputeMoeAct = 8u,
+};
+
 struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::none;
   std::optional<RecomputeMethod> method;            // full only
   std::optional<int> num_layers;                    // full only: layers per group (uniform) or per stage (block)
+  std::optional<unsigned> modules;                  // selective only: RecomputeModule bits; absent: core_attn
 };
+
+// The modules a selective plan recomputes (none for other granularities).
+unsigned recompute_modules(const Recompute& r);
+// "core_attn+layernorm+moe_act" (the order of the enum), and back; an unknown
+// name is nullopt.
+std::string format_recompute_modules(unsigned modules);
+std::optional<unsigned> parse_recompute_modules(std::string_view text);
+// Megatron-LM's names of the modules, in order.
+const char* recompute_module_names();
 
 struct PlanSpec {
   int tp = 1;                                       // tensor parallel

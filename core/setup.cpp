@@ -279,6 +279,15 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (!rc.method) return fail("plan.recompute_method", "recompute=full needs recompute_method (uniform or block)");
     if (!rc.num_layers) return fail("plan.recompute_layers", "recompute=full needs recompute_layers");
   }
+  if (rc.modules) {
+    if (rc.granularity != RecomputeGranularity::selective)
+      return fail("plan.recompute_modules",
+                  fmt::format("only applies to recompute=selective (recompute is {})", to_string(rc.granularity)));
+    if ((*rc.modules & kRecomputeMlaUpProj) && !m.mla)
+      return fail("plan.recompute_modules", "mla_up_proj needs multi-latent attention (the model has none)");
+    if ((*rc.modules & kRecomputeMoeAct) && !m.moe)
+      return fail("plan.recompute_modules", "moe_act needs routed experts (the model has none)");
+  }
 
   // Precision.
   if (s.training.precision == Precision::fp8 && !s.cluster.device.peak_fp8_flops)

@@ -45,6 +45,8 @@ Result<void> check_supported(const Setup& s) {
               "a set expert load imbalance (the executor's router decides each expert's load; measure it instead)");
   if (m.moe && p.moe_dispatcher == MoeDispatcher::flex)
     return no("plan.moe_dispatcher", "the flex dispatcher (DeepEP's two-hop exchange)");
+  if (recompute_modules(p.recompute) & ~kRecomputeCoreAttn)
+    return no("plan.recompute_modules", "recomputing modules other than core_attn");
   if (m.moe && m.moe->num_groups > 0)
     return no("model.moe.num_groups", "group-limited routing (the executor's router picks from every expert)");
   if (m.mla) return no("model.mla", "multi-latent attention");

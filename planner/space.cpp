@@ -121,6 +121,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.attention != AttentionKernel::flash ||
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
+      (recompute_modules(p.recompute) & ~kRecomputeCoreAttn) ||
       (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)))
     return std::nullopt;
   Candidate c;

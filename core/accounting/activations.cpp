@@ -35,7 +35,12 @@ constexpr double kAct = 2.0;   // bytes per activation element (bf16/fp16)
 LayerActivations layer_activations(const Setup& st, int layer) {
   const ModelSpec& m = st.model;
   const Shape x = shape_of(st);
-  const bool selective = st.plan.recompute.granularity == RecomputeGranularity::selective;
+  // Selective recomputation drops what its modules recompute in backward.
+  const unsigned modules = recompute_modules(st.plan.recompute);
+  const bool core_recomputed = modules & kRecomputeCoreAttn;
+  const bool norms_recomputed = modules & kRecomputeLayernorm;
+  const bool up_proj_recomputed = modules & kRecomputeMlaUpProj;
+  const bool expert_act_recomputed = modules & kRecomputeMoeAct;
   const bool flash = st.plan.attention == AttentionKernel::flash;
   LayerActivations out;
   auto add = [&](const char* name, double bytes) {
@@ -45,7 +50,7 @@ LayerActivations layer_activations(const Setup& st, int layer) {
 
   // --- attention block ---
   add("ln1_input", kAct * x.T * x.h / x.sp);
-  add("qkv_input", kAct * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
+  if (!norms_recomputed) add("qkv_input", kAct * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
   add_w(kAct * x.T * x.h);                     // the W pass needs the gathered input
   double heads = m.num_attention_heads / x.t;  // query heads per rank
   double core_out_width = 0;                   // width of the attention output per rank
@@ -60,9 +65,11 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     }
     add("kv_latent", 2.0 * kAct * x.T * rkv);
     add_w(kAct * x.T * rkv);
-    add("q", kAct * x.T * heads * dqk);
-    add("k", kAct * x.T * heads * dqk);
-    add("v", kAct * x.T * heads * static_cast<double>(a.v_head_dim));
+    if (!up_proj_recomputed) {   // else rebuilt from the latents in backward
+      add("q", kAct * x.T * heads * dqk);
+      add("k", kAct * x.T * heads * dqk);
+      add("v", kAct * x.T * heads * static_cast<double>(a.v_head_dim));
+    }
     core_out_width = heads * static_cast<double>(a.v_head_dim);
   } else {
     const double d = static_cast<double>(m.kv_channels);
@@ -81,7 +88,7 @@ LayerActivations layer_activations(const Setup& st, int layer) {
                                         static_cast<double>(m.kv_channels);
     add("gathered_kv", kAct * x.T * (st.plan.cp - 1) * kv_width);
   }
-  if (!selective) {
+  if (!core_recomputed) {
     const double scores = heads * x.T * x.s_full;   // a/t x (s/cp) x s x b
     if (flash) {
       add("softmax_lse", 4.0 * heads * x.T);        // fp32 log-sum-exp per query and head
@@ -100,10 +107,10 @@ LayerActivations layer_activations(const Setup& st, int layer) {
 
   // --- MLP block ---
   const double up = m.activation == Activation::swiglu ? 2.0 : 1.0;
-  add("fc1_input", kAct * x.T * x.h / x.sp);
-  auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local) {
+  if (!norms_recomputed) add("fc1_input", kAct * x.T * x.h / x.sp);
+  auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local, bool act_recomputed = false) {
     add(act_name, kAct * tokens * up * f_local);
-    add(fc2_name, kAct * tokens * f_local);
+    if (!act_recomputed) add(fc2_name, kAct * tokens * f_local);
     add_w(kAct * tokens * x.h + kAct * tokens * up * f_local);   // fc1 input + output gradient
     add_w(kAct * tokens * f_local + kAct * tokens * x.h);        // fc2 input + output gradient
   };
@@ -120,7 +127,7 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     add("router_probs", 4.0 * routed * e.num_experts);      // fp32 softmax output
     add("expert_fc1_input", kAct * expert_tokens * x.h);
     mlp("expert_activation_input", "expert_fc2_input", expert_tokens,
-        static_cast<double>(e.expert_ffn_hidden) / st.etp);
+        static_cast<double>(e.expert_ffn_hidden) / st.etp, expert_act_recomputed);
     add("expert_output", kAct * expert_tokens * x.h);       // needed for the gradient of the gate weights
     if (e.shared_expert_ffn_hidden > 0)
       mlp("shared_activation_input", "shared_fc2_input", x.T, static_cast<double>(e.shared_expert_ffn_hidden) / x.t);

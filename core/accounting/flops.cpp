@@ -66,6 +66,17 @@ ForwardFlops model_forward_flops(const ModelSpec& m, std::int64_t s_in, std::int
   return f;
 }
 
+double mla_up_proj_flops(const ModelSpec& m, std::int64_t s_in) {
+  if (!m.mla) return 0;
+  const MlaSpec& l = *m.mla;
+  const double s = static_cast<double>(s_in);
+  const double a = m.num_attention_heads;
+  double f = 2.0 * s * static_cast<double>(l.kv_lora_rank) * a * static_cast<double>(l.qk_head_dim + l.v_head_dim);
+  if (l.q_lora_rank)
+    f += 2.0 * s * static_cast<double>(*l.q_lora_rank) * a * static_cast<double>(l.qk_head_dim + l.qk_rope_head_dim);
+  return f;
+}
+
 namespace {
 // Forward work that recomputation repeats, for one sequence.
 double recompute_forward(const Setup& st, std::int64_t s, bool causal) {
@@ -73,7 +84,12 @@ double recompute_forward(const Setup& st, std::int64_t s, bool causal) {
   const Recompute& rc = st.plan.recompute;
   double extra = 0;
   if (rc.granularity == RecomputeGranularity::selective) {
-    for (int l = 0; l < m.num_layers; ++l) extra += layer_forward_flops(m, l, s, causal).attention_core;
+    // Norms and activations are memory-bound: no GEMM FLOPs to count.
+    const unsigned modules = recompute_modules(rc);
+    for (int l = 0; l < m.num_layers; ++l) {
+      if (modules & kRecomputeCoreAttn) extra += layer_forward_flops(m, l, s, causal).attention_core;
+      if (modules & kRecomputeMlaUpProj) extra += mla_up_proj_flops(m, s);
+    }
   } else if (rc.granularity == RecomputeGranularity::full) {
     // uniform: every layer is recomputed (in groups of recompute_layers);
     // block: the first recompute_layers layers of each model chunk.

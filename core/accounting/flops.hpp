@@ -32,6 +32,10 @@ struct ForwardFlops {
 
 // One transformer layer, one sequence of length s, forward.
 ForwardFlops layer_forward_flops(const ModelSpec& m, int layer, std::int64_t s, bool causal);
+// MLA's up-projections (the query's, when it has a latent, and the keys'
+// and values') of one layer, one sequence: what recompute_modules
+// mla_up_proj repeats. 0 without MLA.
+double mla_up_proj_flops(const ModelSpec& m, std::int64_t s);
 // The whole model for one sequence (layers, MTP layers, logits with `vocab`).
 ForwardFlops model_forward_flops(const ModelSpec& m, std::int64_t s, std::int64_t vocab, bool causal);
 

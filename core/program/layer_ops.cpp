@@ -236,12 +236,12 @@ std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::opt
 }
 
 std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep,
-                                           bool recomputed_core) {
+                                           bool selective) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
   ctx.phase = Phase::backward_input;
-  return memo(Pass::backward_input, layer, recomputed_core, ctx, input_dep,
-              [&] { return emit_backward_input(layer, ctx_in, input_dep, recomputed_core); });
+  return memo(Pass::backward_input, layer, selective, ctx, input_dep,
+              [&] { return emit_backward_input(layer, ctx_in, input_dep, selective); });
 }
 
 std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
@@ -368,9 +368,16 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
 }
 
 std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_in,
-                                                std::optional<std::uint32_t> input_dep, bool recomputed_core) {
+                                                std::optional<std::uint32_t> input_dep, bool selective) {
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
+  // Selective recomputation: each module's forward kernels run again in the
+  // backward op that needs their outputs.
+  const unsigned modules = selective ? recompute_modules(s.plan.recompute) : 0;
+  const bool recomputed_core = modules & kRecomputeCoreAttn;
+  const std::optional<Kernel> norm_again =
+      modules & kRecomputeLayernorm ? std::optional(memory(MemoryOp::norm, 4.0 * d.Tsp * static_cast<double>(d.h)))
+                                    : std::nullopt;
   OpContext ctx = ctx_in;
   ctx.layer = layer;
   ctx.phase = Phase::backward_input;
@@ -387,6 +394,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
     std::vector<Kernel> k;
     if (const auto b = bda_backward(m, d)) k.push_back(*b);   // the MLP's bias-dropout-add
+    if (norm_again) k.push_back(*norm_again);                 // the pre-MLP norm's output, for fc1's gradients
     k.push_back(gemm(d.Ti, f, d.h, d.prec));
     k.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)));
     k.push_back(gemm(d.Ti, d.h, d.up * f, d.prec));
@@ -432,14 +440,17 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
                               memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
                               gemm(tok, d.h, d.up * fe, d.prec)};
+    if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
+      ek.insert(ek.begin(), memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))));
     if (!overlap) ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
     if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
     if (s.plan.ep > 1) dep = exchange(w, xe, false, ctx, *dep);
     Deps router_deps{*dep};
     if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act));
-    dep = w.compute(OpLabel::moe, ctx, {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)},
-                    router_deps);
+    std::vector<Kernel> router = {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)};
+    if (norm_again) router.insert(router.begin(), *norm_again);   // the pre-MLP norm's output: the router's and experts' input
+    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(router), router_deps);
   }
 
   // --- attention backward ---
@@ -448,9 +459,16 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln2 backward
   if (const auto b = bda_backward(m, d)) k.push_back(*b);            // the attention's bias-dropout-add
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
+  if (modules & kRecomputeMlaUpProj) {   // the queries, keys and values from their latents
+    const MlaSpec& a = *m.mla;
+    const std::int64_t heads = m.num_attention_heads / d.t;
+    if (a.q_lora_rank) k.push_back(gemm(d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), *a.q_lora_rank, d.prec));
+    k.push_back(gemm(d.Ti, heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank, d.prec));
+  }
   if (recomputed_core)
     for (const Kernel& kk : attention_kernels(s, false)) k.push_back(kk);
   for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
+  if (norm_again) k.push_back(*norm_again);                          // the input norm's output, for the QKV gradients
   for (const GemmShape& g : qkv_gemms(s, d)) k.push_back(gemm(g.m, g.k, g.n, d.prec));   // dgrad: (T, in, out)
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward
   if (s.plan.cp == 1) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);

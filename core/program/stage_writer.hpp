@@ -138,7 +138,7 @@ double kernel_flops(const Kernel& k);
 // compute waits for (a receive or the previous layer); returns the last op.
 //
 // The ops of a call depend only on the pass, on whether the layer is an MoE
-// layer, on recomputed_core and on whether there is an input dependency (the
+// layer, on `selective` (the plan's selective recomputation applies) and on whether there is an input dependency (the
 // shapes are the same for every layer); the context (phase, layer,
 // micro-batch, chunk) is copied into every op. So each distinct call is
 // emitted once per stage and replayed afterwards (StageWriter::replay).
@@ -147,7 +147,7 @@ class LayerEmitter {
   LayerEmitter(const Setup& setup, StageWriter& writer) : s(setup), w(writer) {}
   std::uint32_t forward(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
   std::uint32_t backward_input(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
-                               bool recomputed_core);
+                               bool selective);
   std::uint32_t backward_weight(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
 
  private:
@@ -161,7 +161,7 @@ class LayerEmitter {
                      Emit emit);
   std::uint32_t emit_forward(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
   std::uint32_t emit_backward_input(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
-                                    bool recomputed_core);
+                                    bool selective);
   std::uint32_t emit_backward_weight(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
 
   const Setup& s;

@@ -313,6 +313,14 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   const Setup g = validated(m, t, gathered);
   check_round_trip(g);
   REQUIRE_THAT(*export_megatron_args(g), Catch::Contains("--moe-token-dispatcher-type allgather"));
+  // Selective recomputation of DeepSeek's light modules: named in Megatron-LM's spelling, read back the same.
+  PlanSpec modules = p;
+  modules.recompute = Recompute{RecomputeGranularity::selective, std::nullopt, std::nullopt,
+                                kRecomputeCoreAttn | kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct};
+  const Setup rm = validated(m, t, modules);
+  check_round_trip(rm);
+  REQUIRE_THAT(*export_megatron_args(rm),
+               Catch::Contains("--recompute-granularity selective --recompute-modules core_attn layernorm mla_up_proj moe_act"));
   // DeepEP with group-limited routing: both named, and read back the same.
   ModelSpec grouped = m;
   grouped.moe->num_groups = 8;

@@ -508,6 +508,28 @@ TEST_CASE("The precision-aware optimizer's state dtypes are read with it, and ar
   CHECK_THAT(nodist.message, Catch::Contains("--use-distributed-optimizer"));
 }
 
+TEST_CASE("Recompute modules: core_attn, layernorm, mla_up_proj and moe_act are read with selective granularity, mlp and moe are errors",
+          "[config]") {
+  const std::string sel = kSmall + "--recompute-granularity selective ";
+  CHECK_FALSE(import_ok(sel).plan.recompute.modules);
+  CHECK_FALSE(import_ok(sel + "--recompute-modules core_attn").plan.recompute.modules);   // the default, left unset
+  const MegatronLaunch l = import_ok(sel + "--recompute-modules layernorm core_attn");
+  REQUIRE(l.plan.recompute.modules);
+  CHECK(*l.plan.recompute.modules == (kRecomputeCoreAttn | kRecomputeLayernorm));
+  for (const char* name : {"mlp", "moe", "shared_experts"}) {
+    INFO(name);
+    const Error e = import_error(sel + "--recompute-modules core_attn " + name);
+    CHECK(e.field == "megatron.--recompute-modules");
+    CHECK_THAT(e.message, Catch::Contains("not modelled"));
+  }
+  CHECK(import_error(sel + "--recompute-modules attn").field == "megatron.--recompute-modules");
+  // With full granularity Megatron-LM does not read them: listed as ignored.
+  const MegatronLaunch full = import_ok(kSmall + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+                                                 "--recompute-modules moe_act");
+  CHECK_FALSE(full.plan.recompute.modules);
+  CHECK(std::find(full.ignored.begin(), full.ignored.end(), "--recompute-modules") != full.ignored.end());
+}
+
 TEST_CASE("Attention backends map to the flash or unfused kernel", "[config]") {
   CHECK(import_ok(kSmall).plan.attention == AttentionKernel::flash);
   CHECK(import_ok(kSmall + "--use-flash-attn").plan.attention == AttentionKernel::flash);

@@ -75,6 +75,26 @@ TEST_CASE("Every remaining plan key sets its field", "[config]") {
   CHECK(r->schedule == Schedule::zb_v);
 }
 
+TEST_CASE("recompute_modules: '+'-separated module names that format back, and an unknown one is an error naming them", "[config]") {
+  auto r = parse_inline_plan("recompute=selective,recompute_modules=moe_act+core_attn+layernorm");
+  REQUIRE(r);
+  REQUIRE(r->recompute.modules);
+  CHECK(*r->recompute.modules == (kRecomputeCoreAttn | kRecomputeLayernorm | kRecomputeMoeAct));
+  CHECK(recompute_modules(r->recompute) == *r->recompute.modules);
+  CHECK(format_inline_plan(*r) == "recompute=selective,recompute_modules=core_attn+layernorm+moe_act");
+  CHECK(*parse_inline_plan(format_inline_plan(*r)) == *r);
+  // Selective alone recomputes the attention core (Megatron-LM's default); other granularities nothing.
+  CHECK(recompute_modules(parse_inline_plan("recompute=selective")->recompute) == kRecomputeCoreAttn);
+  CHECK(recompute_modules(parse_inline_plan("recompute=none")->recompute) == 0u);
+  for (const char* bad : {"recompute_modules=mlp", "recompute_modules=core_attn+", "recompute_modules="}) {
+    INFO(bad);
+    auto e = parse_inline_plan(bad);
+    REQUIRE_FALSE(e);
+    CHECK(e.error().field == "plan.recompute_modules");
+    CHECK_THAT(e.error().message, Catch::Contains("core_attn, layernorm, mla_up_proj, moe_act"));
+  }
+}
+
 TEST_CASE("Spaces around inline plan items, keys and values are ignored", "[config]") {
   auto r = parse_inline_plan("  tp = 4 , pp=2,  sp =off ,schedule= 1f1b ");
   REQUIRE(r.has_value());
@@ -194,10 +214,10 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
 }
 
-TEST_CASE("plan_keys lists the 27 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 28 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
-      "recompute_layers", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers"};
   CHECK(plan_keys() == expected);
@@ -216,6 +236,7 @@ TEST_CASE("plan_keys lists the 27 documented keys and every one of them is accep
     if (key == "attention") value = "flash";
     if (key == "cp_comm") value = "p2p";
     if (key == "moe_dispatcher") value = "allgather";
+    if (key == "recompute_modules") value = "core_attn";
     CHECK(apply_plan_setting(p, key, value).has_value());
   }
 }

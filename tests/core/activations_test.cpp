@@ -1,6 +1,9 @@
 // Activation memory against Korthikanti et al. 2022 (Table 2 and Eq. 5/6 and
 // the derived reference table), tensor by tensor.
 #include <catch2/catch.hpp>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "core/accounting/activations.hpp"
 #include "core/accounting/memory.hpp"
@@ -122,4 +125,41 @@ TEST_CASE("MoE layers keep the routed tokens' expert activations, k copies per t
   for (const auto& t : a1.terms)
     if (t.name == "expert_fc1_input") expert_fc1 = t.bytes;
   CHECK(expert_fc1 == Approx(2.0 * 4096 * 2 * 4096));   // 2 bytes x s x top-2 x h
+}
+
+TEST_CASE("Recompute modules drop exactly the tensors they rebuild: norm outputs, MLA's q, k and v, the experts' activation output",
+          "[core]") {
+  ModelSpec m = shipped_model("deepseek-v3");
+  m.mtp_num_layers = 0;
+  const int moe_layer = 3;   // DeepSeek-V3's first MoE layer (three dense ones before it)
+  REQUIRE(m.is_moe_layer(moe_layer));
+  const std::string base = "tp=1,ep=8,recompute=selective";
+  const auto names = [](const LayerActivations& a) {
+    std::map<std::string, double> out;
+    for (const auto& t : a.terms) out[t.name] = t.bytes;
+    return out;
+  };
+  const auto core = names(layer_activations(make_setup(m, "dgx-h100", base, 8, 8), moe_layer));
+  struct Case { const char* modules; std::vector<std::string> dropped; };
+  for (const Case& c : {Case{"core_attn+layernorm", {"qkv_input", "fc1_input"}},
+                        Case{"core_attn+mla_up_proj", {"q", "k", "v"}},
+                        Case{"core_attn+moe_act", {"expert_fc2_input"}},
+                        Case{"core_attn+layernorm+mla_up_proj+moe_act", {"qkv_input", "fc1_input", "q", "k", "v", "expert_fc2_input"}}}) {
+    INFO(c.modules);
+    const Setup s = make_setup(m, "dgx-h100", base + ",recompute_modules=" + c.modules, 8, 8);
+    const LayerActivations a = layer_activations(s, moe_layer);
+    auto expected = core;
+    double dropped = 0;
+    for (const std::string& d : c.dropped) {
+      REQUIRE(expected.count(d) == 1);
+      dropped += expected[d];
+      expected.erase(d);
+    }
+    CHECK(names(a) == expected);
+    CHECK(a.stored == Approx(layer_activations(make_setup(m, "dgx-h100", base, 8, 8), moe_layer).stored - dropped).epsilon(1e-12));
+  }
+  // Without core_attn the attention core's state is stored again (flash: its log-sum-exp).
+  const auto no_core = names(layer_activations(make_setup(m, "dgx-h100", base + ",recompute_modules=moe_act", 8, 8), moe_layer));
+  CHECK(no_core.count("softmax_lse") == 1);
+  CHECK(core.count("softmax_lse") == 0);
 }

@@ -209,3 +209,63 @@ TEST_CASE("MTP layers on the last stage carry the accounting's FLOPs and their g
   CHECK(b1 - b0 == Approx(per_layer).epsilon(1e-12));
   CHECK(b2 - b1 == Approx(per_layer).epsilon(1e-12));
 }
+
+TEST_CASE("Recompute modules: the Program recomputes the norms, MLA's up-projections and the experts' activation in backward, "
+          "with the accounting's FLOPs",
+          "[core]") {
+  ModelSpec m = gpt_no_bias(4, 512, 8);
+  m.seq_length = 256;
+  MlaSpec a;
+  a.q_lora_rank = 128;
+  a.kv_lora_rank = 64;
+  a.qk_head_dim = 64;
+  a.qk_rope_head_dim = 32;
+  a.v_head_dim = 64;
+  m.mla = a;
+  MoeSpec e;
+  e.num_experts = 4;
+  e.top_k = 2;
+  e.expert_ffn_hidden = 512;
+  e.moe_layers = {false, true, true, true};
+  m.moe = e;
+  auto v = validate_model(m);
+  REQUIRE(v);
+  m = *v;
+  // Bytes of memory-bound kernels and FLOPs of backward-input ops, over the whole program.
+  const auto backward = [&](const std::string& modules) {
+    const Setup s = make_setup(m, "dgx-a100", "tp=2,pp=2,ep=2,sp=on,recompute=selective" + modules, 16, 8);
+    auto p = build_program(s);
+    REQUIRE(p);
+    double bytes = 0, flops = 0;
+    for (const StageProgram& st : p->stages)
+      for (const Op& op : st.ops)
+        if (op.kind == OpKind::compute && op.phase == Phase::backward_input) {
+          flops += op.flops;
+          for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
+            if (st.kernels[k].kind == KernelKind::memory) bytes += st.kernels[k].bytes;
+        }
+    const double ranks = p->grid.tp * p->grid.cp * p->grid.dp;
+    return std::pair{bytes * ranks, flops * ranks};
+  };
+  const auto base = backward("");
+  const auto with = backward(",recompute_modules=core_attn+layernorm+mla_up_proj+moe_act");
+  // 16 sequences of 256 tokens over dp = 2 (tp x pp = 4 of 8): per pipeline 8 micro-batches of 256
+  // tokens, each layer once per micro-batch on each of its 2 TP ranks.
+  // Over the iteration, every layer sees all 16 x 256 tokens once: the norms
+  // (4 bytes a token and hidden unit, SP-sharded but on every TP rank) twice
+  // a layer, the experts' activation over each MoE layer's top-k copies
+  // (2 bytes a token, unit and operand: gelu reads one, writes one).
+  const double tokens = 16.0 * 256;
+  const double norms = 2 * 4.0 * tokens * 512 * 4;               // 4 layers
+  const double act = 2.0 * tokens * e.top_k * 512 * 2 * 3;       // 3 MoE layers, expert width 512 (etp 1)
+  const double up_proj = 4 * mla_up_proj_flops(m, 256) * 16;                     // every layer, every sequence
+  CHECK(with.first - base.first == Approx(norms + act).epsilon(1e-9));
+  CHECK(with.second - base.second == Approx(up_proj).epsilon(1e-9));
+  // The accounting's hardware FLOPs grow by the same (the Program also holds
+  // the TP-replicated MLA down-projections and the routers, which it does not count).
+  const auto hardware = [&](const std::string& modules) {
+    return iteration_flops(make_setup(m, "dgx-a100", "tp=2,pp=2,ep=2,sp=on,recompute=selective" + modules, 16, 8)).hardware;
+  };
+  CHECK(hardware(",recompute_modules=core_attn+layernorm+mla_up_proj+moe_act") - hardware("") == Approx(up_proj).epsilon(1e-9));
+}
+

@@ -144,6 +144,13 @@ TEST_CASE("Recomputation: method and layer count only with full, both required w
                "needs recompute_layers");
   expect_error(try_setup(dense(), "dgx-a100", "pp=4,recompute=full,recompute_method=block,recompute_layers=7", 8, 8),
                "plan.recompute_layers", "between 1 and the layers per model chunk (6)");
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=full,recompute_method=block,recompute_layers=1,recompute_modules=core_attn", 8, 8),
+               "plan.recompute_modules", "only applies to recompute=selective");
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=mla_up_proj", 8, 8), "plan.recompute_modules",
+               "needs multi-latent attention");
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=moe_act", 8, 8), "plan.recompute_modules",
+               "needs routed experts");
+  CHECK(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=layernorm", 8, 8));
 }
 
 TEST_CASE("FP8 needs a device with FP8 tensor cores", "[core]") {

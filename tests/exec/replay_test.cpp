@@ -299,4 +299,16 @@ TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the fl
   auto d = megascope::exec::check_supported(megascope::test::make_setup(grouped, "cpu-host", "ep=2", 4, 2));
   REQUIRE_FALSE(d);
   CHECK(d.error().field == "model.moe.num_groups");
+  // Nor recomputing modules beyond the attention core, in training or the replay; core_attn alone runs.
+  REQUIRE(megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2,recompute=selective", 4, 2)));
+  const megascope::Setup act =
+      megascope::test::make_setup(m, "cpu-host", "ep=2,recompute=selective,recompute_modules=core_attn+moe_act", 4, 2);
+  auto e = megascope::exec::check_supported(act);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().field == "plan.recompute_modules");
+  auto act_program = megascope::build_program(act);
+  REQUIRE(act_program);
+  auto act_replay = megascope::exec::plan_replay(act, *act_program, 0, true);
+  REQUIRE_FALSE(act_replay);
+  CHECK(act_replay.error().field == "plan.recompute_modules");
 }
