@@ -38,7 +38,7 @@ struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::none;
   std::optional<RecomputeMethod> method;            // full only
   std::optional<int> num_layers;                    // full only: layers per group (uniform) or per stage (block)
-  std::optional<unsigned> modules;                  // selective only: RecomputeModule bits; absent: core_attn
+  std::optional<unsigned> modules = std::nullopt;   // selective only: RecomputeModule bits; absent: core_attn
 };
 
 // The modules a selective plan recomputes (none for other granularities).
