@@ -112,8 +112,7 @@ std::string training_text(const TrainingSpec& t) {
   if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled) {
     const std::string master =
         t.params_dtype == Dtype::fp32 ? "the fp32 weights"
-        : op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16
-            ? "fp32 as remainders"
+        : master_as_remainders(t) ? "fp32 as remainders"
             : to_string(op.main_params);
     parts.push_back(fmt::format("precision-aware optimizer (moments {}/{}, master weights {})", to_string(op.exp_avg),
                                 to_string(op.exp_avg_sq), master));

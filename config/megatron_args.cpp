@@ -307,9 +307,8 @@ Result<MegatronLaunch> interpret(Args& args) {
                 "--use-precision-aware-optimizer with --fp16 gradients is not modelled (it reads fp32 or bf16 main "
                 "gradients; add --accumulate-allreduce-grads-in-fp32)");
   if (precision_aware) {
-    const auto dtype = [](const std::optional<std::string>& v) {
-      return !v ? Dtype::fp32 : *v == "bf16" ? Dtype::bf16 : *v == "fp16" ? Dtype::fp16 : *v == "fp8" ? Dtype::fp8 : Dtype::fp32;
-    };
+    // The flags' choices (read above) are dtype names.
+    const auto dtype = [](const std::optional<std::string>& v) { return v ? *parse_dtype_name(*v) : Dtype::fp32; };
     OptimizerPrecision& op = t.optimizer_precision;
     op.enabled = true;
     op.main_params = dtype(main_params);

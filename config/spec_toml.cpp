@@ -49,16 +49,11 @@ std::optional<Precision> parse_precision(std::string_view s) {
   if (s == "fp8") return Precision::fp8;
   return std::nullopt;
 }
-std::optional<Dtype> parse_dtype(std::string_view s) {
-  for (auto d : {Dtype::fp32, Dtype::bf16, Dtype::fp16})
-    if (s == to_string(d)) return d;
-  return std::nullopt;
+std::optional<Dtype> parse_dtype(std::string_view s) {   // weights and gradients: no fp8
+  const auto d = parse_dtype_name(s);
+  return d == Dtype::fp8 ? std::nullopt : d;
 }
-std::optional<Dtype> parse_state_dtype(std::string_view s) {
-  for (auto d : {Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::fp8})
-    if (s == to_string(d)) return d;
-  return std::nullopt;
-}
+std::optional<Dtype> parse_state_dtype(std::string_view s) { return parse_dtype_name(s); }   // Adam's moments
 std::optional<int> parse_adam(std::string_view s) {
   if (s == "adam" || s == "adamw") return 0;
   return std::nullopt;

@@ -45,6 +45,17 @@ Result<TrainingSpec> validate_training(TrainingSpec t) {
   return t;
 }
 
+std::optional<Dtype> parse_dtype_name(std::string_view s) {
+  for (auto d : {Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::fp8})
+    if (s == to_string(d)) return d;
+  return std::nullopt;
+}
+
+bool master_as_remainders(const TrainingSpec& t) {
+  const OptimizerPrecision& op = t.optimizer_precision;
+  return op.enabled && op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16;
+}
+
 double bytes_of(Dtype d) {
   switch (d) {
     case Dtype::fp32: return 4;

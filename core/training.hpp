@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "core/result.hpp"
 
@@ -47,8 +48,14 @@ struct TrainingSpec {
 
 Result<TrainingSpec> validate_training(TrainingSpec t);
 
+// The precision-aware optimizer keeps fp32 master weights of bf16 weights as
+// 16-bit remainders (store_param_remainders).
+bool master_as_remainders(const TrainingSpec& t);
+
 [[nodiscard]] double bytes_of(Dtype d);
 const char* to_string(Precision p);
 const char* to_string(Dtype d);
+// "fp32", "bf16", "fp16" or "fp8"; callers narrow it to what a field takes.
+std::optional<Dtype> parse_dtype_name(std::string_view s);
 
 }  // namespace megascope

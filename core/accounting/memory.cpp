@@ -11,16 +11,10 @@ namespace megascope {
 
 namespace {
 
-// Precision-aware: fp32 master weights of bf16 weights kept as 16-bit remainders.
-bool remainders(const TrainingSpec& t) {
-  const OptimizerPrecision& op = t.optimizer_precision;
-  return op.enabled && op.store_param_remainders && op.main_params == Dtype::fp32 && t.params_dtype == Dtype::bf16;
-}
-
 // Precision-aware: master weight bytes per parameter (none for fp32 weights).
 double master_bytes(const TrainingSpec& t) {
   if (t.params_dtype == Dtype::fp32) return 0.0;
-  return remainders(t) ? 2.0 : bytes_of(t.optimizer_precision.main_params);
+  return master_as_remainders(t) ? 2.0 : bytes_of(t.optimizer_precision.main_params);
 }
 
 }  // namespace
@@ -49,7 +43,7 @@ double optimizer_step_bytes_per_param(const TrainingSpec& t) {
   const double master = master_bytes(t);
   // The weight is written; read too where it is the master (fp32 weights)
   // or holds half of it (remainders).
-  const bool read_weight = t.params_dtype == Dtype::fp32 || remainders(t);
+  const bool read_weight = t.params_dtype == Dtype::fp32 || master_as_remainders(t);
   const double weight = (read_weight ? 2.0 : 1.0) * bytes_of(t.params_dtype);
   return bytes_of(t.grad_dtype) + 2.0 * master + 2.0 * bytes_of(op.exp_avg) + 2.0 * bytes_of(op.exp_avg_sq) + weight;
 }

@@ -67,22 +67,44 @@ AttentionShape attention_shape(const Setup& s) {
   return a;
 }
 
+// MLA's up-projections from the latents (the query's, when it has a
+// latent, then the keys' and values'), forward direction (m = tokens): also
+// what recompute_modules mla_up_proj runs again.
+std::vector<GemmShape> mla_up_proj_gemms(const Setup& s, const Dims& d) {
+  const ModelSpec& m = s.model;
+  const MlaSpec& a = *m.mla;
+  const std::int64_t heads = m.num_attention_heads / d.t;
+  std::vector<GemmShape> g;
+  if (a.q_lora_rank) g.push_back({d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), *a.q_lora_rank});
+  g.push_back({d.Ti, heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank});
+  return g;
+}
+
 // GEMMs of the attention block's projections, forward direction (m = tokens).
 std::vector<GemmShape> qkv_gemms(const Setup& s, const Dims& d) {
   const ModelSpec& m = s.model;
   if (!m.mla) return {{d.Ti, d.qkv_out, d.h}};
   const MlaSpec& a = *m.mla;
   const std::int64_t heads = m.num_attention_heads / d.t;
+  const std::vector<GemmShape> up = mla_up_proj_gemms(s, d);
   std::vector<GemmShape> g;
   if (a.q_lora_rank) {
     g.push_back({d.Ti, *a.q_lora_rank, d.h});
-    g.push_back({d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), *a.q_lora_rank});
+    g.push_back(up.front());
   } else {
     g.push_back({d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), d.h});
   }
   g.push_back({d.Ti, a.kv_lora_rank + a.qk_rope_head_dim, d.h});
-  g.push_back({d.Ti, heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank});
+  g.push_back(up.back());
   return g;
+}
+
+// A norm's forward over this rank's tokens (SP-sharded), read and written in bf16.
+Kernel norm_forward(const Dims& d) { return memory(MemoryOp::norm, 4.0 * d.Tsp * static_cast<double>(d.h)); }
+
+// An MLP's activation forward over `tokens` of width `f` (SwiGLU reads two halves).
+Kernel activation_forward(const Dims& d, double tokens, std::int64_t f) {
+  return memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(f * (d.up + 1)));
 }
 
 double activation_bytes(const Dims& d) { return 2.0 * d.T * static_cast<double>(d.h); }
@@ -265,7 +287,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const OpKind tp_out = d.sp ? OpKind::reduce_scatter : OpKind::all_reduce;
   if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
   std::vector<Kernel> qkv;
-  qkv.push_back(memory(MemoryOp::norm, 4.0 * d.Tsp * hb));
+  qkv.push_back(norm_forward(d));
   for (const GemmShape& g : qkv_gemms(s, d)) qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
   const std::vector<Kernel> core = attention_kernels(s, false);
   const Kernel proj = gemm(d.Ti, d.h, d.core_out, d.prec);
@@ -296,11 +318,11 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   // and each layer (and so each pipeline stage) carries its own two.
   const Kernel pre_drop = memory(MemoryOp::dropout_residual, 6.0 * d.Tsp * hb);
   const Kernel post_drop = pre_drop;
-  const Kernel pre_norm = memory(MemoryOp::norm, 4.0 * d.Tsp * hb);
+  const Kernel pre_norm = norm_forward(d);
   if (!m.is_moe_layer(layer)) {
     const std::int64_t f = m.ffn_hidden_size / d.t;
     const Kernel fc1 = gemm(d.Ti, d.up * f, d.h, d.prec);
-    const Kernel act_k = memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(d.up + 1));
+    const Kernel act_k = activation_forward(d, d.T, f);
     const Kernel fc2 = gemm(d.Ti, d.h, f, d.prec);
     if (d.sp) {
       dep = w.compute(OpLabel::mlp, ctx, {pre_drop, pre_norm}, {*dep});
@@ -331,7 +353,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (e.shared_expert_ffn_hidden > 0) {
     const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
     shared = {gemm(d.Ti, d.up * fs, d.h, d.prec),
-              memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs * (d.up + 1))),
+              activation_forward(d, d.T, fs),
               gemm(d.Ti, d.h, fs, d.prec)};
   }
   // --moe-shared-expert-overlap: the shared experts' fc1 runs while the
@@ -345,7 +367,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
   if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
   std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
-                            memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))),
+                            activation_forward(d, tokens, fe),
                             gemm(tok, d.h, fe, d.prec)};
   // Without TP the shared experts need no collective: they run with the routed ones.
   if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
@@ -375,9 +397,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   // backward op that needs their outputs.
   const unsigned modules = selective ? recompute_modules(s.plan.recompute) : 0;
   const bool recomputed_core = modules & kRecomputeCoreAttn;
-  const std::optional<Kernel> norm_again =
-      modules & kRecomputeLayernorm ? std::optional(memory(MemoryOp::norm, 4.0 * d.Tsp * static_cast<double>(d.h)))
-                                    : std::nullopt;
+  const std::optional<Kernel> norm_again = modules & kRecomputeLayernorm ? std::optional(norm_forward(d)) : std::nullopt;
   OpContext ctx = ctx_in;
   ctx.layer = layer;
   ctx.phase = Phase::backward_input;
@@ -441,7 +461,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
                               memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
                               gemm(tok, d.h, d.up * fe, d.prec)};
     if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
-      ek.insert(ek.begin(), memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (d.up + 1))));
+      ek.insert(ek.begin(), activation_forward(d, tokens, fe));
     if (!overlap) ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
     if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
@@ -459,12 +479,8 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln2 backward
   if (const auto b = bda_backward(m, d)) k.push_back(*b);            // the attention's bias-dropout-add
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
-  if (modules & kRecomputeMlaUpProj) {   // the queries, keys and values from their latents
-    const MlaSpec& a = *m.mla;
-    const std::int64_t heads = m.num_attention_heads / d.t;
-    if (a.q_lora_rank) k.push_back(gemm(d.Ti, heads * (a.qk_head_dim + a.qk_rope_head_dim), *a.q_lora_rank, d.prec));
-    k.push_back(gemm(d.Ti, heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank, d.prec));
-  }
+  if (modules & kRecomputeMlaUpProj)   // the queries, keys and values from their latents
+    for (const GemmShape& g : mla_up_proj_gemms(s, d)) k.push_back(gemm(g.m, g.n, g.k, d.prec));
   if (recomputed_core)
     for (const Kernel& kk : attention_kernels(s, false)) k.push_back(kk);
   for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
