@@ -95,7 +95,7 @@ CostModel::CostModel(DeviceSpec device, CostProfile profile) : device_(std::move
   MEGASCOPE_CHECK(p.gemm_max_efficiency > 0 && p.gemm_fp8_max_efficiency > 0 && p.memory_efficiency > 0 &&
                       p.attention_fwd_efficiency > 0 && p.attention_bwd_efficiency > 0 &&
                       p.attention_unfused_efficiency > 0 && p.attention_fwd_dropout_factor > 0 &&
-                      p.attention_bwd_dropout_factor > 0,
+                      p.attention_bwd_dropout_factor > 0 && p.forward_efficiency > 0,
                   "cost model: profile efficiencies must be positive");
   MEGASCOPE_CHECK(p.gemm_half_size >= 0 && p.gemm_fp8_half_size >= 0 && p.gemm_roofline_exponent >= 1,
                   "cost model: profile half sizes must be >= 0 and the roofline exponent >= 1");

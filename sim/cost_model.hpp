@@ -64,6 +64,12 @@ struct CostProfile {
   // attention; the generic value sits between the fitted GPUs').
   double attention_unfused_efficiency = 0.65;
   double launch_overhead_s = 1e-6;
+  // Compute ops of a forward pass (Phase::forward, and Phase::recompute, which
+  // runs the forward again) take their kernels' price divided by this
+  // fraction: what a framework's forward pass costs beyond its kernels, fitted
+  // to per-stage forward times measured in training (docs/cost-model.md 4.7).
+  // 1: the kernels' price alone, the generic assumption.
+  double forward_efficiency = 1.0;
   // Added once to every compute op that launches kernels: the runtime's own
   // work per op (a CPU executor's bookkeeping, buffers and copies). 0 for GPUs.
   double op_overhead_s = 0;
@@ -95,6 +101,7 @@ class CostModel {
   [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
   [[nodiscard]] double op_overhead_s() const { return profile_.op_overhead_s; }
+  [[nodiscard]] double forward_efficiency() const { return profile_.forward_efficiency; }
   [[nodiscard]] const CostProfile& profile() const { return profile_; }
   [[nodiscard]] const DeviceSpec& device() const { return device_; }
 

@@ -20,7 +20,7 @@ namespace {
 
 using Shared = std::shared_ptr<std::optional<Error>>;
 
-constexpr std::array<std::string_view, 5> kTables = {"profile", "gemm", "memory", "attention", "launch"};
+constexpr std::array<std::string_view, 6> kTables = {"profile", "gemm", "memory", "attention", "launch", "passes"};
 
 struct MemoryKey {
   MemoryOp op;
@@ -187,7 +187,7 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
         loc.line = static_cast<int>(k.source().begin.line);
         loc.column = static_cast<int>(k.source().begin.column);
       }
-      return tl::unexpected(Error{"unknown table (expected [profile], [gemm], [memory], [attention], [launch])",
+      return tl::unexpected(Error{"unknown table (expected [profile], [gemm], [memory], [attention], [launch], [passes])",
                                   std::string(k.str()), loc});
     }
   }
@@ -239,6 +239,10 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   if (auto r = section(*doc, "launch", path, first)) {
     if (auto v = non_negative(*r, "overhead_us")) out.launch_overhead_s = *v * 1e-6;
     if (auto v = non_negative(*r, "op_overhead_us")) out.op_overhead_s = *v * 1e-6;
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (auto r = section(*doc, "passes", path, first)) {
+    if (auto v = fraction(*r, "forward_efficiency")) out.forward_efficiency = *v;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (first->has_value()) return tl::unexpected(**first);

@@ -23,11 +23,14 @@ class Pricer {
   double operator()(const Op& op) {
     if (op.kind != OpKind::compute || op.kernel_count == 0) return 0.0;
     const bool memoisable = op.kernel_begin < memo_.size();
-    if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second;
+    // Ops of different phases may share a kernel range: the memo holds the
+    // kernels' price, the phase's factor applies on top.
+    const double f = op.phase == Phase::forward || op.phase == Phase::recompute ? 1.0 / cost_.forward_efficiency() : 1.0;
+    if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second * f;
     double t = cost_.op_overhead_s();
     for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) t += cost_.kernel_s(stage_.kernels[k]);
     if (memoisable && memo_[op.kernel_begin].first == 0) memo_[op.kernel_begin] = {op.kernel_count, t};
-    return t;
+    return t * f;
   }
 
  private:

@@ -143,3 +143,32 @@ TEST_CASE("A serial DP run of tiny-gpt takes the sum of its compute ops and its 
   REQUIRE(overlapped);
   CHECK(overlapped->step_time_s <= r->step_time_s);
 }
+
+TEST_CASE("A profile's forward-pass efficiency divides the price of forward and recomputed ops, not the backward's", "[sim]") {
+  // tiny-gpt on one A100 with full recomputation: forward, recompute, input-
+  // and weight-gradient ops, and the optimizer step.
+  const Setup s = make_setup(shipped_model("tiny-gpt"), "dgx-a100", "recompute=full,recompute_method=uniform,recompute_layers=1",
+                             8, 1);
+  auto program = build_program(s);
+  REQUIRE(program);
+  auto cost = CostModel::for_device(s.cluster.device);
+  REQUIRE(cost);
+  CostProfile half = cost->profile();
+  half.forward_efficiency = 0.5;
+  CostProfile unit = cost->profile();
+  unit.forward_efficiency = 1.0;
+  const StageProgram& stage = program->stages[0];
+  const std::vector<double> at_half = compute_durations(stage, CostModel(s.cluster.device, half));
+  const std::vector<double> at_one = compute_durations(stage, CostModel(s.cluster.device, unit));
+  int forward = 0, recompute = 0, other = 0;
+  for (std::size_t i = 0; i < stage.ops.size(); ++i) {
+    const Op& op = stage.ops[i];
+    if (op.kind != OpKind::compute || at_one[i] == 0) continue;
+    const bool fwd = op.phase == Phase::forward || op.phase == Phase::recompute;
+    CHECK(at_half[i] == Approx(fwd ? 2 * at_one[i] : at_one[i]).epsilon(1e-12));
+    (op.phase == Phase::forward ? forward : op.phase == Phase::recompute ? recompute : other) += 1;
+  }
+  CHECK(forward > 0);
+  CHECK(recompute > 0);
+  CHECK(other > 0);
+}
