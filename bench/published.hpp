@@ -132,4 +132,46 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
   return out;
 }
 
+// Qi et al. 2024 ("Zero Bubble Pipeline Parallelism", arXiv:2401.10241),
+// Table 9: the forward (F), input-gradient (B) and weight-gradient (W) time
+// of one micro-batch on one pipeline stage, as their ZB-2p runs profiled them
+// on A100 80GB (tests/reference/zero_bubble_2401.10241_profiled_times.csv, in
+// ms), with the models of their Table 3: GPTs of 1024 tokens, tp 1, one GPU
+// per stage, each stage k layers but the first and last, which have one fewer
+// (num_layers = k p - 2, as the paper's Megatron-LM fork recommends).
+struct StageTimeRow {
+  std::string model;           // "1.5B", ...
+  int layers = 0, hidden = 0, heads = 0;
+  int pp = 0, microbatches = 0, mbs = 0;
+  double f_s = 0, b_s = 0, w_s = 0;   // as published, in seconds
+};
+
+inline std::vector<StageTimeRow> zero_bubble_stage_times(const std::string& ref_dir) {
+  struct Dims {
+    const char* model;
+    int layers, hidden, heads;
+  };
+  // Qi et al. 2024, Table 3.
+  constexpr Dims kDims[] = {{"1.5B", 22, 2304, 24}, {"6.2B", 30, 4096, 32}, {"14.6B", 46, 5120, 40}, {"28.3B", 62, 6144, 48}};
+  std::vector<StageTimeRow> out;
+  for (const auto& row : read_csv(ref_dir + "/zero_bubble_2401.10241_profiled_times.csv")) {
+    StageTimeRow r;
+    r.model = row.at("model");
+    for (const Dims& d : kDims)
+      if (r.model == d.model) {
+        r.layers = d.layers;
+        r.hidden = d.hidden;
+        r.heads = d.heads;
+      }
+    r.pp = std::stoi(row.at("p"));
+    r.microbatches = std::stoi(row.at("num_microbatches"));
+    r.mbs = std::stoi(row.at("micro_batch"));
+    r.f_s = std::stod(row.at("T_F")) * 1e-3;
+    r.b_s = std::stod(row.at("T_B")) * 1e-3;
+    r.w_s = std::stod(row.at("T_W")) * 1e-3;
+    if (r.layers > 0) out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace megascope::bench

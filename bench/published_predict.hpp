@@ -16,6 +16,9 @@
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
+#include "core/program/builder.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/engine.hpp"
 #include "published.hpp"
 
 namespace megascope::bench {
@@ -101,13 +104,18 @@ inline Prediction predict_2021(const std::string& model, const std::string& clus
 // A GPT of the Narayanan et al. experiments (GeLU, LayerNorm, learned
 // positions, biases, tied embeddings, dropout 0.1, vocabulary 51200, 2048
 // tokens), written to `file` as a model TOML.
-inline void write_sc21_model(const std::string& file, const std::string& name, int layers, int hidden, int heads) {
+inline void write_gpt_model(const std::string& file, const std::string& name, int layers, int hidden, int heads,
+                            int seq_length, int vocab) {
   std::ofstream(file) << fmt::format(
       "[model]\nname = \"{}\"\nnum_layers = {}\nhidden_size = {}\nffn_hidden_size = {}\n"
-      "num_attention_heads = {}\nvocab_size = 51200\nseq_length = 2048\nactivation = \"gelu\"\n"
+      "num_attention_heads = {}\nvocab_size = {}\nseq_length = {}\nactivation = \"gelu\"\n"
       "norm = \"layernorm\"\nposition_embedding = \"learned\"\nadd_bias_linear = true\n"
       "tied_embeddings = true\nhidden_dropout = 0.1\nattention_dropout = 0.1\n",
-      name, layers, hidden, 4 * hidden, heads);
+      name, layers, hidden, 4 * hidden, heads, vocab, seq_length);
+}
+
+inline void write_sc21_model(const std::string& file, const std::string& name, int layers, int hidden, int heads) {
+  write_gpt_model(file, name, layers, hidden, heads, 2048, 51200);
 }
 
 // A sweep of one ablation: each value of the swept setting with its
@@ -238,6 +246,96 @@ inline std::optional<double> selective_recompute_gain(std::string* error = nullp
     return std::nullopt;
   }
   return full.out.report.step_time_s / sel.out.report.step_time_s - 1;
+}
+
+// --- Per-stage compute times (Qi et al. 2024, Table 9) ---
+
+struct StageTimes {
+  bool ok = false;
+  std::string error;
+  double f_s = 0, b_s = 0, w_s = 0;
+};
+
+// One row's pipeline as the zero-bubble paper ran it, on `dgx-a100`: one GPU
+// per stage, ZB-H1 (B and W apart), one fewer layer on the first and last
+// stages, fp16 weights and gradients (its fork's --fp16), Megatron-LM's
+// unfused attention (the fork's default without --use-flash-attn; which
+// kernel the runs used is not stated), GPT-2's vocabulary padded to 50304.
+// Returns the summed compute of micro-batch 0's F, B and W ops on stage 1, a
+// middle stage. The model is written to `model_file`; `calibration`, a
+// cost-model profile laid over the shipped one; `attention`, the plan's
+// attention kernel ("unfused" or "flash").
+inline StageTimes zero_bubble_stage(const StageTimeRow& row, const std::string& model_file,
+                                    const std::optional<std::string>& calibration = std::nullopt,
+                                    const std::string& attention = "unfused") {
+  StageTimes out;
+  write_gpt_model(model_file, "gpt-" + row.model + "-zb", row.layers, row.hidden, row.heads, 1024, 50304);
+  const int k = (row.layers + 2) / row.pp;   // layers of a middle stage
+  cli::ScenarioOptions o;
+  o.model = model_file;
+  o.cluster = "dgx-a100";
+  o.gpus = row.pp;
+  o.plan = fmt::format("pp={},mbs={},schedule=zb-h1,first_stage_layers={},last_stage_layers={},attention={}", row.pp,
+                       row.mbs, k - 1, k - 1, attention);
+  o.global_batch = static_cast<std::int64_t>(row.mbs) * row.microbatches;
+  auto sc = cli::load_scenario(o);
+  if (!sc) {
+    out.error = sc.error().str();
+    return out;
+  }
+  TrainingSpec t = sc->setup.training;
+  t.params_dtype = Dtype::fp16;
+  t.grad_dtype = Dtype::fp16;
+  auto setup = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, row.pp);
+  if (!setup) {
+    out.error = setup.error().str();
+    return out;
+  }
+  auto program = build_program(*setup);
+  if (!program) {
+    out.error = program.error().str();
+    return out;
+  }
+  auto cost = sim::CostModel::for_device(setup->cluster.device);
+  if (!cost) {
+    out.error = cost.error().str();
+    return out;
+  }
+  if (calibration)
+    if (auto applied = cost->apply_calibration(*calibration); !applied) {
+      out.error = applied.error().str();
+      return out;
+    }
+  const StageProgram& stage = program->stages.at(1);
+  const std::vector<double> dur = sim::compute_durations(stage, *cost);
+  for (std::size_t i = 0; i < stage.ops.size(); ++i) {
+    const Op& op = stage.ops[i];
+    if (op.kind != OpKind::compute || !(op.microbatch == 0)) continue;
+    if (op.phase == Phase::forward) out.f_s += dur[i];
+    if (op.phase == Phase::backward_input) out.b_s += dur[i];
+    if (op.phase == Phase::backward_weight) out.w_s += dur[i];
+  }
+  out.ok = true;
+  return out;
+}
+
+// The forward-pass efficiency (CostProfile::forward_efficiency) that fits
+// Table 9's forward times: predicted at 1 (`unit`: the rows' StageTimes with
+// forward_efficiency = 1), the mean of predicted / published over the rows,
+// which minimises the squared relative errors of F. nullopt when a row failed.
+inline std::optional<double> fitted_forward_efficiency(const std::vector<StageTimeRow>& rows,
+                                                       const std::vector<StageTimes>& unit) {
+  if (rows.empty() || rows.size() != unit.size()) return std::nullopt;
+  // F(e) = F(1) / e; the e minimising sum (F(1)/(e P) - 1)^2 over rows is
+  // sum (F(1)/P)^2 / sum (F(1)/P).
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!unit[i].ok) return std::nullopt;
+    const double x = unit[i].f_s / rows[i].f_s;
+    num += x * x;
+    den += x;
+  }
+  return num / den;
 }
 
 }  // namespace megascope::bench

@@ -3,17 +3,22 @@
 // et al. 2021 Tables 1 and 2 (PTD-P) and of the Megatron-LM README H100 table
 // predicted within a bound, each table's mean absolute error held at most
 // where it stands, and the published ablations reproduced in direction. The
-// 5% target is not met yet (docs/validation.md says by how much and why);
-// these bounds keep what is validated from sliding back.
+// A100 tables meet the 5% target, the H100 table does not yet
+// (docs/validation.md says by how much and why); these bounds keep what is
+// validated from sliding back. The A100 profile's forward-pass efficiency is
+// refitted here from Qi et al.'s per-stage times, which it comes from.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/published_predict.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -44,17 +49,54 @@ void check_table(const std::vector<PublishedRun>& runs, std::size_t rows, bool h
 
 }  // namespace
 
-TEST_CASE("Narayanan Table 1 (10 A100 runs): every row within 13 percent, mean absolute error at most 7 percent", "[validation]") {
-  check_table(megascope::bench::narayanan_table1(MEGASCOPE_REFERENCE_DIR), 10, true, 0.13, 0.07);
+TEST_CASE("Narayanan Table 1 (10 A100 runs): every row within 8 percent, mean absolute error at most 3 percent", "[validation]") {
+  check_table(megascope::bench::narayanan_table1(MEGASCOPE_REFERENCE_DIR), 10, true, 0.08, 0.03);
 }
 
-TEST_CASE("Narayanan Table 2 PTD-P (6 A100 runs of 175B and 530B): every row within 12 percent, mean absolute error at most 7.5 percent",
+TEST_CASE("Narayanan Table 2 PTD-P (6 A100 runs of 175B and 530B): every row within 7 percent, mean absolute error at most 3 percent",
           "[validation]") {
-  check_table(megascope::bench::narayanan_table2_ptdp(MEGASCOPE_REFERENCE_DIR), 6, true, 0.12, 0.075);
+  check_table(megascope::bench::narayanan_table2_ptdp(MEGASCOPE_REFERENCE_DIR), 6, true, 0.07, 0.03);
 }
 
 TEST_CASE("Megatron-LM README H100 (9 runs): every row within 25 percent, mean absolute error at most 10 percent", "[validation]") {
   check_table(megascope::bench::megatron_h100(MEGASCOPE_REFERENCE_DIR), 9, false, 0.25, 0.10);
+}
+
+TEST_CASE("Qi et al. Table 9 (12 A100 pipeline stages): the a100 profile's forward efficiency is the fit to the published forward times, and B and W are within 8 percent",
+          "[validation]") {
+  const std::vector<megascope::bench::StageTimeRow> rows = megascope::bench::zero_bubble_stage_times(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(rows.size() == 12);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string unit_file = (dir / "megascope-test-unit-forward.toml").string();
+  const std::string model_file = (dir / "megascope-test-zb-model.toml").string();
+  std::ofstream(unit_file) << "[passes]\nforward_efficiency = 1\n";
+  std::vector<megascope::bench::StageTimes> unit;
+  double ratio_sum = 0;
+  for (const megascope::bench::StageTimeRow& row : rows) {
+    INFO(row.model << ", " << row.microbatches << " micro-batches");
+    unit.push_back(megascope::bench::zero_bubble_stage(row, model_file, unit_file));
+    REQUIRE(unit.back().ok);
+    const megascope::bench::StageTimes t = megascope::bench::zero_bubble_stage(row, model_file);
+    REQUIRE(t.ok);
+    INFO("F " << t.f_s << " s against " << row.f_s << ", B " << t.b_s << " against " << row.b_s << ", W " << t.w_s
+              << " against " << row.w_s);
+    // B and W are not fitted: the kernels' prices alone.
+    CHECK(t.b_s == Approx(unit.back().b_s).epsilon(1e-12));
+    CHECK(t.w_s == Approx(unit.back().w_s).epsilon(1e-12));
+    CHECK(std::abs(t.b_s / row.b_s - 1) < 0.08);
+    CHECK(std::abs(t.w_s / row.w_s - 1) < 0.08);
+    CHECK(std::abs(t.f_s / row.f_s - 1) < 0.08);
+    ratio_sum += t.f_s / row.f_s;
+  }
+  std::filesystem::remove(unit_file);
+  std::filesystem::remove(model_file);
+  const std::optional<double> fitted = megascope::bench::fitted_forward_efficiency(rows, unit);
+  REQUIRE(fitted);
+  auto cost = megascope::sim::CostModel::for_device(megascope::test::shipped_cluster("dgx-a100").device);
+  REQUIRE(cost);
+  CHECK(cost->forward_efficiency() == Approx(*fitted).epsilon(0.002));
+  // Fitted, the forward times are right on average.
+  CHECK(ratio_sum / static_cast<double>(rows.size()) == Approx(1.0).epsilon(0.01));
 }
 
 TEST_CASE("Narayanan Fig. 12: the interleaved schedule beats 1F1B on GPT-3 175B at batch 12, 24 and 48, by less as the batch grows",
