@@ -330,6 +330,7 @@ std::string profile_toml(const CalibrationFit& f) {
   t += "[launch]\n";
   t += fmt::format("overhead_us = {:.6g}      # per kernel\n", p.launch_overhead_s * 1e6);
   t += fmt::format("op_overhead_us = {:.6g}   # per compute op: the executor's own work\n", p.op_overhead_s * 1e6);
+  t += "# [passes] forward_efficiency is not measured here: the profile this file is laid over keeps its own\n";
   for (const auto& [key, seconds] : p.gemm_seconds)
     t += fmt::format("\n[[gemm.measured]]\nm = {}\nn = {}\nk = {}\ndtype = \"bf16\"\nseconds = {:.6g}\n", std::get<0>(key),
                      std::get<1>(key), std::get<2>(key), seconds);

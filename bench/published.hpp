@@ -136,7 +136,8 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
 // Table 9: the forward (F), input-gradient (B) and weight-gradient (W) time
 // of one micro-batch on one pipeline stage, as their ZB-2p runs profiled them
 // on A100 80GB (tests/reference/zero_bubble_2401.10241_profiled_times.csv, in
-// ms), with the models of their Table 3: GPTs of 1024 tokens, tp 1, one GPU
+// ms: the paper prints no unit; in ms its W column matches the GEMM prices
+// within 2%), with the models of their Table 3: GPTs of 1024 tokens, tp 1, one GPU
 // per stage, each stage k layers but the first and last, which have one fewer
 // (num_layers = k p - 2, as the paper's Megatron-LM fork recommends).
 struct StageTimeRow {
@@ -169,7 +170,7 @@ inline std::vector<StageTimeRow> zero_bubble_stage_times(const std::string& ref_
     r.f_s = std::stod(row.at("T_F")) * 1e-3;
     r.b_s = std::stod(row.at("T_B")) * 1e-3;
     r.w_s = std::stod(row.at("T_W")) * 1e-3;
-    if (r.layers > 0) out.push_back(r);
+    out.push_back(r);   // layers 0: a model Table 3 does not give (zero_bubble_stage says so)
   }
   return out;
 }

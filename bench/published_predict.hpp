@@ -269,6 +269,15 @@ inline StageTimes zero_bubble_stage(const StageTimeRow& row, const std::string& 
                                     const std::optional<std::string>& calibration = std::nullopt,
                                     const std::string& attention = "unfused") {
   StageTimes out;
+  if (row.layers <= 0) {
+    out.error = fmt::format("no Table 3 dimensions for model {}", row.model);
+    return out;
+  }
+  if (row.pp < 3 || (row.layers + 2) % row.pp != 0) {
+    out.error = fmt::format("{} layers do not make {} stages of k layers with one fewer on the first and last", row.layers,
+                            row.pp);
+    return out;
+  }
   write_gpt_model(model_file, "gpt-" + row.model + "-zb", row.layers, row.hidden, row.heads, 1024, 50304);
   const int k = (row.layers + 2) / row.pp;   // layers of a middle stage
   cli::ScenarioOptions o;
@@ -306,7 +315,11 @@ inline StageTimes zero_bubble_stage(const StageTimeRow& row, const std::string& 
       out.error = applied.error().str();
       return out;
     }
-  const StageProgram& stage = program->stages.at(1);
+  if (program->stages.size() < 2) {
+    out.error = "the pipeline has no second stage";
+    return out;
+  }
+  const StageProgram& stage = program->stages[1];
   const std::vector<double> dur = sim::compute_durations(stage, *cost);
   for (std::size_t i = 0; i < stage.ops.size(); ++i) {
     const Op& op = stage.ops[i];
@@ -320,9 +333,9 @@ inline StageTimes zero_bubble_stage(const StageTimeRow& row, const std::string& 
 }
 
 // The forward-pass efficiency (CostProfile::forward_efficiency) that fits
-// Table 9's forward times: predicted at 1 (`unit`: the rows' StageTimes with
-// forward_efficiency = 1), the mean of predicted / published over the rows,
-// which minimises the squared relative errors of F. nullopt when a row failed.
+// Table 9's forward times, from the rows' F predicted at 1 (`unit`): the
+// value minimising the squared relative errors of F over the rows. nullopt
+// when a row failed.
 inline std::optional<double> fitted_forward_efficiency(const std::vector<StageTimeRow>& rows,
                                                        const std::vector<StageTimes>& unit) {
   if (rows.empty() || rows.size() != unit.size()) return std::nullopt;

@@ -65,10 +65,11 @@ struct CostProfile {
   double attention_unfused_efficiency = 0.65;
   double launch_overhead_s = 1e-6;
   // Compute ops of a forward pass (Phase::forward, and Phase::recompute, which
-  // runs the forward again) take their kernels' price divided by this
-  // fraction: what a framework's forward pass costs beyond its kernels, fitted
-  // to per-stage forward times measured in training (docs/cost-model.md 4.7).
-  // 1: the kernels' price alone, the generic assumption.
+  // runs the forward again) cost their price (kernels and op overhead)
+  // divided by this fraction: what a framework's forward pass costs beyond
+  // its kernels, fitted to per-stage forward times measured in training
+  // (docs/cost-model.md 4.7). 1: the kernels' price alone, the generic
+  // assumption.
   double forward_efficiency = 1.0;
   // Added once to every compute op that launches kernels: the runtime's own
   // work per op (a CPU executor's bookkeeping, buffers and copies). 0 for GPUs.

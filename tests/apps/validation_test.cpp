@@ -69,6 +69,14 @@ TEST_CASE("Qi et al. Table 9 (12 A100 pipeline stages): the a100 profile's forwa
   const std::filesystem::path dir = std::filesystem::temp_directory_path();
   const std::string unit_file = (dir / "megascope-test-unit-forward.toml").string();
   const std::string model_file = (dir / "megascope-test-zb-model.toml").string();
+  struct Cleanup {   // the files go whichever way the test ends
+    std::string a, b;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove(a, ec);
+      std::filesystem::remove(b, ec);
+    }
+  } cleanup{unit_file, model_file};
   std::ofstream(unit_file) << "[passes]\nforward_efficiency = 1\n";
   std::vector<megascope::bench::StageTimes> unit;
   double ratio_sum = 0;
@@ -88,8 +96,6 @@ TEST_CASE("Qi et al. Table 9 (12 A100 pipeline stages): the a100 profile's forwa
     CHECK(std::abs(t.f_s / row.f_s - 1) < 0.08);
     ratio_sum += t.f_s / row.f_s;
   }
-  std::filesystem::remove(unit_file);
-  std::filesystem::remove(model_file);
   const std::optional<double> fitted = megascope::bench::fitted_forward_efficiency(rows, unit);
   REQUIRE(fitted);
   auto cost = megascope::sim::CostModel::for_device(megascope::test::shipped_cluster("dgx-a100").device);

@@ -210,7 +210,23 @@ TEST_CASE("A partial calibration file changes only the keys it sets", "[sim]") {
   CHECK(after.attention_bwd_efficiency == before.attention_bwd_efficiency);
   CHECK(after.attention_unfused_efficiency == before.attention_unfused_efficiency);
   CHECK(after.gemm_seconds == before.gemm_seconds);
+  CHECK(after.forward_efficiency == before.forward_efficiency);
   REQUIRE_THAT(after.source, Catch::Contains("partial calibration") && Catch::Contains(before.source));
+}
+
+TEST_CASE("The forward-pass efficiency: 1 unless a profile sets it, the a100 profile's fitted value, and a calibration's over it",
+          "[sim]") {
+  CHECK(model_for("dgx-h100").forward_efficiency() == 1.0);
+  CostModel a100 = model_for("dgx-a100");
+  CHECK(a100.forward_efficiency() == Approx(0.886));   // docs/cost-model.md 4.7; refitted in tests/apps/validation_test.cpp
+  auto file = load_cost_profile(fixture("forward-pass.toml"));
+  REQUIRE(file);
+  CHECK(file->forward_efficiency == 0.8);
+  const CostProfile before = a100.profile();
+  REQUIRE(a100.apply_calibration(fixture("forward-pass.toml")).has_value());
+  CHECK(a100.forward_efficiency() == 0.8);
+  CHECK(a100.profile().gemm_max_efficiency == before.gemm_max_efficiency);
+  CHECK(a100.profile().memory_efficiency == before.memory_efficiency);
 }
 
 TEST_CASE("Every measured calibration in topologies/calibrations applies over its device's shipped profile",

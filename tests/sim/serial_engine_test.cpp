@@ -172,3 +172,31 @@ TEST_CASE("A profile's forward-pass efficiency divides the price of forward and 
   CHECK(recompute > 0);
   CHECK(other > 0);
 }
+
+TEST_CASE("Ops of different phases that share a kernel range are each priced with their phase's factor, in either order", "[sim]") {
+  // A GEMM's kernel is not marked by the phase (only memory kernels of
+  // backward ops are), so a forward and an input-gradient op with the same
+  // GEMM share one kernel range; the stage pricer's memo must not carry one
+  // op's factor to the other.
+  const Setup s = make_setup(shipped_model("tiny-gpt"), "dgx-a100", "dp=1", 8, 1);
+  CostProfile half = CostModel::for_device(s.cluster.device)->profile();
+  half.forward_efficiency = 0.5;
+  const CostModel cost(s.cluster.device, half);
+  const Kernel g = detail::gemm(4096, 4096, 4096, Precision::bf16);
+  const double t = cost.kernel_s(g);
+  REQUIRE(t > 0);
+  for (const bool forward_first : {true, false}) {
+    StageProgram stage;
+    detail::StageWriter w(stage);
+    detail::OpContext fwd, bwd;
+    fwd.phase = Phase::forward;
+    bwd.phase = Phase::backward_input;
+    w.compute(OpLabel::mlp, forward_first ? fwd : bwd, {g});
+    w.compute(OpLabel::mlp, forward_first ? bwd : fwd, {g});
+    REQUIRE(stage.ops.size() == 2);
+    REQUIRE(stage.ops[0].kernel_begin == stage.ops[1].kernel_begin);   // one shared range
+    const std::vector<double> d = compute_durations(stage, cost);
+    CHECK(d[forward_first ? 0 : 1] == Approx(2 * t).epsilon(1e-12));
+    CHECK(d[forward_first ? 1 : 0] == Approx(t).epsilon(1e-12));
+  }
+}
