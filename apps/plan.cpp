@@ -160,6 +160,9 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--recompute", o.recompute, "allowed recomputation: none,selective,full (default: all three)");
   cmd.add_option("--block-recompute", o.block_recompute,
                  "with full recomputation, also try the first k layers of each chunk only: on|off (default on)");
+  cmd.add_option("--recompute-modules", o.recompute_modules,
+                 "with selective recomputation, also try module sets beyond core_attn (layernorm; mla_up_proj, moe_act where "
+                 "the model has them): on|off (default on)");
   cmd.add_option("--sp", o.sp, "fix sequence parallelism: on|off (default: both)");
   cmd.add_option("--distopt", o.distopt, "fix the distributed optimizer: on|off (default: both)");
   cmd.add_option("--overlap-grad-reduce", o.overlap_grad_reduce, "fix: on|off (default: both)");
@@ -290,6 +293,9 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
   auto block = on_off(o.block_recompute, "--block-recompute");
   if (!block) return Err(block.error());
   k.block_recompute = block->value_or(true);
+  auto modules = on_off(o.recompute_modules, "--recompute-modules");
+  if (!modules) return Err(modules.error());
+  k.recompute_modules = modules->value_or(true);
   if (o.uneven_stages) {
     auto u = planner::parse_uneven_stages(*o.uneven_stages);
     if (!u) return Err(usage("--uneven-stages", fmt::format("'{}' is not off, auto or on", *o.uneven_stages)));

@@ -27,7 +27,8 @@ namespace {
 // Cache keys: the fields a cached value depends on, packed into two words
 // with a width per field; a value too wide for its field throws instead of
 // colliding (20 bits hold any tp, pp, vpp, cp, ep, etp or micro-batch size,
-// 12 bits any layer count of a stage, 24 bits any GPU count).
+// and 15 any ep or etp as the activation key packs them, 12 bits any layer
+// count of a stage, 24 bits any GPU count).
 using Key = std::array<std::uint64_t, 2>;
 struct KeyHash {
   std::size_t operator()(const Key& k) const {
@@ -48,7 +49,7 @@ inline std::uint64_t field(std::int64_t v, int bits, int at) {
   return static_cast<std::uint64_t>(v) << at;
 }
 using LayoutKey = Key;   // tp, pp, vpp, schedule | ep, etp, first and last stage layers
-using ActKey = Key;      // tp, cp, mbs, sp, recompute | ep, etp
+using ActKey = Key;      // tp, cp, mbs, sp, recompute | ep, etp, recompute modules
 using TimeKey = Key;     // ActKey's fields | ... and one stage or more, GPUs, TP overlap
 using CommKey = Key;     // GPUs, collective, group size | stride
 
@@ -265,7 +266,7 @@ struct Estimator::Impl {
   static ActKey act_key(const Candidate& c) {
     return {field(c.tp, 20, 0) | field(c.cp, 20, 20) | field(c.mbs, 20, 40) | field(c.sp, 1, 60) |
                 field(static_cast<std::int64_t>(c.recompute), 3, 61),
-            field(c.ep, 20, 0) | field(c.etp, 19, 20)};
+            field(c.ep, 16, 0) | field(c.etp, 15, 16) | field(c.recompute_modules, 4, 31)};
   }
 
   // The first layer of each kind (dense, MoE); -1 when the model has none.

@@ -108,6 +108,7 @@ PlanSpec to_plan(const Candidate& c) {
     p.recompute.method = c.recompute_method;
     p.recompute.num_layers = c.recompute_layers;
   }
+  if (c.recompute == RecomputeGranularity::selective && c.recompute_modules != 0) p.recompute.modules = c.recompute_modules;
   p.distributed_optimizer = c.distopt;
   p.overlap_grad_reduce = c.overlap_grad_reduce;
   p.overlap_param_gather = c.overlap_param_gather;
@@ -121,7 +122,6 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.attention != AttentionKernel::flash ||
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
-      (recompute_modules(p.recompute) & ~kRecomputeCoreAttn) ||
       (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)))
     return std::nullopt;
   Candidate c;
@@ -140,6 +140,8 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.recompute = p.recompute.granularity;
   c.recompute_method = p.recompute.method.value_or(RecomputeMethod::uniform);
   c.recompute_layers = static_cast<std::int16_t>(p.recompute.num_layers.value_or(0));
+  if (const unsigned mods = recompute_modules(p.recompute); mods != 0 && mods != kRecomputeCoreAttn)
+    c.recompute_modules = static_cast<std::uint8_t>(mods);
   c.sp = p.sequence_parallel && p.tp > 1;
   c.distopt = p.distributed_optimizer;
   c.overlap_grad_reduce = p.overlap_grad_reduce;
@@ -206,6 +208,17 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   const int domain = scale_up_size(in.cluster);
   const bool moe = m.moe.has_value();
   const bool need_distopt = in.training.optimizer_precision.enabled;
+  // Selective recomputation's module sets: the default (0: core_attn), then
+  // every non-empty set of the other modules the model has. Not core_attn
+  // with others: with fused attention (all the planner enumerates) it saves
+  // only the softmax statistics and costs a second attention forward, so a
+  // set with it is slower than the same set without it for a few bytes.
+  std::vector<std::uint8_t> module_sets = {0};
+  if (k.recompute_modules) {
+    const unsigned others = kRecomputeLayernorm | (m.mla ? kRecomputeMlaUpProj : 0u) | (moe ? kRecomputeMoeAct : 0u);
+    for (unsigned set = 1; set <= others; ++set)
+      if ((set & ~others) == 0) module_sets.push_back(static_cast<std::uint8_t>(set));
+  }
 
   // Layer splits for a pipeline of pp ranks: the even one (rejected below
   // when pp does not divide the layers), then the uneven ones the
@@ -344,15 +357,21 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                       c.sp = sp != 0;
                       for (RecomputeGranularity g : k.recompute) {
                         c.recompute = g;
-                        // Full: uniform over every layer (one per group), or block over the first j layers.
-                        const int variants = g == RecomputeGranularity::full && k.block_recompute ? chunk_layers : 1;
+                        // Full: uniform over every layer (one per group), or block over the first j layers;
+                        // selective: each module set.
+                        const int variants = g == RecomputeGranularity::full && k.block_recompute ? chunk_layers
+                                             : g == RecomputeGranularity::selective
+                                                 ? static_cast<int>(module_sets.size())
+                                                 : 1;
                         for (int j = 0; j < variants; ++j) {
+                          c.recompute_modules = 0;
                           if (g == RecomputeGranularity::full) {
                             c.recompute_method = j == 0 ? RecomputeMethod::uniform : RecomputeMethod::block;
                             c.recompute_layers = static_cast<std::int16_t>(j == 0 ? 1 : j);
                           } else {
                             c.recompute_method = RecomputeMethod::uniform;
                             c.recompute_layers = 0;
+                            if (g == RecomputeGranularity::selective) c.recompute_modules = module_sets[static_cast<std::size_t>(j)];
                           }
                           for (int d = 0; d < 2; ++d) {
                             // distopt changes nothing without DP, but the precision-aware optimizer needs it.

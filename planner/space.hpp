@@ -69,6 +69,10 @@ struct Constraints {
   std::vector<RecomputeGranularity> recompute = {RecomputeGranularity::none, RecomputeGranularity::selective,
                                                  RecomputeGranularity::full};
   bool block_recompute = true;                      // full recomputation of the first k layers of a chunk, k < chunk
+  // Selective recomputation also with module sets other than the default
+  // core_attn: every non-empty set of layernorm and, where the model has
+  // them, mla_up_proj and moe_act (Megatron-LM's --recompute-modules).
+  bool recompute_modules = true;
   std::optional<bool> sp, distopt, overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
   double headroom_bytes = 2.0 * 1024 * 1024 * 1024;  // memory kept free on every GPU
   int min_dp = 1;
@@ -86,6 +90,7 @@ struct Candidate {
   RecomputeGranularity recompute = RecomputeGranularity::none;
   RecomputeMethod recompute_method = RecomputeMethod::uniform;   // full only
   std::int16_t recompute_layers = 0;                             // full only
+  std::uint8_t recompute_modules = 0;   // selective only: RecomputeModule bits; 0: the default (core_attn)
   bool sp = false, distopt = false, overlap_grad_reduce = false, overlap_param_gather = false,
        tp_comm_overlap = false;
   // --moe-shared-expert-overlap: not enumerated; set wherever it applies

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "config/plan_settings.hpp"
@@ -44,9 +45,12 @@ std::set<std::string> enumerated(const SearchInputs& in, Rejections& rej) {
   return out;
 }
 
-// What the planner enumerates for recomputation of a chunk of `chunk_layers`.
+// What the planner enumerates for recomputation of a chunk of `chunk_layers`
+// of a dense model without MLA: selective with the default core_attn and
+// with layernorm.
 std::vector<Recompute> recompute_forms(int chunk_layers) {
   std::vector<Recompute> r = {{RecomputeGranularity::none, {}, {}}, {RecomputeGranularity::selective, {}, {}},
+                              {RecomputeGranularity::selective, {}, {}, kRecomputeLayernorm},
                               {RecomputeGranularity::full, RecomputeMethod::uniform, 1}};
   for (int k = 1; k < chunk_layers; ++k) r.push_back({RecomputeGranularity::full, RecomputeMethod::block, k});
   return r;
@@ -116,6 +120,40 @@ TEST_CASE("Every structural plan of a small dense model: enumerated exactly when
   CHECK(rej.structural == rej.divisibility + rej.constraint +
                               (rej.structural - rej.divisibility - rej.constraint));   // counted, not guessed
   CHECK(rej.divisibility > 0);
+}
+
+TEST_CASE("Selective recomputation: core_attn, and every non-empty set of the other modules the model has, once; off: core_attn only") {
+  const auto module_sets = [](const ModelSpec& m, bool modules) {
+    SearchInputs in = inputs(m, 8, 8);
+    in.constraints.tp = {{1}, {}, {}};
+    in.constraints.pp = {{1}, {}, {}};
+    in.constraints.cp = {{1}, {}, {}};
+    in.constraints.mbs = {{1}, {}, {}};
+    in.constraints.recompute = {RecomputeGranularity::selective};
+    in.constraints.recompute_modules = modules;
+    Rejections rej;
+    std::map<std::string, std::set<unsigned>> by_split;   // the rest of the plan -> its module sets
+    enumerate(in, rej, [&](const Candidate& c) {
+      const PlanSpec p = to_plan(c);
+      REQUIRE(validate_setup(in.model, in.cluster, in.training, p, c.gpus));
+      PlanSpec rest = p;
+      rest.recompute.modules.reset();
+      const unsigned set = recompute_modules(p.recompute);
+      REQUIRE(by_split[format_inline_plan(rest)].insert(set).second);   // each set once per plan
+      // The default is written without the key, as Megatron-LM's default is.
+      CHECK(p.recompute.modules.has_value() == (set != kRecomputeCoreAttn));
+    });
+    REQUIRE(!by_split.empty());
+    std::set<unsigned> sets = by_split.begin()->second;
+    for (const auto& [rest, s] : by_split) CHECK(s == sets);
+    return sets;
+  };
+  // Dense: core_attn (the default) or layernorm.
+  CHECK(module_sets(small_gpt(), true) == std::set<unsigned>{kRecomputeCoreAttn, kRecomputeLayernorm});
+  CHECK(module_sets(small_gpt(), false) == std::set<unsigned>{kRecomputeCoreAttn});
+  // MoE: moe_act joins, mla_up_proj does not (no MLA), core_attn only alone.
+  CHECK(module_sets(small_moe(), true) ==
+        std::set<unsigned>{kRecomputeCoreAttn, kRecomputeLayernorm, kRecomputeMoeAct, kRecomputeLayernorm | kRecomputeMoeAct});
 }
 
 TEST_CASE("Uneven first/last stages: every split within the depth, and only legal ones") {

@@ -191,8 +191,31 @@ TEST_CASE("Stage-1 time follows the simulator on a sample of GPT-3 175B plans on
   SearchInputs in = inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512);
   in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
   in.constraints.mbs = {{1, 2}, {}, {}};
+  in.constraints.recompute_modules = false;   // the next test samples the module sets
   int i = 0;
   check_stage1_time(in, 256, 15, "plans", [&](const Candidate& c) { return i++ % 997 == 0 && c.pp <= 16; });
+}
+
+TEST_CASE("Stage-1 time follows the simulator on selective plans with recompute module sets (GPT-3 175B on 256 A100s, "
+          "Mixtral on 64 H100s)") {
+  {
+    SearchInputs in = inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512);
+    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+    in.constraints.mbs = {{1, 2}, {}, {}};
+    in.constraints.recompute = {RecomputeGranularity::selective};
+    int i = 0;
+    check_stage1_time(in, 256, 15, "GPT-3 module plans",
+                      [&](const Candidate& c) { return c.recompute_modules != 0 && i++ % 97 == 0 && c.pp <= 16; });
+  }
+  {
+    SearchInputs in = inputs(test::shipped_model("mixtral-8x7b"), "dgx-h100", 64, 128);
+    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+    in.constraints.mbs = {{1, 2}, {}, {}};
+    in.constraints.recompute = {RecomputeGranularity::selective};
+    int i = 0;
+    check_stage1_time(in, 64, 15, "Mixtral module plans",
+                      [&](const Candidate& c) { return c.recompute_modules != 0 && i++ % 1999 == 0; });
+  }
 }
 
 TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last stages (Llama 3 70B, 128 H100s)") {
@@ -201,6 +224,7 @@ TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last st
   in.constraints.mbs = {{1}, {}, {}};
   in.constraints.pp = {{2, 4, 8}, {}, {}};
   in.constraints.uneven = UnevenStages::on;
+  in.constraints.recompute_modules = false;   // sampled apart
   int i = 0;
   check_stage1_time(in, 128, 10, "uneven plans",
                     [&](const Candidate& c) { return c.first_layers > 0 && i++ % 1499 == 0; });
@@ -211,6 +235,7 @@ TEST_CASE("Stage-1 time follows the simulator on DualPipe plans of an MoE model,
   in.constraints.schedules = {Schedule::dualpipe, Schedule::dualpipev};
   in.constraints.mbs = {{1, 2}, {}, {}};
   in.constraints.uneven = UnevenStages::on;   // DualPipe's uneven splits among them
+  in.constraints.recompute_modules = false;   // sampled apart
   int i = 0;
   check_stage1_time(in, 64, 10, "DualPipe plans", [&](const Candidate& c) { return c.ep > 1 && i++ % 4999 == 0; });
 }
