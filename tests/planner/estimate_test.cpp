@@ -198,24 +198,18 @@ TEST_CASE("Stage-1 time follows the simulator on a sample of GPT-3 175B plans on
 
 TEST_CASE("Stage-1 time follows the simulator on selective plans with recompute module sets (GPT-3 175B on 256 A100s, "
           "Mixtral on 64 H100s)") {
-  {
-    SearchInputs in = inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512);
+  // Every `stride`-th module plan (selective, a set other than core_attn) of 1F1B and interleaved, micro-batch 1-2.
+  const auto sample = [](const char* model, const char* cluster, int gpus, std::int64_t batch, int stride, const char* what) {
+    SearchInputs in = inputs(test::shipped_model(model), cluster, gpus, batch);
     in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
     in.constraints.mbs = {{1, 2}, {}, {}};
+    in.constraints.pp = {{}, {}, 16};
     in.constraints.recompute = {RecomputeGranularity::selective};
     int i = 0;
-    check_stage1_time(in, 256, 15, "GPT-3 module plans",
-                      [&](const Candidate& c) { return c.recompute_modules != 0 && i++ % 97 == 0 && c.pp <= 16; });
-  }
-  {
-    SearchInputs in = inputs(test::shipped_model("mixtral-8x7b"), "dgx-h100", 64, 128);
-    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
-    in.constraints.mbs = {{1, 2}, {}, {}};
-    in.constraints.recompute = {RecomputeGranularity::selective};
-    int i = 0;
-    check_stage1_time(in, 64, 15, "Mixtral module plans",
-                      [&](const Candidate& c) { return c.recompute_modules != 0 && i++ % 1999 == 0; });
-  }
+    check_stage1_time(in, gpus, 15, what, [&](const Candidate& c) { return c.recompute_modules != 0 && i++ % stride == 0; });
+  };
+  sample("gpt3-175b", "dgx-a100", 256, 512, 97, "GPT-3 module plans");
+  sample("mixtral-8x7b", "dgx-h100", 64, 128, 1999, "Mixtral module plans");
 }
 
 TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last stages (Llama 3 70B, 128 H100s)") {
