@@ -444,6 +444,9 @@ Result<MegatronLaunch> interpret(Args& args) {
                                 recompute_module_names()));
       modules |= *bit;
     }
+    if ((modules & kRecomputeMoeAct) && !args.has("--moe-grouped-gemm"))
+      return fail("megatron.--recompute-modules",
+                  "moe_act needs --moe-grouped-gemm (Megatron-Core raises without it)");
     if (modules != kRecomputeCoreAttn) p.recompute.modules = modules;
   }
 
@@ -540,6 +543,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
     kv("--num-experts", e.num_experts);
     kv("--moe-router-topk", e.top_k);
     kv("--moe-ffn-hidden-size", e.expert_ffn_hidden);
+    sw("--moe-grouped-gemm");   // the Program runs each rank's experts as one GEMM; recompute module moe_act needs it
     if (e.shared_expert_ffn_hidden > 0) kv("--moe-shared-expert-intermediate-size", e.shared_expert_ffn_hidden);
     if (e.capacity_factor) kv("--moe-expert-capacity-factor", *e.capacity_factor);
     if (e.pad_to_capacity) sw("--moe-pad-expert-input-to-capacity");

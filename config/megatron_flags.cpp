@@ -58,6 +58,7 @@ constexpr Entry kUsed[] = {
     // MoE
     {"--num-experts", Arity::one},
     {"--moe-router-topk", Arity::one},
+    {"--moe-grouped-gemm", Arity::none},   // how the Program runs experts (one GEMM per rank); moe_act recompute needs it
     {"--moe-ffn-hidden-size", Arity::one},
     {"--moe-shared-expert-intermediate-size", Arity::one},
     {"--moe-layer-freq", Arity::one},
@@ -465,7 +466,6 @@ constexpr Entry kIgnored[] = {
     {"--moe-router-padding-for-fp8", Arity::none},
     {"--moe-deepep-num-sms", Arity::one},
     {"--moe-permute-fusion", Arity::none},
-    {"--moe-grouped-gemm", Arity::none},
     {"--moe-use-legacy-grouped-gemm", Arity::none},
     {"--moe-layer-recompute", Arity::none},
     {"--moe-use-upcycling", Arity::none},

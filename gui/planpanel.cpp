@@ -230,6 +230,8 @@ void PlanPanel::readControls() {
     p.recompute.method.reset();
     p.recompute.num_layers.reset();
   }
+  // A searched plan's module set holds while recompute stays selective.
+  if (p.recompute.granularity != RecomputeGranularity::selective) p.recompute.modules.reset();
   p.distributed_optimizer = m_distopt->isChecked();
   p.overlap_grad_reduce = m_overlapGrad->isChecked();
   p.overlap_param_gather = m_overlapParam->isChecked();

@@ -26,9 +26,9 @@ namespace {
 
 // Cache keys: the fields a cached value depends on, packed into two words
 // with a width per field; a value too wide for its field throws instead of
-// colliding (20 bits hold any tp, pp, vpp, cp, ep, etp or micro-batch size,
-// and 15 any ep or etp as the activation key packs them, 12 bits any layer
-// count of a stage, 24 bits any GPU count).
+// colliding (20 bits hold any tp, pp, vpp, cp, ep, etp or micro-batch size;
+// the activation key packs ep in 16 and etp in 15, which hold any value of
+// the Candidate's int16 fields; 12 bits any layer count of a stage).
 using Key = std::array<std::uint64_t, 2>;
 struct KeyHash {
   std::size_t operator()(const Key& k) const {

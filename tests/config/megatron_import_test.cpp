@@ -259,9 +259,11 @@ TEST_CASE("The DeepSeek-V3 launch line imports MLA, MoE with the ([0]*3+[1]*58) 
   CHECK(p.recompute.num_layers == 1);
 
   for (const char* flag : {"--moe-router-score-function", "--moe-router-enable-expert-bias",
-                           "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-grouped-gemm",
+                           "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
                            "--moe-router-dtype", "--fp8-recipe"})
     CHECK(contains(l.ignored, flag));
+  // Read, not ignored: the Program runs each rank's experts as one grouped GEMM.
+  CHECK_FALSE(contains(l.ignored, "--moe-grouped-gemm"));
 }
 
 TEST_CASE("Megatron's defaults fill the flags a line leaves out", "[config]") {
@@ -523,6 +525,11 @@ TEST_CASE("Recompute modules: core_attn, layernorm, mla_up_proj and moe_act are 
     CHECK_THAT(e.message, Catch::Contains("not modelled"));
   }
   CHECK(import_error(sel + "--recompute-modules attn").field == "megatron.--recompute-modules");
+  // moe_act needs grouped GEMMs, as Megatron-Core raises (the import's moe_act
+  // then fails on the dense model's missing experts, checked at validation).
+  const Error grouped = import_error(sel + "--recompute-modules moe_act");
+  CHECK(grouped.field == "megatron.--recompute-modules");
+  CHECK_THAT(grouped.message, Catch::Contains("--moe-grouped-gemm"));
   // With full granularity Megatron-LM does not read them: listed as ignored.
   const MegatronLaunch full = import_ok(kSmall + "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
                                                  "--recompute-modules moe_act");

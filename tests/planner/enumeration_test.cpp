@@ -122,7 +122,7 @@ TEST_CASE("Every structural plan of a small dense model: enumerated exactly when
   CHECK(rej.divisibility > 0);
 }
 
-TEST_CASE("Selective recomputation: core_attn, and every non-empty set of the other modules the model has, once; off: core_attn only") {
+TEST_CASE("Selective recomputation: core_attn, and every non-empty set of the other modules the model has, once, and with the option off core_attn only") {
   const auto module_sets = [](const ModelSpec& m, bool modules) {
     SearchInputs in = inputs(m, 8, 8);
     in.constraints.tp = {{1}, {}, {}};
@@ -136,6 +136,10 @@ TEST_CASE("Selective recomputation: core_attn, and every non-empty set of the ot
     enumerate(in, rej, [&](const Candidate& c) {
       const PlanSpec p = to_plan(c);
       REQUIRE(validate_setup(in.model, in.cluster, in.training, p, c.gpus));
+      // The plan carries the set back: from_plan(to_plan(c)) is c's set.
+      const std::optional<Candidate> back = from_plan(p, c.gpus, c.dp);
+      REQUIRE(back);
+      CHECK(back->recompute_modules == c.recompute_modules);
       PlanSpec rest = p;
       rest.recompute.modules.reset();
       const unsigned set = recompute_modules(p.recompute);
@@ -154,6 +158,27 @@ TEST_CASE("Selective recomputation: core_attn, and every non-empty set of the ot
   // MoE: moe_act joins, mla_up_proj does not (no MLA), core_attn only alone.
   CHECK(module_sets(small_moe(), true) ==
         std::set<unsigned>{kRecomputeCoreAttn, kRecomputeLayernorm, kRecomputeMoeAct, kRecomputeLayernorm | kRecomputeMoeAct});
+  // MLA and MoE (DeepSeek-V3): core_attn and the 7 sets of layernorm, mla_up_proj and moe_act.
+  std::set<unsigned> mla = {kRecomputeCoreAttn};
+  for (unsigned set = 1; set <= (kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct); ++set)
+    if ((set & kRecomputeCoreAttn) == 0) mla.insert(set);
+  CHECK(mla.size() == 8);
+  CHECK(module_sets(test::shipped_model("deepseek-v3"), true) == mla);
+}
+
+TEST_CASE("Only selective plans carry a module set") {
+  SearchInputs in = inputs(small_moe(), 8, 8);
+  in.constraints.mbs = {{1}, {}, {}};
+  Rejections rej;
+  int selective = 0;
+  enumerate(in, rej, [&](const Candidate& c) {
+    if (c.recompute != RecomputeGranularity::selective) {
+      CHECK(c.recompute_modules == 0);
+    } else {
+      ++selective;
+    }
+  });
+  CHECK(selective > 0);
 }
 
 TEST_CASE("Uneven first/last stages: every split within the depth, and only legal ones") {
