@@ -29,15 +29,21 @@ std::size_t simulated_ops(const SimulateOutcome& out) {
 
 }  // namespace
 
+Result<sim::CostModel> cost_model_for(const Setup& s, const std::optional<std::string>& calibration) {
+  auto cost = sim::CostModel::for_device(s.cluster.device);
+  if (!cost) return tl::unexpected(cost.error());
+  if (calibration)
+    if (auto ok = cost->apply_calibration(*calibration); !ok) return tl::unexpected(ok.error());
+  return cost;
+}
+
 Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o) {
   const Setup& s = sc.setup;
   const auto t0 = std::chrono::steady_clock::now();
   auto program = build_program(s);
   if (!program) return tl::unexpected(program.error());
-  auto cost = sim::CostModel::for_device(s.cluster.device);
+  auto cost = cost_model_for(s, o.calibration);
   if (!cost) return tl::unexpected(cost.error());
-  if (o.calibration)
-    if (auto ok = cost->apply_calibration(*o.calibration); !ok) return tl::unexpected(ok.error());
   const sim::Topology topo = sim::Topology::build(s.cluster, s.world);
   sim::SimOptions so;
   so.mode = o.mode;

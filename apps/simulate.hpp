@@ -27,6 +27,8 @@ struct SimulateOutcome {
   double wall_s = 0;
 };
 
+// The device's shipped cost model, with `calibration` laid over it when given.
+Result<sim::CostModel> cost_model_for(const Setup& s, const std::optional<std::string>& calibration);
 Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o);
 nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, const SimulateOptions& o);
 std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const SimulateOptions& o);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <optional>
@@ -31,11 +32,28 @@ struct Prediction {
   double peak_gib = 0;
 };
 
-// One published run simulated with the shipped model, cluster and cost
-// profile, in the run's number formats; with `calibration`, that cost-model
-// profile laid over the shipped one (simulate --calibration).
-inline Prediction predict(const PublishedRun& run, const std::optional<std::string>& calibration = std::nullopt) {
-  Prediction p;
+// A file under the temporary directory holding `text`, removed with the object.
+class TempFile {
+ public:
+  TempFile(const std::string& name, const std::string& text)
+      : path_((std::filesystem::temp_directory_path() / name).string()) {
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A published run's scenario: its model, cluster, GPUs, plan and batch, in
+// the run's number formats (the command line has no option for them).
+inline Result<cli::Scenario> scenario_of(const PublishedRun& run) {
   cli::ScenarioOptions o;
   o.model = run.model;
   o.cluster = run.cluster;
@@ -43,20 +61,26 @@ inline Prediction predict(const PublishedRun& run, const std::optional<std::stri
   o.plan = run.plan;
   o.global_batch = run.batch;
   auto sc = cli::load_scenario(o);
-  if (!sc) {
-    p.error = sc.error().str();
-    return p;
-  }
-  // The run's number formats (the command line has no option for them).
+  if (!sc) return sc;
   TrainingSpec t = sc->setup.training;
   t.params_dtype = run.params_dtype;
   t.grad_dtype = run.grad_dtype;
   auto s = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, run.gpus);
-  if (!s) {
-    p.error = s.error().str();
+  if (!s) return tl::unexpected(s.error());
+  sc->setup = std::move(*s);
+  return sc;
+}
+
+// One published run simulated with the shipped model, cluster and cost
+// profile, in the run's number formats; with `calibration`, that cost-model
+// profile laid over the shipped one (simulate --calibration).
+inline Prediction predict(const PublishedRun& run, const std::optional<std::string>& calibration = std::nullopt) {
+  Prediction p;
+  auto sc = scenario_of(run);
+  if (!sc) {
+    p.error = sc.error().str();
     return p;
   }
-  sc->setup = std::move(*s);
   cli::SimulateOptions so;
   so.calibration = calibration;
   auto out = cli::run_simulation(*sc, so);
@@ -280,41 +304,27 @@ inline StageTimes zero_bubble_stage(const StageTimeRow& row, const std::string& 
   }
   write_gpt_model(model_file, "gpt-" + row.model + "-zb", row.layers, row.hidden, row.heads, 1024, 50304);
   const int k = (row.layers + 2) / row.pp;   // layers of a middle stage
-  cli::ScenarioOptions o;
-  o.model = model_file;
-  o.cluster = "dgx-a100";
-  o.gpus = row.pp;
-  o.plan = fmt::format("pp={},mbs={},schedule=zb-h1,first_stage_layers={},last_stage_layers={},attention={}", row.pp,
-                       row.mbs, k - 1, k - 1, attention);
-  o.global_batch = static_cast<std::int64_t>(row.mbs) * row.microbatches;
-  auto sc = cli::load_scenario(o);
+  PublishedRun run = run_of(model_file, "dgx-a100", row.pp,
+                            fmt::format("pp={},mbs={},schedule=zb-h1,first_stage_layers={},last_stage_layers={},attention={}",
+                                        row.pp, row.mbs, k - 1, k - 1, attention),
+                            static_cast<std::int64_t>(row.mbs) * row.microbatches);
+  run.params_dtype = Dtype::fp16;
+  run.grad_dtype = Dtype::fp16;
+  auto sc = scenario_of(run);
   if (!sc) {
     out.error = sc.error().str();
     return out;
   }
-  TrainingSpec t = sc->setup.training;
-  t.params_dtype = Dtype::fp16;
-  t.grad_dtype = Dtype::fp16;
-  auto setup = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, row.pp);
-  if (!setup) {
-    out.error = setup.error().str();
-    return out;
-  }
-  auto program = build_program(*setup);
+  auto program = build_program(sc->setup);
   if (!program) {
     out.error = program.error().str();
     return out;
   }
-  auto cost = sim::CostModel::for_device(setup->cluster.device);
+  auto cost = cli::cost_model_for(sc->setup, calibration);
   if (!cost) {
     out.error = cost.error().str();
     return out;
   }
-  if (calibration)
-    if (auto applied = cost->apply_calibration(*calibration); !applied) {
-      out.error = applied.error().str();
-      return out;
-    }
   if (program->stages.size() < 2) {
     out.error = "the pipeline has no second stage";
     return out;

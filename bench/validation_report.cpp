@@ -86,18 +86,14 @@ std::string signed_list(const Errors& e, std::initializer_list<const char*> labe
 std::pair<std::string, double> with_overlay(const std::vector<bench::PublishedRun>& runs, const Errors& shipped,
                                             const std::vector<std::string>& labels, const std::string& overlay,
                                             double sim::SimReport::*metric = &sim::SimReport::tflops_per_gpu_no_causal) {
-  const fs::path file = fs::temp_directory_path() / "megascope-validation-overlay.toml";
-  {
-    std::ofstream f(file);
-    f << overlay;
-  }
+  const bench::TempFile file("megascope-validation-overlay.toml", overlay);
   std::string moved;
   double sum = 0;
   int n = 0;
   for (const bench::PublishedRun& run : runs) {
     if (!labels.empty() && std::find(labels.begin(), labels.end(), run.label) == labels.end()) continue;
     const auto before = shipped.find(run.label);
-    const Prediction p = predict(run, file.string());
+    const Prediction p = predict(run, file.path());
     if (!p.ok || before == shipped.end()) continue;
     const double err = (p.out.report.*metric - run.tflops_per_gpu) / run.tflops_per_gpu;
     moved += fmt::format("{}{} {:+.1f}% (from {:+.1f}%)", moved.empty() ? "" : ", ", run.label, 100 * err,
@@ -105,7 +101,6 @@ std::pair<std::string, double> with_overlay(const std::vector<bench::PublishedRu
     sum += std::abs(err);
     ++n;
   }
-  fs::remove(file);
   return {moved, n ? sum / n : 0.0};
 }
 
@@ -259,26 +254,20 @@ int main(int argc, char** argv) {
   std::pair<std::string, double> t1_unit, t2_unit;   // Tables 1 and 2 at forward_efficiency 1
   {
     const std::vector<bench::StageTimeRow> rows = bench::zero_bubble_stage_times(ref);
-    const fs::path unit_file = fs::temp_directory_path() / "megascope-validation-unit-forward.toml";
     const std::string unit_overlay = "[passes]\nforward_efficiency = 1\n";
-    {
-      std::ofstream f(unit_file);
-      f << unit_overlay;
-    }
+    const bench::TempFile unit_file("megascope-validation-unit-forward.toml", unit_overlay);
+    const bench::TempFile zb_model("megascope-validation-zb.toml", "");
     std::vector<bench::StageTimes> unit, shipped;
-    const std::string zb_model = (fs::temp_directory_path() / "megascope-validation-zb.toml").string();
     double lo_flash_b = 1e300, hi_flash_b = -1e300;   // B's error with fused attention priced instead
     for (const bench::StageTimeRow& row : rows) {
-      unit.push_back(bench::zero_bubble_stage(row, zb_model, unit_file.string()));
-      shipped.push_back(bench::zero_bubble_stage(row, zb_model));
-      const bench::StageTimes flash = bench::zero_bubble_stage(row, zb_model, std::nullopt, "flash");
+      unit.push_back(bench::zero_bubble_stage(row, zb_model.path(), unit_file.path()));
+      shipped.push_back(bench::zero_bubble_stage(row, zb_model.path()));
+      const bench::StageTimes flash = bench::zero_bubble_stage(row, zb_model.path(), std::nullopt, "flash");
       if (flash.ok) {
         lo_flash_b = std::min(lo_flash_b, flash.b_s / row.b_s - 1);
         hi_flash_b = std::max(hi_flash_b, flash.b_s / row.b_s - 1);
       }
     }
-    fs::remove(unit_file);
-    fs::remove(zb_model);
     if (auto e = bench::fitted_forward_efficiency(rows, unit)) fitted_fwd = *e;
     if (auto a100_cluster = resolve_cluster("dgx-a100"))
       if (auto a100_cost = sim::CostModel::for_device(a100_cluster->device)) shipped_fwd = a100_cost->forward_efficiency();

@@ -19,13 +19,13 @@ namespace {
 class Pricer {
  public:
   Pricer(const StageProgram& stage, const CostModel& cost)
-      : stage_(stage), cost_(cost), memo_(stage.kernels.size(), {0, 0.0}) {}
+      : stage_(stage), cost_(cost), forward_factor_(1.0 / cost.forward_efficiency()), memo_(stage.kernels.size(), {0, 0.0}) {}
   double operator()(const Op& op) {
     if (op.kind != OpKind::compute || op.kernel_count == 0) return 0.0;
     const bool memoisable = op.kernel_begin < memo_.size();
     // Ops of different phases may share a kernel range: the memo holds the
     // kernels' price, the phase's factor applies on top.
-    const double f = op.phase == Phase::forward || op.phase == Phase::recompute ? 1.0 / cost_.forward_efficiency() : 1.0;
+    const double f = op.phase == Phase::forward || op.phase == Phase::recompute ? forward_factor_ : 1.0;
     if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second * f;
     double t = cost_.op_overhead_s();
     for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) t += cost_.kernel_s(stage_.kernels[k]);
@@ -36,6 +36,7 @@ class Pricer {
  private:
   const StageProgram& stage_;
   const CostModel& cost_;
+  const double forward_factor_;   // the price factor of forward and recompute ops
   std::vector<std::pair<std::uint32_t, double>> memo_;   // kernel begin -> (count, time)
 };
 

@@ -66,18 +66,11 @@ TEST_CASE("Qi et al. Table 9 (12 A100 pipeline stages): the a100 profile's forwa
           "[validation]") {
   const std::vector<megascope::bench::StageTimeRow> rows = megascope::bench::zero_bubble_stage_times(MEGASCOPE_REFERENCE_DIR);
   REQUIRE(rows.size() == 12);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path();
-  const std::string unit_file = (dir / "megascope-test-unit-forward.toml").string();
-  const std::string model_file = (dir / "megascope-test-zb-model.toml").string();
-  struct Cleanup {   // the files go whichever way the test ends
-    std::string a, b;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove(a, ec);
-      std::filesystem::remove(b, ec);
-    }
-  } cleanup{unit_file, model_file};
-  std::ofstream(unit_file) << "[passes]\nforward_efficiency = 1\n";
+  // The files go whichever way the test ends.
+  const megascope::bench::TempFile unit_overlay("megascope-test-unit-forward.toml", "[passes]\nforward_efficiency = 1\n");
+  const megascope::bench::TempFile model_tmp("megascope-test-zb-model.toml", "");
+  const std::string& unit_file = unit_overlay.path();
+  const std::string& model_file = model_tmp.path();
   std::vector<megascope::bench::StageTimes> unit;
   double ratio_sum = 0;
   for (const megascope::bench::StageTimeRow& row : rows) {

@@ -282,17 +282,19 @@ TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the fl
   auto b = megascope::exec::check_supported(megascope::test::make_setup(skewed, "cpu-host", "ep=2", 4, 2));
   REQUIRE_FALSE(b);
   CHECK(b.error().field == "model.moe.load_imbalance");
-  // Nor the flex (DeepEP) dispatcher or group-limited routing.
-  const megascope::Setup flex = megascope::test::make_setup(m, "cpu-host", "ep=2,moe_dispatcher=flex", 4, 2);
-  auto c = megascope::exec::check_supported(flex);
-  REQUIRE_FALSE(c);
-  CHECK(c.error().field == "plan.moe_dispatcher");
-  // The replay (run --backend cuda, --shard) refuses it too: its hops are no NCCL all-to-all over the group.
-  auto program = megascope::build_program(flex);
-  REQUIRE(program);
-  auto replay = megascope::exec::plan_replay(flex, *program, 0, true);
-  REQUIRE_FALSE(replay);
-  CHECK(replay.error().field == "plan.moe_dispatcher");
+  // A plan both training and the replay (run --backend cuda, --shard) refuse, naming `field`.
+  const auto refused_by_both = [](const megascope::Setup& s, const char* field) {
+    auto trained = megascope::exec::check_supported(s);
+    REQUIRE_FALSE(trained);
+    CHECK(trained.error().field == field);
+    auto program = megascope::build_program(s);
+    REQUIRE(program);
+    auto replay = megascope::exec::plan_replay(s, *program, 0, true);
+    REQUIRE_FALSE(replay);
+    CHECK(replay.error().field == field);
+  };
+  // Nor the flex (DeepEP) dispatcher (its hops are no NCCL all-to-all over the group) or group-limited routing.
+  refused_by_both(megascope::test::make_setup(m, "cpu-host", "ep=2,moe_dispatcher=flex", 4, 2), "plan.moe_dispatcher");
   megascope::ModelSpec grouped = m;
   grouped.moe->num_groups = 2;
   grouped.moe->group_topk = 1;
@@ -301,14 +303,7 @@ TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the fl
   CHECK(d.error().field == "model.moe.num_groups");
   // Nor recomputing modules beyond the attention core, in training or the replay; core_attn alone runs.
   REQUIRE(megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2,recompute=selective", 4, 2)));
-  const megascope::Setup act =
-      megascope::test::make_setup(m, "cpu-host", "ep=2,recompute=selective,recompute_modules=core_attn+moe_act", 4, 2);
-  auto e = megascope::exec::check_supported(act);
-  REQUIRE_FALSE(e);
-  CHECK(e.error().field == "plan.recompute_modules");
-  auto act_program = megascope::build_program(act);
-  REQUIRE(act_program);
-  auto act_replay = megascope::exec::plan_replay(act, *act_program, 0, true);
-  REQUIRE_FALSE(act_replay);
-  CHECK(act_replay.error().field == "plan.recompute_modules");
+  refused_by_both(
+      megascope::test::make_setup(m, "cpu-host", "ep=2,recompute=selective,recompute_modules=core_attn+moe_act", 4, 2),
+      "plan.recompute_modules");
 }
