@@ -50,7 +50,7 @@ inline std::uint64_t field(std::int64_t v, int bits, int at) {
 }
 using LayoutKey = Key;   // tp, pp, vpp, schedule | ep, etp, first and last stage layers
 using ActKey = Key;      // tp, cp, mbs, sp, recompute | ep, etp, recompute modules
-using TimeKey = Key;     // ActKey's fields | ... and one stage or more, GPUs, TP overlap
+using TimeKey = Key;     // ActKey's fields (of recomputation, the selective set only) | ... and one stage or more, GPUs, TP overlap
 using CommKey = Key;     // GPUs, collective, group size | stride
 
 // The entry of the latest key: consecutive candidates mostly share their
@@ -119,6 +119,7 @@ struct Estimator::Impl {
   std::unordered_map<LayoutKey, Layout, KeyHash, KeyEq> layouts;
   std::unordered_map<ActKey, ActEntry, KeyHash, KeyEq> acts;
   std::unordered_map<TimeKey, TimeEntry, KeyHash, KeyEq> times;
+  std::unordered_map<TimeKey, const TimeEntry*, KeyHash, KeyEq> time_bases;   // layer_times
   std::map<std::array<int, 3>, std::vector<int>> units;   // fb_units
   std::map<int, sim::Topology> topologies;
   std::unordered_map<CommKey, CommTable, KeyHash, KeyEq> comm;
@@ -303,11 +304,22 @@ struct Estimator::Impl {
     return last_act.keep(key, &acts.emplace(key, e).first->second);
   }
 
+  // The layer and edge times of a candidate's micro-batch. Recomputation
+  // changes one probe only: the layer's input-gradient op, which runs the
+  // selective set's forward kernels again (builder.cpp probe_layer; full
+  // recomputation's extra forward is counted from F). So the key keeps of
+  // it only the selective set, and an entry takes its forwards,
+  // weight-gradient ops and edges from any entry of the same other fields
+  // (`time_bases`), probing only the input-gradient ops anew.
   Result<const TimeEntry*> layer_times(const Candidate& c) {
     const ActKey a = act_key(c);
+    const bool selective = c.recompute == RecomputeGranularity::selective;
     // A single stage holds both embedding tables: tied, they share one
     // gradient, which changes the edge ops' work (builder.cpp).
-    const TimeKey key = {a[0], a[1] | field(c.pp == 1, 1, 39) | field(c.gpus, 23, 40) | field(c.tp_comm_overlap, 1, 63)};
+    const TimeKey base = {a[0] & ~field(7, 3, 61),
+                          (a[1] & ~field(15, 4, 31)) | field(c.pp == 1, 1, 39) | field(c.gpus, 23, 40) |
+                              field(c.tp_comm_overlap, 1, 63)};
+    const TimeKey key = {base[0] | field(selective, 1, 61), base[1] | field(selective ? c.recompute_modules : 0, 4, 31)};
     const bool fb = c.schedule == Schedule::dualpipe || c.schedule == Schedule::dualpipev;
     if (const TimeEntry* t = last_time.find(key); t && (t->has_fb || !fb)) return t;
     if (auto it = times.find(key); it != times.end()) {
@@ -323,21 +335,34 @@ struct Estimator::Impl {
     const RankGrid grid = grid_of(c);
     TimeEntry e;
     const auto [dense, moe] = kind_layers();
-    const auto fill = [&](int layer, LayerTime& out) {
+    const TimeEntry* const* shared = nullptr;
+    if (auto it = time_bases.find(base); it != time_bases.end()) shared = &it->second;
+    const auto fill = [&](int layer, LayerTime& out, const LayerTime* from) {
       if (layer < 0) return;
-      out.f = run_probe(probe_layer(*s, layer, LayerPass::forward), c.gpus, grid);
+      out.f = from ? from->f : run_probe(probe_layer(*s, layer, LayerPass::forward), c.gpus, grid);
       out.b = run_probe(probe_layer(*s, layer, LayerPass::backward_input), c.gpus, grid);
-      out.w = run_probe(probe_layer(*s, layer, LayerPass::backward_weight), c.gpus, grid);
+      out.w = from ? from->w : run_probe(probe_layer(*s, layer, LayerPass::backward_weight), c.gpus, grid);
     };
-    fill(dense, e.dense);
-    fill(moe, e.moe);
-    e.emb_f = run_probe(probe_edge(*s, EdgePass::embedding_forward), c.gpus, grid);
-    e.emb_w = run_probe(probe_edge(*s, EdgePass::embedding_weight), c.gpus, grid);
-    e.out_f = run_probe(probe_edge(*s, EdgePass::output_forward), c.gpus, grid);
-    e.out_b = run_probe(probe_edge(*s, EdgePass::output_backward_input), c.gpus, grid);
-    e.out_w = run_probe(probe_edge(*s, EdgePass::output_weight), c.gpus, grid);
+    fill(dense, e.dense, shared ? &(*shared)->dense : nullptr);
+    fill(moe, e.moe, shared ? &(*shared)->moe : nullptr);
+    if (shared) {
+      const TimeEntry& b = **shared;
+      e.emb_f = b.emb_f;
+      e.emb_w = b.emb_w;
+      e.out_f = b.out_f;
+      e.out_b = b.out_b;
+      e.out_w = b.out_w;
+    } else {
+      e.emb_f = run_probe(probe_edge(*s, EdgePass::embedding_forward), c.gpus, grid);
+      e.emb_w = run_probe(probe_edge(*s, EdgePass::embedding_weight), c.gpus, grid);
+      e.out_f = run_probe(probe_edge(*s, EdgePass::output_forward), c.gpus, grid);
+      e.out_b = run_probe(probe_edge(*s, EdgePass::output_backward_input), c.gpus, grid);
+      e.out_w = run_probe(probe_edge(*s, EdgePass::output_weight), c.gpus, grid);
+    }
     if (fb) fill_fb(*s, c.gpus, grid, e);
-    return last_time.keep(key, &times.emplace(key, e).first->second);
+    const TimeEntry* made = &times.emplace(key, e).first->second;
+    if (!shared) time_bases.emplace(base, made);
+    return last_time.keep(key, made);
   }
 
   // What a DualPipe F&B pair through a layer saves over the same ops one

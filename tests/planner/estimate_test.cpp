@@ -264,6 +264,59 @@ TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (tied
   CHECK(b2->step_s == a2->step_s);
 }
 
+TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (recomputation variants share probes)") {
+  // The layer-time cache probes a layer's forward, weight-gradient and edge
+  // ops once for every recomputation of otherwise equal plans, and the
+  // input-gradient op once per selective module set: each plan alone, and
+  // all in one estimator in either order, must give the same times.
+  const auto check = [](const char* model, int gpus, const char* split, const std::vector<std::string>& variants) {
+    const SearchInputs in = inputs(test::shipped_model(model), "dgx-h100", gpus, 256);
+    auto cost = sim::CostModel::for_device(in.cluster.device);
+    REQUIRE(cost);
+    std::vector<Candidate> cs;
+    for (const std::string& v : variants) {
+      auto p = parse_inline_plan(std::string(split) + v);
+      REQUIRE(p);
+      auto c = from_plan(*p, gpus, gpus / (p->tp * p->pp * p->cp));
+      REQUIRE(c);
+      cs.push_back(*c);
+    }
+    std::vector<Estimate> alone;
+    for (const Candidate& c : cs) {
+      Estimator e(in, *cost);
+      auto r = e.evaluate(c);
+      INFO(model << " " << format_inline_plan(to_plan(c)) << ": " << (r ? "" : r.error().message));
+      REQUIRE(r);
+      alone.push_back(*r);
+    }
+    for (const bool reverse : {false, true}) {
+      Estimator shared(in, *cost);
+      for (std::size_t k = 0; k < cs.size(); ++k) {
+        const std::size_t i = reverse ? cs.size() - 1 - k : k;
+        INFO(model << " " << split << variants[i] << (reverse ? " (reverse order)" : ""));
+        auto r = shared.evaluate(cs[i]);
+        REQUIRE(r);
+        CHECK(r->step_s == alone[i].step_s);
+        CHECK(r->pipeline_s == alone[i].pipeline_s);
+        CHECK(r->bubble_s == alone[i].bubble_s);
+      }
+    }
+    // The module sets are timed apart: each recomputes other kernels.
+    for (std::size_t i = 2; i < cs.size(); ++i)
+      for (std::size_t j = i + 1; j < cs.size(); ++j) {
+        INFO(variants[i] << " vs " << variants[j]);
+        CHECK(alone[i].pipeline_s != alone[j].pipeline_s);
+      }
+  };
+  check("mixtral-8x7b", 64, "tp=2,pp=4,ep=8,sp=on,mbs=1",
+        {"", ",recompute=full,recompute_method=uniform,recompute_layers=1", ",recompute=selective",
+         ",recompute=selective,recompute_modules=layernorm", ",recompute=selective,recompute_modules=moe_act",
+         ",recompute=selective,recompute_modules=layernorm+moe_act"});
+  check("deepseek-v3", 64, "tp=2,ep=8,sp=on,mbs=1",
+        {"", ",recompute=full,recompute_method=uniform,recompute_layers=1", ",recompute=selective",
+         ",recompute=selective,recompute_modules=mla_up_proj", ",recompute=selective,recompute_modules=layernorm+mla_up_proj+moe_act"});
+}
+
 TEST_CASE("A plan whose pipeline overlap is not its schedule's default is no search candidate") {
   // Stage 1 prices each schedule's default (synchronous 1f1b, overlapped
   // interleaved); another setting would be estimated as a different plan.
