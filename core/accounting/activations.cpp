@@ -47,11 +47,19 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     if (bytes > 0) out.terms.push_back({name, bytes});
   };
   auto add_w = [&](double bytes) { out.weight_grad_state += bytes; };
+  // FP8 training (Transformer Engine's linear layers): a linear layer keeps
+  // the FP8 copy of its input that its forward GEMM ran on (one byte an
+  // element) for its weight gradient, and its output gradient, cast to FP8
+  // for both backward GEMMs, likewise; what other kernels keep (norm inputs,
+  // the activation function's input, attention's tensors, the router's and
+  // the gate's) stays 16-bit. The norm before QKV and fc1 writes its output
+  // in FP8 directly. docs/accounting.md section 3.
+  const double gin = st.training.precision == Precision::fp8 ? 1.0 : kAct;
 
   // --- attention block ---
   add("ln1_input", kAct * x.T * x.h / x.sp);
-  if (!norms_recomputed) add("qkv_input", kAct * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
-  add_w(kAct * x.T * x.h);                     // the W pass needs the gathered input
+  if (!norms_recomputed) add("qkv_input", gin * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
+  add_w(gin * x.T * x.h);                      // the W pass needs the gathered input
   double heads = m.num_attention_heads / x.t;  // query heads per rank
   double core_out_width = 0;                   // width of the attention output per rank
   if (m.mla) {
@@ -60,11 +68,11 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     const double rkv = static_cast<double>(a.kv_lora_rank);
     if (a.q_lora_rank) {
       const double rq = static_cast<double>(*a.q_lora_rank);
-      add("q_latent", 2.0 * kAct * x.T * rq);  // norm input and up-projection input
-      add_w(kAct * x.T * rq);
+      add("q_latent", (kAct + gin) * x.T * rq);  // norm input and up-projection input
+      add_w(gin * x.T * rq);
     }
-    add("kv_latent", 2.0 * kAct * x.T * rkv);
-    add_w(kAct * x.T * rkv);
+    add("kv_latent", (kAct + gin) * x.T * rkv);
+    add_w(gin * x.T * rkv);
     if (!up_proj_recomputed) {   // else rebuilt from the latents in backward
       add("q", kAct * x.T * heads * dqk);
       add("k", kAct * x.T * heads * dqk);
@@ -78,7 +86,7 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     add("k", kAct * x.T * kv_heads * d);
     add("v", kAct * x.T * kv_heads * d);
     core_out_width = heads * d;
-    add_w(kAct * x.T * d * (heads + 2.0 * kv_heads));   // gradient of the QKV output
+    add_w(gin * x.T * d * (heads + 2.0 * kv_heads));    // gradient of the QKV output
   }
   if (st.plan.cp > 1 && st.plan.cp_comm == CpCommType::all_gather) {
     // The gathered keys and values of the whole sequence are kept for backward.
@@ -100,19 +108,19 @@ LayerActivations layer_activations(const Setup& st, int layer) {
       }
     }
   }
-  add("proj_input", kAct * x.T * core_out_width);
-  add_w(kAct * x.T * core_out_width + kAct * x.T * x.h);   // input and output gradient of the projection
+  add("proj_input", gin * x.T * core_out_width);
+  add_w(gin * x.T * core_out_width + gin * x.T * x.h);     // input and output gradient of the projection
   if (x.hidden_dropout) add("attn_residual_dropout_mask", 1.0 * x.T * x.h / x.sp);
   add("ln2_input", kAct * x.T * x.h / x.sp);
 
   // --- MLP block ---
   const double up = m.activation == Activation::swiglu ? 2.0 : 1.0;
-  if (!norms_recomputed) add("fc1_input", kAct * x.T * x.h / x.sp);
+  if (!norms_recomputed) add("fc1_input", gin * x.T * x.h / x.sp);
   auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local, bool act_recomputed = false) {
     add(act_name, kAct * tokens * up * f_local);
-    if (!act_recomputed) add(fc2_name, kAct * tokens * f_local);
-    add_w(kAct * tokens * x.h + kAct * tokens * up * f_local);   // fc1 input + output gradient
-    add_w(kAct * tokens * f_local + kAct * tokens * x.h);        // fc2 input + output gradient
+    if (!act_recomputed) add(fc2_name, gin * tokens * f_local);
+    add_w(gin * tokens * x.h + gin * tokens * up * f_local);   // fc1 input + output gradient
+    add_w(gin * tokens * f_local + gin * tokens * x.h);        // fc2 input + output gradient
   };
   if (!m.is_moe_layer(layer)) {
     mlp("activation_input", "fc2_input", x.T, static_cast<double>(m.ffn_hidden_size) / x.t);
@@ -125,7 +133,7 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     const double routed = x.T / x.sp;
     const double expert_tokens = routed * e.top_k * st.etp * st.expert_load;
     add("router_probs", 4.0 * routed * e.num_experts);      // fp32 softmax output
-    add("expert_fc1_input", kAct * expert_tokens * x.h);
+    add("expert_fc1_input", gin * expert_tokens * x.h);
     mlp("expert_activation_input", "expert_fc2_input", expert_tokens,
         static_cast<double>(e.expert_ffn_hidden) / st.etp, expert_act_recomputed);
     add("expert_output", kAct * expert_tokens * x.h);       // needed for the gradient of the gate weights

@@ -163,3 +163,37 @@ TEST_CASE("Recompute modules drop exactly the tensors they rebuild: norm outputs
   CHECK(no_core.count("softmax_lse") == 1);
   CHECK(core.count("softmax_lse") == 0);
 }
+
+TEST_CASE("FP8 training keeps the linear layers' inputs and output gradients in one byte, the rest in two", "[core]") {
+  // Transformer Engine's linear layers keep the FP8 copy of their input for
+  // the weight gradient; norms, the activation function, attention, the
+  // router and the gate keep their 16-bit tensors.
+  const std::map<std::string, double> scale = {{"qkv_input", 0.5},        {"proj_input", 0.5},
+                                               {"fc1_input", 0.5},        {"fc2_input", 0.5},
+                                               {"expert_fc1_input", 0.5}, {"expert_fc2_input", 0.5},
+                                               {"shared_fc2_input", 0.5}, {"q_latent", 0.75},
+                                               {"kv_latent", 0.75}};   // the latents: norm input 16-bit, up-projection input FP8
+  struct Case { const char* model; const char* plan; int gpus; int layer; };
+  for (const Case& c : {Case{"llama3-70b", "tp=2,sp=on", 2, 0}, Case{"deepseek-v3", "tp=2,sp=on,ep=4", 8, 3},
+                        Case{"mixtral-8x7b", "tp=1,ep=2,recompute=selective", 2, 0}}) {
+    INFO(c.model << " " << c.plan);
+    ModelSpec m = shipped_model(c.model);
+    m.mtp_num_layers = 0;
+    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus);
+    Setup s8 = s;
+    s8.training.precision = Precision::fp8;
+    const LayerActivations a = layer_activations(s, c.layer), a8 = layer_activations(s8, c.layer);
+    REQUIRE(a.terms.size() == a8.terms.size());
+    int scaled = 0;
+    for (std::size_t i = 0; i < a.terms.size(); ++i) {
+      INFO(a.terms[i].name);
+      REQUIRE(a8.terms[i].name == a.terms[i].name);
+      const auto it = scale.find(a.terms[i].name);
+      scaled += it != scale.end();
+      CHECK(a8.terms[i].bytes == Approx(a.terms[i].bytes * (it != scale.end() ? it->second : 1.0)).epsilon(1e-12));
+    }
+    CHECK(scaled >= 4);
+    CHECK(a8.weight_grad_state == Approx(a.weight_grad_state / 2).epsilon(1e-12));   // GEMM inputs and output gradients only
+    CHECK(a8.checkpoint == a.checkpoint);                                          // the layer input, 16-bit
+  }
+}
