@@ -109,6 +109,16 @@ Kernel activation_forward(const Dims& d, double tokens, std::int64_t f) {
 
 double activation_bytes(const Dims& d) { return 2.0 * d.T * static_cast<double>(d.h); }
 
+// FP8 training: the quantisation of `elements` 16-bit values for an FP8 GEMM
+// (kFp8CastBytesPerElement), appended to `k`; nothing in BF16. A linear
+// layer's forward quantises its input unless a norm wrote it (the QKV
+// projections' and fc1's norms write FP8 row- and column-wise at the 16-bit
+// output's cost); its backward quantises its output gradient. The weights'
+// quantisation runs on a step's first micro-batch only and is not counted.
+void fp8_cast(std::vector<Kernel>& k, const Dims& d, double elements) {
+  if (d.prec == Precision::fp8) k.push_back(memory(MemoryOp::other, kFp8CastBytesPerElement * elements));
+}
+
 // The backward of a bias-dropout-add (Megatron-Core's fused
 // bias_dropout_add): the mask applied to the gradient, or the bias gradient's
 // sum. Without dropout and bias the residual's gradient passes through and
@@ -290,7 +300,9 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   qkv.push_back(norm_forward(d));
   for (const GemmShape& g : qkv_gemms(s, d)) qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
   const std::vector<Kernel> core = attention_kernels(s, false);
-  const Kernel proj = gemm(d.Ti, d.h, d.core_out, d.prec);
+  std::vector<Kernel> proj;   // the projection, its input quantised first in FP8
+  fp8_cast(proj, d, d.T * static_cast<double>(d.core_out));
+  proj.push_back(gemm(d.Ti, d.h, d.core_out, d.prec));
   if (s.plan.cp > 1) {
     std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
     // KV of every CP rank: 2 tensors x (s b) tokens x kv width x 2 bytes.
@@ -304,10 +316,10 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     const std::uint32_t c2 = s.plan.cp_comm == CpCommType::all_gather
                                  ? w.compute(OpLabel::attention, ctx, std::span<const Kernel>(core), {cpx})
                                  : w.compute(OpLabel::attention, ctx, std::span<const Kernel>(core));
-    dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(&proj, 1), {cpx, c2}, tp_out, act);
+    dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(proj), {cpx, c2}, tp_out, act);
   } else {
     qkv.insert(qkv.end(), core.begin(), core.end());
-    qkv.push_back(proj);
+    qkv.insert(qkv.end(), proj.begin(), proj.end());
     dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep, tp_out, act);
   }
 
@@ -321,18 +333,19 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const Kernel pre_norm = norm_forward(d);
   if (!m.is_moe_layer(layer)) {
     const std::int64_t f = m.ffn_hidden_size / d.t;
-    const Kernel fc1 = gemm(d.Ti, d.up * f, d.h, d.prec);
-    const Kernel act_k = activation_forward(d, d.T, f);
-    const Kernel fc2 = gemm(d.Ti, d.h, f, d.prec);
+    std::vector<Kernel> k;
     if (d.sp) {
       dep = w.compute(OpLabel::mlp, ctx, {pre_drop, pre_norm}, {*dep});
       dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep});
-      const Kernel k[] = {fc1, act_k, fc2, post_drop};
-      dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, {*dep}, tp_out, act);
     } else {
-      const Kernel k[] = {pre_drop, pre_norm, fc1, act_k, fc2, post_drop};
-      dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, k, {*dep}, tp_out, act);
+      k = {pre_drop, pre_norm};
     }
+    k.push_back(gemm(d.Ti, d.up * f, d.h, d.prec));   // fc1
+    k.push_back(activation_forward(d, d.T, f));
+    fp8_cast(k, d, d.T * static_cast<double>(f));      // fc2's input
+    k.push_back(gemm(d.Ti, d.h, f, d.prec));           // fc2
+    k.push_back(post_drop);
+    dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), {*dep}, tp_out, act);
     return *dep;
   }
   const MoeSpec& e = *m.moe;
@@ -349,12 +362,16 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const double own = 2.0 * routed * e.top_k * hb;          // bytes of this rank's routed copies
   const double dispatch = own * s.expert_load;              // bytes the busiest rank receives (and returns)
   const ExpertExchange xe = expert_exchange(s, routed, hb, dispatch);
-  std::vector<Kernel> shared;
+  // The shared experts: their input quantised (FP8), fc1, the activation
+  // and fc2's input quantised (`shared`), then fc2 (`shared_fc2`).
+  std::vector<Kernel> shared, shared_fc2;
   if (e.shared_expert_ffn_hidden > 0) {
     const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
-    shared = {gemm(d.Ti, d.up * fs, d.h, d.prec),
-              activation_forward(d, d.T, fs),
-              gemm(d.Ti, d.h, fs, d.prec)};
+    fp8_cast(shared, d, d.T * hb);
+    shared.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
+    shared.push_back(activation_forward(d, d.T, fs));
+    fp8_cast(shared, d, d.T * static_cast<double>(fs));
+    shared_fc2.push_back(gemm(d.Ti, d.h, fs, d.prec));
   }
   // --moe-shared-expert-overlap: the shared experts' fc1 runs while the
   // dispatch is in flight and their fc2 while the combine is, posted ahead of
@@ -364,19 +381,25 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   std::optional<std::uint32_t> sh;
   if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep}) : *dep;
   if (s.plan.ep > 1) dep = exchange(w, xe, true, ctx, *dep);
-  if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
+  if (overlap) sh = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(shared), {*sh});
   if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
-  std::vector<Kernel> ek = {gemm(tok, d.up * fe, d.h, d.prec),
-                            activation_forward(d, tokens, fe),
-                            gemm(tok, d.h, fe, d.prec)};
+  std::vector<Kernel> ek;
+  fp8_cast(ek, d, tokens * hb);                                   // the experts' input
+  ek.push_back(gemm(tok, d.up * fe, d.h, d.prec));
+  ek.push_back(activation_forward(d, tokens, fe));
+  fp8_cast(ek, d, tokens * static_cast<double>(fe));              // fc2's input
+  ek.push_back(gemm(tok, d.h, fe, d.prec));
   // Without TP the shared experts need no collective: they run with the routed ones.
-  if (d.t == 1 && !overlap) ek.insert(ek.end(), shared.begin(), shared.end());
+  if (d.t == 1 && !overlap) {
+    ek.insert(ek.end(), shared.begin(), shared.end());
+    ek.insert(ek.end(), shared_fc2.begin(), shared_fc2.end());
+  }
   dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
   if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
   if (s.plan.ep > 1) dep = exchange(w, xe, false, ctx, *dep);
   if (overlap || d.t == 1 || shared.empty()) {
     Deps last{*dep};
-    if (overlap) last.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, tp_out, act));
+    if (overlap) last.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared_fc2), {*sh}, tp_out, act));
     return w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, last);
   }
   // With TP the shared experts are a TP-split MLP on the layer's input
@@ -384,6 +407,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   // not overlapped): its input gathered with SP, its output reduced like the
   // dense MLP's, then added to the routed output.
   if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep});
+  shared.insert(shared.end(), shared_fc2.begin(), shared_fc2.end());
   shared.push_back(memory(MemoryOp::other, 2.0 * own));
   shared.push_back(post_drop);
   return compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), {*dep}, tp_out, act);
@@ -415,8 +439,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     std::vector<Kernel> k;
     if (const auto b = bda_backward(m, d)) k.push_back(*b);   // the MLP's bias-dropout-add
     if (norm_again) k.push_back(*norm_again);                 // the pre-MLP norm's output, for fc1's gradients
+    fp8_cast(k, d, d.T * hb);                                 // fc2's output gradient
     k.push_back(gemm(d.Ti, f, d.h, d.prec));
     k.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)));
+    fp8_cast(k, d, d.T * static_cast<double>(d.up * f));      // fc1's output gradient
     k.push_back(gemm(d.Ti, d.h, d.up * f, d.prec));
     dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), dep, out_tp, act);
   } else {
@@ -428,12 +454,16 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     const double own = 2.0 * routed * e.top_k * hb;
     const double dispatch = own * s.expert_load;
     const ExpertExchange xe = expert_exchange(s, routed, hb, dispatch);
-    std::vector<Kernel> shared;
+    // The shared experts' fc2 and activation gradients (`shared`), then
+    // fc1's (`shared_fc1`); each GEMM's output gradient quantised first in FP8.
+    std::vector<Kernel> shared, shared_fc1;
     if (e.shared_expert_ffn_hidden > 0) {
       const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
-      shared = {gemm(d.Ti, fs, d.h, d.prec),
-                memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs) * static_cast<double>(2 * d.up + 1)),
-                gemm(d.Ti, d.h, d.up * fs, d.prec)};
+      fp8_cast(shared, d, d.T * hb);
+      shared.push_back(gemm(d.Ti, fs, d.h, d.prec));
+      shared.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs) * static_cast<double>(2 * d.up + 1)));
+      fp8_cast(shared, d, d.T * static_cast<double>(d.up * fs));
+      shared_fc1.push_back(gemm(d.Ti, d.h, d.up * fs, d.prec));
     }
     std::vector<Kernel> unpermute;
     if (const auto b = bda_backward(m, d)) unpermute.push_back(*b);   // the MoE block's bias-dropout-add
@@ -447,27 +477,35 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
       if (!unpermute.empty()) dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
       unpermute.clear();
       if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
+      shared.insert(shared.end(), shared_fc1.begin(), shared_fc1.end());
       dep = compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), dep, out_tp, act);
       shared.clear();
+      shared_fc1.clear();
     }
     unpermute.push_back(memory(MemoryOp::other, 2.0 * own));
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(unpermute), dep);
     std::optional<std::uint32_t> sh;
     if (overlap) sh = d.t > 1 && d.sp ? gather_for_compute(w, s, in_tp, ctx, act, {*dep}) : *dep;
     if (s.plan.ep > 1) dep = exchange(w, xe, true, ctx, *dep);
-    if (overlap) sh = w.compute(OpLabel::moe, ctx, {shared[0], shared[1]}, {*sh});
+    if (overlap) sh = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(shared), {*sh});
     if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
-    std::vector<Kernel> ek = {gemm(tok, fe, d.h, d.prec),
-                              memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))),
-                              gemm(tok, d.h, d.up * fe, d.prec)};
+    std::vector<Kernel> ek;
     if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
-      ek.insert(ek.begin(), activation_forward(d, tokens, fe));
-    if (!overlap) ek.insert(ek.end(), shared.begin(), shared.end());   // tp = 1: beside the routed experts
+      ek.push_back(activation_forward(d, tokens, fe));
+    fp8_cast(ek, d, tokens * hb);                                             // fc2's output gradient
+    ek.push_back(gemm(tok, fe, d.h, d.prec));
+    ek.push_back(memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))));
+    fp8_cast(ek, d, tokens * static_cast<double>(d.up * fe));                 // fc1's output gradient
+    ek.push_back(gemm(tok, d.h, d.up * fe, d.prec));
+    if (!overlap) {   // tp = 1: beside the routed experts
+      ek.insert(ek.end(), shared.begin(), shared.end());
+      ek.insert(ek.end(), shared_fc1.begin(), shared_fc1.end());
+    }
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(ek), {*dep});
     if (s.etp > 1) dep = w.collective(OpKind::reduce_scatter, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
     if (s.plan.ep > 1) dep = exchange(w, xe, false, ctx, *dep);
     Deps router_deps{*dep};
-    if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(&shared[2], 1), {*sh}, out_tp, act));
+    if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared_fc1), {*sh}, out_tp, act));
     std::vector<Kernel> router = {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)};
     if (norm_again) router.insert(router.begin(), *norm_again);   // the pre-MLP norm's output: the router's and experts' input
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(router), router_deps);
@@ -478,6 +516,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   std::vector<Kernel> k;
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln2 backward
   if (const auto b = bda_backward(m, d)) k.push_back(*b);            // the attention's bias-dropout-add
+  fp8_cast(k, d, d.T * hb);                                          // the projection's output gradient
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
   if (modules & kRecomputeMlaUpProj)   // the queries, keys and values from their latents
     for (const GemmShape& g : mla_up_proj_gemms(s, d)) k.push_back(gemm(g.m, g.n, g.k, d.prec));
@@ -485,7 +524,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     for (const Kernel& kk : attention_kernels(s, false)) k.push_back(kk);
   for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
   if (norm_again) k.push_back(*norm_again);                          // the input norm's output, for the QKV gradients
-  for (const GemmShape& g : qkv_gemms(s, d)) k.push_back(gemm(g.m, g.k, g.n, d.prec));   // dgrad: (T, in, out)
+  for (const GemmShape& g : qkv_gemms(s, d)) {
+    fp8_cast(k, d, static_cast<double>(g.m) * static_cast<double>(g.n));   // its output gradient
+    k.push_back(gemm(g.m, g.k, g.n, d.prec));                              // dgrad: (T, in, out)
+  }
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward
   if (s.plan.cp == 1) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);
   dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});

@@ -34,6 +34,13 @@ enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embeddi
 inline constexpr double kCrossEntropyFwdBytesPerLogit = 38.0;
 inline constexpr double kCrossEntropyBwdBytesPerLogit = 14.0;
 
+// FP8 training (Transformer Engine's linear layers): quantising a 16-bit
+// tensor for an FP8 GEMM writes it twice, row-wise for this GEMM and
+// column-wise (transposed) for the weight-gradient GEMM: read 2 bytes, write
+// 1 + 1, per element. Delayed scaling; current scaling's amax pass (a second
+// read) is not counted.
+inline constexpr double kFp8CastBytesPerElement = 4.0;
+
 enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
 
 struct Kernel {

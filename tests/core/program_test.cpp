@@ -652,3 +652,92 @@ TEST_CASE("DualPipe programs interleave each F&B unit and keep its ops, FLOPs an
     }
   }
 }
+
+TEST_CASE("FP8 programs quantise each linear layer's input (unless a norm wrote it) and each output gradient, nothing else",
+          "[core]") {
+  // Against the BF16 program of the same plan: the same GEMMs and the same
+  // other kernels, plus kFp8CastBytesPerElement per quantised element.
+  struct Sums { int gemms = 0, other = 0; double flops = 0, other_bytes = 0, rest_bytes = 0; };
+  const auto sums = [](const Setup& s, int layer, LayerPass pass) {
+    const LayerProbe p = probe_layer(s, layer, pass);
+    Sums out;
+    for (const Op& op : p.ops.ops) {
+      if (op.kind != OpKind::compute) continue;
+      for (std::uint32_t i = 0; i < op.kernel_count; ++i) {
+        const Kernel& k = p.ops.kernels[op.kernel_begin + i];
+        if (k.kind == KernelKind::gemm) {
+          ++out.gemms;
+          out.flops += detail::kernel_flops(k);
+        } else if (k.kind == KernelKind::memory && k.memory == MemoryOp::other) {
+          ++out.other;
+          out.other_bytes += k.bytes;
+        } else {
+          out.rest_bytes += k.bytes;
+        }
+      }
+    }
+    return out;
+  };
+  struct Case { const char* model; const char* plan; int gpus; int layer; };
+  for (const Case& c : {Case{"llama3-70b", "tp=2,sp=on", 2, 0}, Case{"mixtral-8x7b", "tp=2,sp=on,ep=2", 4, 0},
+                        Case{"deepseek-v3", "tp=2,sp=on,ep=4", 8, 3},
+                        Case{"deepseek-v3", "tp=2,sp=on,ep=4,moe_shared_expert_overlap=on", 8, 3},
+                        Case{"deepseek-v3", "tp=1,ep=4,recompute=selective,recompute_modules=moe_act", 4, 3}}) {
+    INFO(c.model << " " << c.plan);
+    ModelSpec m = shipped_model(c.model);
+    m.mtp_num_layers = 0;
+    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus, 4096);
+    Setup s8 = s;
+    s8.training.precision = Precision::fp8;
+    const double T = 4096, h = static_cast<double>(m.hidden_size), t = s.plan.tp;
+    const double up = m.activation == Activation::swiglu ? 2 : 1;
+    // The attention block: the projection's input (forward); its output
+    // gradient and the QKV projections' (backward).
+    double heads = m.num_attention_heads / t, core_out = 0, qkv_out = 0;
+    if (m.mla) {
+      const MlaSpec& a = *m.mla;
+      core_out = heads * static_cast<double>(a.v_head_dim);
+      qkv_out = static_cast<double>(a.q_lora_rank.value_or(0)) + heads * static_cast<double>(a.qk_head_dim + a.qk_rope_head_dim) +
+                static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim) + heads * static_cast<double>(a.qk_head_dim + a.v_head_dim);
+    } else {
+      const double kv_heads = m.num_query_groups / t;
+      core_out = heads * static_cast<double>(m.kv_channels);
+      qkv_out = static_cast<double>(m.kv_channels) * (heads + 2 * kv_heads);
+    }
+    double fwd = T * core_out, bwd = T * h + T * qkv_out;
+    int fwd_casts = 1, bwd_casts = m.mla ? 5 : 2;
+    if (!m.is_moe_layer(c.layer)) {
+      const double f = static_cast<double>(m.ffn_hidden_size) / t;
+      fwd += T * f;                      // fc2's input; fc1's is the norm's
+      bwd += T * h + T * up * f;         // fc2's and fc1's output gradients
+      fwd_casts += 1;
+      bwd_casts += 2;
+    } else {
+      const MoeSpec& e = *m.moe;
+      const double tokens = T / (s.sequence_parallel ? t : 1) * e.top_k * s.etp * s.expert_load;   // the busiest rank's
+      const double fe = static_cast<double>(e.expert_ffn_hidden) / s.etp;
+      fwd += tokens * h + tokens * fe;
+      bwd += tokens * h + tokens * up * fe;
+      fwd_casts += 2;
+      bwd_casts += 2;
+      if (e.shared_expert_ffn_hidden > 0) {
+        const double fs = static_cast<double>(e.shared_expert_ffn_hidden) / t;
+        fwd += T * h + T * fs;
+        bwd += T * h + T * up * fs;
+        fwd_casts += 2;
+        bwd_casts += 2;
+      }
+    }
+    for (const auto& [pass, elements, casts] : {std::tuple{LayerPass::forward, fwd, fwd_casts},
+                                                std::tuple{LayerPass::backward_input, bwd, bwd_casts},
+                                                std::tuple{LayerPass::backward_weight, 0.0, 0}}) {
+      INFO("pass " << static_cast<int>(pass));
+      const Sums a = sums(s, c.layer, pass), b = sums(s8, c.layer, pass);
+      CHECK(b.gemms == a.gemms);
+      CHECK(b.flops == Approx(a.flops).epsilon(1e-12));
+      CHECK(b.rest_bytes == Approx(a.rest_bytes).epsilon(1e-12));
+      CHECK(b.other - a.other == casts);
+      CHECK(b.other_bytes - a.other_bytes == Approx(kFp8CastBytesPerElement * elements).epsilon(1e-12));
+    }
+  }
+}
