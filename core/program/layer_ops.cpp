@@ -208,6 +208,34 @@ ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double 
   return x;
 }
 
+// Megatron-Core's token permutations around the expert exchange (its token
+// dispatchers and moe_utils.py), each a gather or a scatter that reads and
+// writes the tokens it moves; their backwards move the same bytes.
+// - `first`: with the alltoall dispatcher, permute-1 sorts this rank's
+//   routed copies by expert before the dispatch, whatever ep is (the
+//   grouped GEMMs need them sorted; its inverse after the combine, weighted
+//   by the gate, is the layer's `unpermute` kernel). The flex dispatcher's
+//   DeepEP kernels sort as they send; the allgather dispatcher sends every
+//   token unsorted.
+// - `second`: permute-2 sorts what arrived by local expert when the rank
+//   holds more than one (sort_chunks_by_idxs, a copy even when one rank
+//   sent everything), and unpermute-2 restores the order before the
+//   combine; the allgather dispatcher likewise picks its local experts'
+//   tokens out of the gathered buffer and puts them back.
+struct Permutes {
+  double first = 0, second = 0;   // bytes read + written by each
+};
+Permutes permutes(const Setup& s, double own, double tokens, double hb) {
+  Permutes p;
+  const MoeDispatcher disp = s.plan.moe_dispatcher;
+  if (disp == MoeDispatcher::alltoall) p.first = 2.0 * own;
+  if (disp == MoeDispatcher::allgather || s.model.moe->num_experts / s.plan.ep > 1) p.second = 2.0 * 2.0 * tokens * hb;
+  return p;
+}
+void push_permute(std::vector<Kernel>& k, double bytes) {
+  if (bytes > 0) k.push_back(memory(MemoryOp::other, bytes));
+}
+
 // The exchange's ops out (dispatch) or back (combine) after `dep`, on the EP stream.
 std::uint32_t exchange(StageWriter& w, const ExpertExchange& xe, bool out, const OpContext& ctx, std::uint32_t dep) {
   for (int k = 0; k < xe.count; ++k) {
@@ -356,10 +384,14 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const double tokens = routed * e.top_k * s.etp * s.expert_load;
   const std::int64_t fe = e.expert_ffn_hidden / s.etp;
   const auto tok = static_cast<std::int64_t>(tokens);
-  const Kernel router = gemm(static_cast<std::int64_t>(routed), e.num_experts, d.h, Precision::bf16);
-  const Kernel topk = memory(MemoryOp::other, 8.0 * routed * e.num_experts);
-  dep = w.compute(OpLabel::moe, ctx, {pre_drop, pre_norm, router, topk}, {*dep});
   const double own = 2.0 * routed * e.top_k * hb;          // bytes of this rank's routed copies
+  const Permutes perm = permutes(s, own, tokens, hb);
+  {
+    std::vector<Kernel> k = {pre_drop, pre_norm, gemm(static_cast<std::int64_t>(routed), e.num_experts, d.h, Precision::bf16),
+                             memory(MemoryOp::other, 8.0 * routed * e.num_experts)};   // norm, router, top-k
+    push_permute(k, perm.first);
+    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(k), {*dep});
+  }
   const double dispatch = own * s.expert_load;              // bytes the busiest rank receives (and returns)
   const ExpertExchange xe = expert_exchange(s, routed, hb, dispatch);
   // The shared experts: their input quantised (FP8), fc1, the activation
@@ -384,11 +416,13 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (overlap) sh = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(shared), {*sh});
   if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
   std::vector<Kernel> ek;
+  push_permute(ek, perm.second);                                  // permute-2
   fp8_cast(ek, d, tokens * hb);                                   // the experts' input
   ek.push_back(gemm(tok, d.up * fe, d.h, d.prec));
   ek.push_back(activation_forward(d, tokens, fe));
   fp8_cast(ek, d, tokens * static_cast<double>(fe));              // fc2's input
   ek.push_back(gemm(tok, d.h, fe, d.prec));
+  push_permute(ek, perm.second);                                  // unpermute-2
   // Without TP the shared experts need no collective: they run with the routed ones.
   if (d.t == 1 && !overlap) {
     ek.insert(ek.end(), shared.begin(), shared.end());
@@ -489,7 +523,9 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (s.plan.ep > 1) dep = exchange(w, xe, true, ctx, *dep);
     if (overlap) sh = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(shared), {*sh});
     if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
+    const Permutes perm = permutes(s, own, tokens, hb);
     std::vector<Kernel> ek;
+    push_permute(ek, perm.second);                                            // unpermute-2's backward
     if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
       ek.push_back(activation_forward(d, tokens, fe));
     fp8_cast(ek, d, tokens * hb);                                             // fc2's output gradient
@@ -497,6 +533,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     ek.push_back(memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))));
     fp8_cast(ek, d, tokens * static_cast<double>(d.up * fe));                 // fc1's output gradient
     ek.push_back(gemm(tok, d.h, d.up * fe, d.prec));
+    push_permute(ek, perm.second);                                            // permute-2's backward
     if (!overlap) {   // tp = 1: beside the routed experts
       ek.insert(ek.end(), shared.begin(), shared.end());
       ek.insert(ek.end(), shared_fc1.begin(), shared_fc1.end());
@@ -508,6 +545,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (overlap) router_deps.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared_fc1), {*sh}, out_tp, act));
     std::vector<Kernel> router = {gemm(static_cast<std::int64_t>(routed), d.h, e.num_experts, Precision::bf16)};
     if (norm_again) router.insert(router.begin(), *norm_again);   // the pre-MLP norm's output: the router's and experts' input
+    push_permute(router, perm.first);                             // permute-1's backward: the copies' gradients summed per token
     dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(router), router_deps);
   }
 

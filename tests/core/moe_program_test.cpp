@@ -269,3 +269,41 @@ TEST_CASE("Recompute modules: the Program recomputes the norms, MLA's up-project
   CHECK(hardware(",recompute_modules=core_attn+layernorm+mla_up_proj+moe_act") - hardware("") == Approx(up_proj).epsilon(1e-9));
 }
 
+
+TEST_CASE("Each dispatcher's token permutations move the routed copies as Megatron-Core's dispatchers do", "[core]") {
+  // The memory kernels of kind `other` in an MoE layer's forward and input
+  // gradient: the top-k selection (8 bytes per routed token and expert),
+  // the unpermutation after the combine (2 x the copies' bytes), and the
+  // permutations of each dispatcher: permute-1 (alltoall only, any ep:
+  // 2 x the copies' bytes) and permute-2 with unpermute-2 (more than one
+  // local expert, or the allgather dispatcher: 4 bytes per element of the
+  // experts' input each). The input gradient moves the same bytes back.
+  const auto other = [](const Setup& s, int layer, LayerPass pass) {
+    const LayerProbe p = probe_layer(s, layer, pass);
+    double b = 0;
+    for (const Op& op : p.ops.ops)
+      for (std::uint32_t i = 0; op.kind == OpKind::compute && i < op.kernel_count; ++i) {
+        const Kernel& k = p.ops.kernels[op.kernel_begin + i];
+        if (k.kind == KernelKind::memory && k.memory == MemoryOp::other) b += k.bytes;
+      }
+    return b;
+  };
+  struct Case { const char* model; const char* plan; int gpus; int layer; bool first, second; };
+  for (const Case& c : {Case{"mixtral-8x7b", "tp=1,ep=2", 2, 0, true, true},    // 4 local experts
+                        Case{"mixtral-8x7b", "tp=1,ep=8", 8, 0, true, false},   // one local expert
+                        Case{"mixtral-8x7b", "tp=1", 1, 0, true, true},         // no exchange, still sorted by expert
+                        Case{"mixtral-8x7b", "tp=1,ep=8,moe_dispatcher=allgather", 8, 0, false, true},
+                        Case{"deepseek-v3", "tp=1,ep=8,moe_dispatcher=flex", 8, 3, false, true}}) {
+    INFO(c.model << " " << c.plan);
+    ModelSpec m = shipped_model(c.model);
+    m.mtp_num_layers = 0;
+    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus, 4096);
+    const MoeSpec& e = *m.moe;
+    const double routed = 4096, h = static_cast<double>(m.hidden_size);
+    const double own = 2.0 * routed * e.top_k * h;
+    const double tokens = routed * e.top_k * s.etp * s.expert_load;
+    const double perms = (c.first ? 2.0 * own : 0) + (c.second ? 2 * 4.0 * tokens * h : 0);
+    CHECK(other(s, c.layer, LayerPass::forward) == Approx(8.0 * routed * e.num_experts + 2.0 * own + perms).epsilon(1e-12));
+    CHECK(other(s, c.layer, LayerPass::backward_input) == Approx(2.0 * own + perms).epsilon(1e-12));
+  }
+}
