@@ -123,6 +123,7 @@ std::string training_text(const TrainingSpec& t) {
 nlohmann::json training_json(const TrainingSpec& t) {
   const OptimizerPrecision& op = t.optimizer_precision;
   return {{"precision", to_string(t.precision)},
+          {"fp8_recipe", to_string(t.fp8_recipe)},
           {"params_dtype", to_string(t.params_dtype)},
           {"grad_dtype", to_string(t.grad_dtype)},
           {"precision_aware_optimizer", op.enabled},

@@ -94,6 +94,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   const auto normalization = rd.choice("--normalization", {"LayerNorm", "RMSNorm"});
   const auto position = rd.choice("--position-embedding-type", {"learned_absolute", "rope", "none", "mrope", "relative"});
   const auto fp8 = rd.choice("--fp8-format", {"e4m3", "hybrid"});
+  const auto fp8_recipe = rd.choice("--fp8-recipe", {"delayed", "tensorwise", "blockwise", "mxfp8"});
   const auto granularity = rd.choice("--recompute-granularity", {"full", "selective"});
   auto method = rd.choice("--recompute-method", {"uniform", "block"});
   if (!method) method = rd.choice("--activations-checkpoint-method", {"uniform", "block"});
@@ -288,6 +289,8 @@ Result<MegatronLaunch> interpret(Args& args) {
   if (!bf16 && !fp16)
     out.warnings.push_back("neither --bf16 nor --fp16: Megatron-LM keeps the weights in fp32 (params_dtype fp32)");
   t.precision = fp8 ? Precision::fp8 : Precision::bf16;
+  // Megatron-LM reads --fp8-recipe only with --fp8-format.
+  if (fp8 && fp8_recipe) t.fp8_recipe = *parse_fp8_recipe(*fp8_recipe);
   // Megatron's gradient buffer: fp32 when accumulate_allreduce_grads_in_fp32
   // is set (forced on for bf16 unless --grad-reduce-in-bf16), else the
   // parameter dtype.
@@ -593,6 +596,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
       return fail("training.params_dtype", "Megatron-LM has no fp8 parameter dtype; use precision fp8");
   }
   if (t.precision == Precision::fp8) kv("--fp8-format", "hybrid");
+  if (t.precision == Precision::fp8 && t.fp8_recipe != Fp8Recipe::delayed) kv("--fp8-recipe", to_string(t.fp8_recipe));
   if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled) {
     sw("--use-precision-aware-optimizer");
     if (t.grad_dtype == Dtype::bf16) kv("--main-grads-dtype", "bf16");

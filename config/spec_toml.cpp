@@ -259,6 +259,7 @@ Result<TrainingSpec> training_from_toml(const toml::table& root, const std::stri
   tr.global_batch_size = r.integer("global_batch_size");
   tr.seq_length = r.opt_integer("seq_length");
   tr.precision = r.choice("precision", parse_precision, "bf16, fp8", Precision::bf16, false);
+  tr.fp8_recipe = r.choice("fp8_recipe", parse_fp8_recipe, "delayed, tensorwise, blockwise, mxfp8", Fp8Recipe::delayed, false);
   tr.params_dtype = r.choice("params_dtype", parse_dtype, "bf16, fp16, fp32", Dtype::bf16, false);
   tr.grad_dtype = r.choice("grad_dtype", parse_dtype, "fp32, bf16, fp16", Dtype::fp32, false);
   (void)r.choice("optimizer", parse_adam, "adam", 0, false);

@@ -16,6 +16,9 @@ Result<TrainingSpec> validate_training(TrainingSpec t) {
     return fail("training.params_dtype", "fp8 is a GEMM precision, not a parameter dtype; use precision = \"fp8\"");
   if (t.grad_dtype == Dtype::fp8)
     return fail("training.grad_dtype", "gradients cannot be fp8; use fp32, bf16 or fp16");
+  if (t.fp8_recipe != Fp8Recipe::delayed && t.precision != Precision::fp8)
+    return fail("training.fp8_recipe", fmt::format("the {} recipe scales FP8 tensors; it needs precision = \"fp8\"",
+                                                   to_string(t.fp8_recipe)));
   const OptimizerPrecision& op = t.optimizer_precision;
   if (!op.enabled) {
     const std::pair<const char*, Dtype> states[] = {
@@ -67,6 +70,20 @@ double bytes_of(Dtype d) {
 }
 
 const char* to_string(Precision p) { return p == Precision::bf16 ? "bf16" : "fp8"; }
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::delayed: return "delayed";
+    case Fp8Recipe::tensorwise: return "tensorwise";
+    case Fp8Recipe::blockwise: return "blockwise";
+    case Fp8Recipe::mxfp8: return "mxfp8";
+  }
+  return "?";
+}
+std::optional<Fp8Recipe> parse_fp8_recipe(std::string_view s) {
+  for (auto r : {Fp8Recipe::delayed, Fp8Recipe::tensorwise, Fp8Recipe::blockwise, Fp8Recipe::mxfp8})
+    if (s == to_string(r)) return r;
+  return std::nullopt;
+}
 const char* to_string(Dtype d) {
   switch (d) {
     case Dtype::fp32: return "fp32";

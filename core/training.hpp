@@ -11,6 +11,12 @@
 namespace megascope {
 
 enum class Precision { bf16, fp8 };          // GEMM precision of the run
+// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe): delayed scaling
+// from an amax history (the default), tensorwise current scaling (each
+// tensor's amax measured before it is cast), blockwise (1x128 and 128x128
+// tiles, Hopper) or MXFP8 (32-element blocks, Blackwell). Only the
+// quantisation kernels' traffic depends on it (docs/simulator.md).
+enum class Fp8Recipe { delayed, tensorwise, blockwise, mxfp8 };
 enum class Dtype { fp32, bf16, fp16, fp8 };
 
 // Memory the runtime takes beyond the model's tensors. Stated assumptions,
@@ -40,6 +46,7 @@ struct TrainingSpec {
   std::int64_t global_batch_size = 0;        // B, sequences per iteration
   std::optional<std::int64_t> seq_length;    // s; absent: the model's seq_length
   Precision precision = Precision::bf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::delayed; // with precision fp8
   Dtype params_dtype = Dtype::bf16;          // dtype of the model weights used by the GEMMs
   Dtype grad_dtype = Dtype::fp32;            // dtype of the main gradients (Megatron: fp32 by default)
   OptimizerPrecision optimizer_precision;
@@ -54,6 +61,8 @@ bool master_as_remainders(const TrainingSpec& t);
 
 [[nodiscard]] double bytes_of(Dtype d);
 const char* to_string(Precision p);
+const char* to_string(Fp8Recipe r);
+std::optional<Fp8Recipe> parse_fp8_recipe(std::string_view s);
 const char* to_string(Dtype d);
 // "fp32", "bf16", "fp16" or "fp8"; callers narrow it to what a field takes.
 std::optional<Dtype> parse_dtype_name(std::string_view s);

@@ -52,14 +52,22 @@ LayerActivations layer_activations(const Setup& st, int layer) {
   // element) for its weight gradient, and its output gradient, cast to FP8
   // for both backward GEMMs, likewise; what other kernels keep (norm inputs,
   // the activation function's input, attention's tensors, the router's and
-  // the gate's) stays 16-bit. The norm before QKV and fc1 writes its output
-  // in FP8 directly. docs/accounting.md section 3.
-  const double gin = st.training.precision == Precision::fp8 ? 1.0 : kAct;
+  // the gate's) stays 16-bit. The norm fused with the dense QKV projection
+  // and fc1 writes its output in FP8 directly. Recomputing the norm or
+  // activation that produced a linear layer's input frees only its 16-bit
+  // output: the layer's FP8 copy stays. docs/accounting.md section 3.
+  const bool fp8 = st.training.precision == Precision::fp8;
+  const double gin = fp8 ? 1.0 : kAct;
 
   // --- attention block ---
   add("ln1_input", kAct * x.T * x.h / x.sp);
-  if (!norms_recomputed) add("qkv_input", gin * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
-  add_w(gin * x.T * x.h);                      // the W pass needs the gathered input
+  // MLA's projections from the hidden state are two linear layers after a
+  // separate norm: in BF16 they share the norm's output, in FP8 each keeps
+  // its own copy.
+  const double qkv_copies = m.mla && fp8 ? 2.0 : 1.0;
+  if (!norms_recomputed || fp8)
+    add("qkv_input", qkv_copies * gin * x.T * x.h / x.sp);   // SP: kept sharded, all-gathered again in backward
+  add_w(qkv_copies * gin * x.T * x.h);                       // the W pass needs the gathered input
   double heads = m.num_attention_heads / x.t;  // query heads per rank
   double core_out_width = 0;                   // width of the attention output per rank
   if (m.mla) {
@@ -115,10 +123,18 @@ LayerActivations layer_activations(const Setup& st, int layer) {
 
   // --- MLP block ---
   const double up = m.activation == Activation::swiglu ? 2.0 : 1.0;
-  if (!norms_recomputed) add("fc1_input", gin * x.T * x.h / x.sp);
+  // The MLP's input: fc1's (FP8 from the fused norm in FP8). An MoE layer's
+  // norm stands alone: its 16-bit output is the router's input (and, in
+  // BF16, the shared experts'); in FP8 the shared experts keep their own copy.
+  if (!m.is_moe_layer(layer)) {
+    if (!norms_recomputed || fp8) add("fc1_input", gin * x.T * x.h / x.sp);
+  } else {
+    const bool shared_copy = fp8 && m.moe->shared_expert_ffn_hidden > 0;
+    add("fc1_input", ((norms_recomputed ? 0.0 : kAct) + (shared_copy ? gin : 0.0)) * x.T * x.h / x.sp);
+  }
   auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local, bool act_recomputed = false) {
     add(act_name, kAct * tokens * up * f_local);
-    if (!act_recomputed) add(fc2_name, gin * tokens * f_local);
+    if (!act_recomputed || fp8) add(fc2_name, gin * tokens * f_local);
     add_w(gin * tokens * x.h + gin * tokens * up * f_local);   // fc1 input + output gradient
     add_w(gin * tokens * f_local + gin * tokens * x.h);        // fc2 input + output gradient
   };

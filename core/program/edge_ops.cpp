@@ -149,8 +149,12 @@ std::uint32_t mtp_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, 
                 {x});
   if (s.sequence_parallel)
     x = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * 2.0 * h, {x});
-  x = w.compute(OpLabel::output_loss, ctx,
-                {gemm(T, s.model.hidden_size / s.plan.tp, 2 * s.model.hidden_size, s.training.precision)}, {x});
+  {
+    std::vector<Kernel> proj;
+    push_fp8_cast(proj, s, tokens * 2.0 * h);   // the projection's input (FP8)
+    proj.push_back(gemm(T, s.model.hidden_size / s.plan.tp, 2 * s.model.hidden_size, s.training.precision));
+    x = w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(proj), {x});
+  }
   if (s.plan.tp > 1)
     x = w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, 2.0 * tokens * h, {x});
   return layers.forward(mtp_layer(s, k), ctx, x);
@@ -163,9 +167,10 @@ std::uint32_t mtp_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, 
 std::uint32_t mtp_projection_backward(StageWriter& w, const Setup& s, const OpContext& ctx, std::uint32_t dep) {
   const double tokens = tokens_of(s), h = static_cast<double>(s.model.hidden_size), rows = mtp_rows(s);
   const std::int64_t T = static_cast<std::int64_t>(tokens);
-  std::uint32_t x = w.compute(
-      OpLabel::output_loss, ctx,
-      {gemm(T, 2 * s.model.hidden_size, s.model.hidden_size / s.plan.tp, s.training.precision)}, {dep});
+  std::vector<Kernel> k;
+  push_fp8_cast(k, s, tokens * h / s.plan.tp);   // its output gradient (FP8)
+  k.push_back(gemm(T, 2 * s.model.hidden_size, s.model.hidden_size / s.plan.tp, s.training.precision));
+  std::uint32_t x = w.compute(OpLabel::output_loss, ctx, std::span<const Kernel>(k), {dep});
   if (s.plan.tp > 1)
     x = w.collective(s.sequence_parallel ? OpKind::reduce_scatter : OpKind::all_reduce, Stream::tp, CommGroup::tp,
                      OpLabel::tp_comm, ctx, 2.0 * tokens * 2.0 * h, {x});

@@ -109,15 +109,14 @@ Kernel activation_forward(const Dims& d, double tokens, std::int64_t f) {
 
 double activation_bytes(const Dims& d) { return 2.0 * d.T * static_cast<double>(d.h); }
 
-// FP8 training: the quantisation of `elements` 16-bit values for an FP8 GEMM
-// (kFp8CastBytesPerElement), appended to `k`; nothing in BF16. A linear
-// layer's forward quantises its input unless a norm wrote it (the QKV
-// projections' and fc1's norms write FP8 row- and column-wise at the 16-bit
-// output's cost); its backward quantises its output gradient. The weights'
-// quantisation runs on a step's first micro-batch only and is not counted.
-void fp8_cast(std::vector<Kernel>& k, const Dims& d, double elements) {
-  if (d.prec == Precision::fp8) k.push_back(memory(MemoryOp::other, kFp8CastBytesPerElement * elements));
-}
+// FP8 training (push_fp8_cast): a linear layer's forward quantises its input
+// unless a norm fused with it wrote it (Transformer Engine's LayerNormLinear:
+// the dense QKV projection and fc1, whose norms write FP8 row- and
+// column-wise at the 16-bit output's cost); its backward quantises its output
+// gradient. The linear layer keeps its quantised input for its weight
+// gradient, so recomputing the norm or activation that produced it does not
+// quantise again. The weights' quantisation runs on a step's first
+// micro-batch only and is not counted.
 
 // The backward of a bias-dropout-add (Megatron-Core's fused
 // bias_dropout_add): the mask applied to the gradient, or the bias gradient's
@@ -215,13 +214,15 @@ ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double 
 //   routed copies by expert before the dispatch, whatever ep is (the
 //   grouped GEMMs need them sorted; its inverse after the combine, weighted
 //   by the gate, is the layer's `unpermute` kernel). The flex dispatcher's
-//   DeepEP kernels sort as they send; the allgather dispatcher sends every
-//   token unsorted.
+//   DeepEP kernels send the tokens unsorted, once per destination; the
+//   allgather dispatcher sends every token unsorted.
 // - `second`: permute-2 sorts what arrived by local expert when the rank
 //   holds more than one (sort_chunks_by_idxs, a copy even when one rank
 //   sent everything), and unpermute-2 restores the order before the
-//   combine; the allgather dispatcher likewise picks its local experts'
-//   tokens out of the gathered buffer and puts them back.
+//   combine; the flex dispatcher permutes what DeepEP delivered into its
+//   experts' copies and back, and the allgather dispatcher picks its local
+//   experts' tokens out of the gathered buffer and puts them back, however
+//   many experts the rank holds.
 struct Permutes {
   double first = 0, second = 0;   // bytes read + written by each
 };
@@ -229,7 +230,7 @@ Permutes permutes(const Setup& s, double own, double tokens, double hb) {
   Permutes p;
   const MoeDispatcher disp = s.plan.moe_dispatcher;
   if (disp == MoeDispatcher::alltoall) p.first = 2.0 * own;
-  if (disp == MoeDispatcher::allgather || s.model.moe->num_experts / s.plan.ep > 1) p.second = 2.0 * 2.0 * tokens * hb;
+  if (disp != MoeDispatcher::alltoall || s.model.moe->num_experts / s.plan.ep > 1) p.second = 2.0 * 2.0 * tokens * hb;
   return p;
 }
 void push_permute(std::vector<Kernel>& k, double bytes) {
@@ -326,10 +327,15 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
   std::vector<Kernel> qkv;
   qkv.push_back(norm_forward(d));
-  for (const GemmShape& g : qkv_gemms(s, d)) qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
+  for (const GemmShape& g : qkv_gemms(s, d)) {
+    // MLA's projections from the hidden state are linear layers of their
+    // own after a separate norm (Megatron-Core's MLA): each quantises its input.
+    if (m.mla && g.k == d.h) push_fp8_cast(qkv, s, static_cast<double>(g.m) * static_cast<double>(g.k));
+    qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
+  }
   const std::vector<Kernel> core = attention_kernels(s, false);
   std::vector<Kernel> proj;   // the projection, its input quantised first in FP8
-  fp8_cast(proj, d, d.T * static_cast<double>(d.core_out));
+  push_fp8_cast(proj, s, d.T * static_cast<double>(d.core_out));
   proj.push_back(gemm(d.Ti, d.h, d.core_out, d.prec));
   if (s.plan.cp > 1) {
     std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
@@ -370,7 +376,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     }
     k.push_back(gemm(d.Ti, d.up * f, d.h, d.prec));   // fc1
     k.push_back(activation_forward(d, d.T, f));
-    fp8_cast(k, d, d.T * static_cast<double>(f));      // fc2's input
+    push_fp8_cast(k, s, d.T * static_cast<double>(f));      // fc2's input
     k.push_back(gemm(d.Ti, d.h, f, d.prec));           // fc2
     k.push_back(post_drop);
     dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), {*dep}, tp_out, act);
@@ -399,10 +405,10 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   std::vector<Kernel> shared, shared_fc2;
   if (e.shared_expert_ffn_hidden > 0) {
     const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
-    fp8_cast(shared, d, d.T * hb);
+    push_fp8_cast(shared, s, d.T * hb);
     shared.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
     shared.push_back(activation_forward(d, d.T, fs));
-    fp8_cast(shared, d, d.T * static_cast<double>(fs));
+    push_fp8_cast(shared, s, d.T * static_cast<double>(fs));
     shared_fc2.push_back(gemm(d.Ti, d.h, fs, d.prec));
   }
   // --moe-shared-expert-overlap: the shared experts' fc1 runs while the
@@ -417,10 +423,10 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (s.etp > 1) dep = w.collective(OpKind::all_gather, Stream::tp, CommGroup::etp, OpLabel::ep_comm, ctx, xe.received * s.etp, {*dep});
   std::vector<Kernel> ek;
   push_permute(ek, perm.second);                                  // permute-2
-  fp8_cast(ek, d, tokens * hb);                                   // the experts' input
+  push_fp8_cast(ek, s, tokens * hb);                                   // the experts' input
   ek.push_back(gemm(tok, d.up * fe, d.h, d.prec));
   ek.push_back(activation_forward(d, tokens, fe));
-  fp8_cast(ek, d, tokens * static_cast<double>(fe));              // fc2's input
+  push_fp8_cast(ek, s, tokens * static_cast<double>(fe));              // fc2's input
   ek.push_back(gemm(tok, d.h, fe, d.prec));
   push_permute(ek, perm.second);                                  // unpermute-2
   // Without TP the shared experts need no collective: they run with the routed ones.
@@ -473,10 +479,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     std::vector<Kernel> k;
     if (const auto b = bda_backward(m, d)) k.push_back(*b);   // the MLP's bias-dropout-add
     if (norm_again) k.push_back(*norm_again);                 // the pre-MLP norm's output, for fc1's gradients
-    fp8_cast(k, d, d.T * hb);                                 // fc2's output gradient
+    push_fp8_cast(k, s, d.T * hb);                                 // fc2's output gradient
     k.push_back(gemm(d.Ti, f, d.h, d.prec));
     k.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)));
-    fp8_cast(k, d, d.T * static_cast<double>(d.up * f));      // fc1's output gradient
+    push_fp8_cast(k, s, d.T * static_cast<double>(d.up * f));      // fc1's output gradient
     k.push_back(gemm(d.Ti, d.h, d.up * f, d.prec));
     dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), dep, out_tp, act);
   } else {
@@ -493,10 +499,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     std::vector<Kernel> shared, shared_fc1;
     if (e.shared_expert_ffn_hidden > 0) {
       const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
-      fp8_cast(shared, d, d.T * hb);
+      push_fp8_cast(shared, s, d.T * hb);
       shared.push_back(gemm(d.Ti, fs, d.h, d.prec));
       shared.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(fs) * static_cast<double>(2 * d.up + 1)));
-      fp8_cast(shared, d, d.T * static_cast<double>(d.up * fs));
+      push_fp8_cast(shared, s, d.T * static_cast<double>(d.up * fs));
       shared_fc1.push_back(gemm(d.Ti, d.h, d.up * fs, d.prec));
     }
     std::vector<Kernel> unpermute;
@@ -528,10 +534,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     push_permute(ek, perm.second);                                            // unpermute-2's backward
     if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
       ek.push_back(activation_forward(d, tokens, fe));
-    fp8_cast(ek, d, tokens * hb);                                             // fc2's output gradient
+    push_fp8_cast(ek, s, tokens * hb);                                             // fc2's output gradient
     ek.push_back(gemm(tok, fe, d.h, d.prec));
     ek.push_back(memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))));
-    fp8_cast(ek, d, tokens * static_cast<double>(d.up * fe));                 // fc1's output gradient
+    push_fp8_cast(ek, s, tokens * static_cast<double>(d.up * fe));                 // fc1's output gradient
     ek.push_back(gemm(tok, d.h, d.up * fe, d.prec));
     push_permute(ek, perm.second);                                            // permute-2's backward
     if (!overlap) {   // tp = 1: beside the routed experts
@@ -554,7 +560,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   std::vector<Kernel> k;
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln2 backward
   if (const auto b = bda_backward(m, d)) k.push_back(*b);            // the attention's bias-dropout-add
-  fp8_cast(k, d, d.T * hb);                                          // the projection's output gradient
+  push_fp8_cast(k, s, d.T * hb);                                          // the projection's output gradient
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
   if (modules & kRecomputeMlaUpProj)   // the queries, keys and values from their latents
     for (const GemmShape& g : mla_up_proj_gemms(s, d)) k.push_back(gemm(g.m, g.n, g.k, d.prec));
@@ -563,7 +569,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
   if (norm_again) k.push_back(*norm_again);                          // the input norm's output, for the QKV gradients
   for (const GemmShape& g : qkv_gemms(s, d)) {
-    fp8_cast(k, d, static_cast<double>(g.m) * static_cast<double>(g.n));   // its output gradient
+    push_fp8_cast(k, s, static_cast<double>(g.m) * static_cast<double>(g.n));   // its output gradient
     k.push_back(gemm(g.m, g.k, g.n, d.prec));                              // dgrad: (T, in, out)
   }
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward

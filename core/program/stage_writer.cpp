@@ -179,6 +179,13 @@ Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, Precision p) {
   return x;
 }
 
+void push_fp8_cast(std::vector<Kernel>& k, const Setup& s, double elements) {
+  if (s.training.precision != Precision::fp8) return;
+  const double per = s.training.fp8_recipe == Fp8Recipe::tensorwise ? kFp8CurrentScalingCastBytesPerElement
+                                                                     : kFp8CastBytesPerElement;
+  k.push_back(memory(MemoryOp::other, per * elements));
+}
+
 Kernel memory(MemoryOp op, double bytes) {
   Kernel x;
   x.kind = KernelKind::memory;

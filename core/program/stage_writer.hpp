@@ -132,6 +132,10 @@ Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, Precision p);
 Kernel memory(MemoryOp op, double bytes);
 Kernel attention(KernelKind kind, const AttentionShape& a);
 double kernel_flops(const Kernel& k);
+// FP8 training: appends the quantisation of `elements` 16-bit values for an
+// FP8 GEMM (kFp8CastBytesPerElement, or the current-scaling figure with the
+// tensorwise recipe) to `k`; nothing in BF16.
+void push_fp8_cast(std::vector<Kernel>& k, const Setup& s, double elements);
 
 // Emits one transformer layer's forward (or recompute), backward-input and
 // backward-weight ops (layer_ops.cpp). `input_dep` is the op the layer's first

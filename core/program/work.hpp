@@ -37,9 +37,11 @@ inline constexpr double kCrossEntropyBwdBytesPerLogit = 14.0;
 // FP8 training (Transformer Engine's linear layers): quantising a 16-bit
 // tensor for an FP8 GEMM writes it twice, row-wise for this GEMM and
 // column-wise (transposed) for the weight-gradient GEMM: read 2 bytes, write
-// 1 + 1, per element. Delayed scaling; current scaling's amax pass (a second
-// read) is not counted.
+// 1 + 1, per element, with delayed scaling and with the block recipes (their
+// scales come out of the same pass). Tensorwise current scaling first reads
+// the tensor once more for its amax: 6.
 inline constexpr double kFp8CastBytesPerElement = 4.0;
+inline constexpr double kFp8CurrentScalingCastBytesPerElement = 6.0;
 
 enum class KernelKind : std::uint8_t { gemm, attention_fwd, attention_bwd, memory };
 

@@ -247,6 +247,36 @@ TEST_CASE("An example's [training] sets the precision-aware optimizer: less opti
   std::remove(file.c_str());
 }
 
+TEST_CASE("An example's [training] fp8_recipe: tensorwise scaling slows FP8 steps, and a bad or misplaced recipe names file, line and field",
+          "[apps]") {
+  const std::string file = "megascope-fp8-recipe.toml";
+  const auto example_with = [&](const std::string& training) {
+    std::ofstream(file) << "[example]\nmodel = \"llama3-8b\"\ncluster = \"dgx-h100\"\ngpus = 8\n\n[training]\n"
+                           "global_batch_size = 16\n"
+                        << training << "\n[plan]\ntp = 2\nsp = true\n";
+  };
+  const auto step = [&]() {
+    const Run r = run({"simulate", "--example", file, "--json"});
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out)["step_time_s"].get<double>();
+  };
+  example_with("precision = \"fp8\"\n");
+  const double delayed = step();
+  example_with("precision = \"fp8\"\nfp8_recipe = \"blockwise\"\n");
+  CHECK(step() == delayed);                 // scales from the cast's own pass
+  example_with("precision = \"fp8\"\nfp8_recipe = \"tensorwise\"\n");
+  const double tensorwise = step();
+  CHECK(tensorwise > delayed);              // an amax pass before each cast
+  CHECK(tensorwise < delayed * 1.05);
+  example_with("precision = \"fp8\"\nfp8_recipe = \"nvfp4\"\n");
+  expect_one_error(run({"simulate", "--example", file}), "megascope-fp8-recipe.toml:9:");
+  expect_one_error(run({"simulate", "--example", file}), "training.fp8_recipe");
+  example_with("fp8_recipe = \"tensorwise\"\n");
+  expect_one_error(run({"simulate", "--example", file}), "training.fp8_recipe");
+  std::remove(file.c_str());
+}
+
 TEST_CASE("A cluster's scale_out.p2p_efficiency slows pipeline transfers between nodes, and a bad value names its file, line and field",
           "[apps]") {
   std::ifstream in(std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/clusters/dgx-a100.toml");

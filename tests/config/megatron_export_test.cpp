@@ -93,6 +93,7 @@ void check_round_trip(const Setup& s) {
   CHECK(back.training.global_batch_size == s.training.global_batch_size);
   CHECK(back.training.seq_length == s.seq_length);
   CHECK(back.training.precision == s.training.precision);
+  CHECK(back.training.fp8_recipe == s.training.fp8_recipe);
   CHECK(back.training.params_dtype == s.training.params_dtype);
   CHECK(back.training.grad_dtype == s.training.grad_dtype);
   const OptimizerPrecision &a = back.training.optimizer_precision, &b = s.training.optimizer_precision;
@@ -333,7 +334,16 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   REQUIRE_THAT(flex_line, Catch::Contains("--moe-token-dispatcher-type flex --moe-enable-deepep"));
   REQUIRE_THAT(flex_line, Catch::Contains("--moe-router-num-groups 8 --moe-router-group-topk 4"));
   REQUIRE_THAT(line, Catch::Contains("--fp8-format hybrid"));
+  CHECK(line.find("--fp8-recipe") == std::string::npos);   // delayed, Megatron-LM's default
   REQUIRE_THAT(line, Catch::Contains("--attention-backend unfused"));
+  // Each other FP8 recipe is named, and read back the same.
+  for (const Fp8Recipe r : {Fp8Recipe::tensorwise, Fp8Recipe::blockwise, Fp8Recipe::mxfp8}) {
+    TrainingSpec tr = t;
+    tr.fp8_recipe = r;
+    const Setup rs = validated(m, tr, p);
+    check_round_trip(rs);
+    REQUIRE_THAT(*export_megatron_args(rs), Catch::Contains(std::string("--fp8-recipe ") + to_string(r)));
+  }
 }
 
 TEST_CASE("Exporting and importing a small GPT with learned positions and unusual options round-trips",

@@ -260,8 +260,11 @@ TEST_CASE("The DeepSeek-V3 launch line imports MLA, MoE with the ([0]*3+[1]*58) 
 
   for (const char* flag : {"--moe-router-score-function", "--moe-router-enable-expert-bias",
                            "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
-                           "--moe-router-dtype", "--fp8-recipe"})
+                           "--moe-router-dtype"})
     CHECK(contains(l.ignored, flag));
+  // Read, not ignored: the recipe prices the FP8 quantisation kernels.
+  CHECK_FALSE(contains(l.ignored, "--fp8-recipe"));
+  CHECK(l.training.fp8_recipe == Fp8Recipe::blockwise);
   // Read, not ignored: the Program runs each rank's experts as one grouped GEMM.
   CHECK_FALSE(contains(l.ignored, "--moe-grouped-gemm"));
 }

@@ -168,32 +168,74 @@ TEST_CASE("FP8 training keeps the linear layers' inputs and output gradients in 
   // Transformer Engine's linear layers keep the FP8 copy of their input for
   // the weight gradient; norms, the activation function, attention, the
   // router and the gate keep their 16-bit tensors.
-  const std::map<std::string, double> scale = {{"qkv_input", 0.5},        {"proj_input", 0.5},
-                                               {"fc1_input", 0.5},        {"fc2_input", 0.5},
-                                               {"expert_fc1_input", 0.5}, {"expert_fc2_input", 0.5},
-                                               {"shared_fc2_input", 0.5}, {"q_latent", 0.75},
-                                               {"kv_latent", 0.75}};   // the latents: norm input 16-bit, up-projection input FP8
-  struct Case { const char* model; const char* plan; int gpus; int layer; };
-  for (const Case& c : {Case{"llama3-70b", "tp=2,sp=on", 2, 0}, Case{"deepseek-v3", "tp=2,sp=on,ep=4", 8, 3},
-                        Case{"mixtral-8x7b", "tp=1,ep=2,recompute=selective", 2, 0}}) {
+  const std::map<std::string, double> linear = {{"qkv_input", 0.5},        {"proj_input", 0.5},
+                                                {"fc1_input", 0.5},        {"fc2_input", 0.5},
+                                                {"expert_fc1_input", 0.5}, {"expert_fc2_input", 0.5},
+                                                {"shared_fc2_input", 0.5}, {"q_latent", 0.75},
+                                                {"kv_latent", 0.75}};   // the latents: norm input 16-bit, up-projection input FP8
+  struct Case {
+    const char* model; const char* plan; int gpus; int layer;
+    std::map<std::string, double> other;   // scales that differ from `linear`
+  };
+  // MLA: two projections from the hidden state, each with its own FP8 copy
+  // (one shared 16-bit tensor in BF16). MoE: the norm's output is the
+  // router's 16-bit input, plus the shared experts' FP8 copy.
+  for (const Case& c : {Case{"llama3-70b", "tp=2,sp=on", 2, 0, {}},
+                        Case{"deepseek-v3", "tp=2,sp=on,ep=4", 8, 3, {{"qkv_input", 1.0}, {"fc1_input", 1.5}}},
+                        Case{"mixtral-8x7b", "tp=1,ep=2,recompute=selective", 2, 0, {{"fc1_input", 1.0}}}}) {
     INFO(c.model << " " << c.plan);
     ModelSpec m = shipped_model(c.model);
     m.mtp_num_layers = 0;
-    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus);
+    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus, 4096);
     Setup s8 = s;
     s8.training.precision = Precision::fp8;
     const LayerActivations a = layer_activations(s, c.layer), a8 = layer_activations(s8, c.layer);
     REQUIRE(a.terms.size() == a8.terms.size());
     int scaled = 0;
     for (std::size_t i = 0; i < a.terms.size(); ++i) {
-      INFO(a.terms[i].name);
-      REQUIRE(a8.terms[i].name == a.terms[i].name);
-      const auto it = scale.find(a.terms[i].name);
-      scaled += it != scale.end();
-      CHECK(a8.terms[i].bytes == Approx(a.terms[i].bytes * (it != scale.end() ? it->second : 1.0)).epsilon(1e-12));
+      const std::string& name = a.terms[i].name;
+      INFO(name);
+      REQUIRE(a8.terms[i].name == name);
+      double k = 1.0;
+      if (auto it = c.other.find(name); it != c.other.end()) k = it->second;
+      else if (auto jt = linear.find(name); jt != linear.end()) k = jt->second;
+      scaled += k != 1.0;
+      CHECK(a8.terms[i].bytes == Approx(a.terms[i].bytes * k).epsilon(1e-12));
     }
     CHECK(scaled >= 4);
-    CHECK(a8.weight_grad_state == Approx(a.weight_grad_state / 2).epsilon(1e-12));   // GEMM inputs and output gradients only
-    CHECK(a8.checkpoint == a.checkpoint);                                          // the layer input, 16-bit
+    // GEMM inputs and output gradients only; MLA's second copy of its input in FP8.
+    const double mla_extra = m.mla ? 4096.0 * static_cast<double>(m.hidden_size) : 0.0;
+    CHECK(a8.weight_grad_state == Approx(a.weight_grad_state / 2 + mla_extra).epsilon(1e-12));
+    CHECK(a8.checkpoint == a.checkpoint);   // the layer input, 16-bit
+  }
+}
+
+TEST_CASE("FP8: recomputing a norm or an activation frees its 16-bit output, not the linear layer's FP8 copy", "[core]") {
+  const auto names = [](const LayerActivations& a) {
+    std::map<std::string, double> out;
+    for (const auto& t : a.terms) out[t.name] = t.bytes;
+    return out;
+  };
+  struct Case { const char* model; const char* plan; int gpus; int layer; std::vector<std::string> kept; };
+  for (const Case& c : {Case{"llama3-70b", "tp=2,sp=on,recompute=selective,recompute_modules=core_attn+layernorm", 2, 0,
+                             {"qkv_input", "fc1_input"}},
+                        Case{"mixtral-8x7b", "tp=1,ep=2,recompute=selective,recompute_modules=core_attn+moe_act", 2, 0,
+                             {"expert_fc2_input"}}}) {
+    INFO(c.model << " " << c.plan);
+    const ModelSpec m = shipped_model(c.model);
+    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus, 4096);
+    Setup s8 = s;
+    s8.training.precision = Precision::fp8;
+    const auto bf16 = names(layer_activations(s, c.layer)), fp8 = names(layer_activations(s8, c.layer));
+    const Setup plain = make_setup(m, "dgx-h100", "tp=" + std::to_string(s.plan.tp) + (s.sequence_parallel ? ",sp=on" : "") +
+                                                      ",ep=" + std::to_string(s.plan.ep) + ",recompute=selective",
+                                   c.gpus, c.gpus, 4096);
+    const auto plain_bf16 = names(layer_activations(plain, c.layer));
+    for (const std::string& k : c.kept) {
+      INFO(k);
+      CHECK(bf16.count(k) == 0);                                 // dropped in BF16
+      REQUIRE(fp8.count(k) == 1);                                // kept in FP8,
+      CHECK(fp8.at(k) == Approx(plain_bf16.at(k) / 2).epsilon(1e-12));   // at one byte
+    }
   }
 }

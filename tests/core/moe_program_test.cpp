@@ -275,9 +275,9 @@ TEST_CASE("Each dispatcher's token permutations move the routed copies as Megatr
   // gradient: the top-k selection (8 bytes per routed token and expert),
   // the unpermutation after the combine (2 x the copies' bytes), and the
   // permutations of each dispatcher: permute-1 (alltoall only, any ep:
-  // 2 x the copies' bytes) and permute-2 with unpermute-2 (more than one
-  // local expert, or the allgather dispatcher: 4 bytes per element of the
-  // experts' input each). The input gradient moves the same bytes back.
+  // 2 x the copies' bytes) and permute-2 with unpermute-2 (alltoall with
+  // more than one local expert, and always with flex and allgather: 4 bytes
+  // per element of the experts' input each). The input gradient moves the same bytes back.
   const auto other = [](const Setup& s, int layer, LayerPass pass) {
     const LayerProbe p = probe_layer(s, layer, pass);
     double b = 0;
@@ -293,7 +293,8 @@ TEST_CASE("Each dispatcher's token permutations move the routed copies as Megatr
                         Case{"mixtral-8x7b", "tp=1,ep=8", 8, 0, true, false},   // one local expert
                         Case{"mixtral-8x7b", "tp=1", 1, 0, true, true},         // no exchange, still sorted by expert
                         Case{"mixtral-8x7b", "tp=1,ep=8,moe_dispatcher=allgather", 8, 0, false, true},
-                        Case{"deepseek-v3", "tp=1,ep=8,moe_dispatcher=flex", 8, 3, false, true}}) {
+                        Case{"deepseek-v3", "tp=1,ep=8,moe_dispatcher=flex", 8, 3, false, true},
+                        Case{"mixtral-8x7b", "tp=1,ep=8,moe_dispatcher=flex", 8, 0, false, true}}) {   // flex: always
     INFO(c.model << " " << c.plan);
     ModelSpec m = shipped_model(c.model);
     m.mtp_num_layers = 0;

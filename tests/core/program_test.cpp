@@ -706,6 +706,10 @@ TEST_CASE("FP8 programs quantise each linear layer's input (unless a norm wrote 
     }
     double fwd = T * core_out, bwd = T * h + T * qkv_out;
     int fwd_casts = 1, bwd_casts = m.mla ? 5 : 2;
+    if (m.mla) {   // MLA's two projections from the hidden state quantise their input
+      fwd += 2 * T * h;
+      fwd_casts += 2;
+    }
     if (!m.is_moe_layer(c.layer)) {
       const double f = static_cast<double>(m.ffn_hidden_size) / t;
       fwd += T * f;                      // fc2's input; fc1's is the norm's
