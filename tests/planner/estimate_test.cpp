@@ -312,6 +312,10 @@ TEST_CASE("Stage-1 times do not depend on the order plans are evaluated in (reco
         {"", ",recompute=full,recompute_method=uniform,recompute_layers=1", ",recompute=selective",
          ",recompute=selective,recompute_modules=layernorm", ",recompute=selective,recompute_modules=moe_act",
          ",recompute=selective,recompute_modules=layernorm+moe_act"});
+  // DualPipe: the F&B pair's probe holds the input-gradient op, so it is per set too.
+  check("mixtral-8x7b", 64, "tp=2,pp=4,ep=8,sp=on,mbs=1,schedule=dualpipev",
+        {"", ",recompute=full,recompute_method=uniform,recompute_layers=1", ",recompute=selective",
+         ",recompute=selective,recompute_modules=layernorm", ",recompute=selective,recompute_modules=layernorm+moe_act"});
   check("deepseek-v3", 64, "tp=2,ep=8,sp=on,mbs=1",
         {"", ",recompute=full,recompute_method=uniform,recompute_layers=1", ",recompute=selective",
          ",recompute=selective,recompute_modules=mla_up_proj", ",recompute=selective,recompute_modules=layernorm+mla_up_proj+moe_act"});
