@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/library.hpp"
@@ -45,6 +46,17 @@ inline Setup make_setup(const ModelSpec& m, const std::string& cluster, const st
   auto s = try_setup(m, cluster, plan, global_batch, gpus, seq);
   if (!s) FAIL(s.error().str());
   return *s;
+}
+
+// A shipped model without its MTP layers on `gpus` H100s (4096 tokens, one
+// sequence per GPU), in BF16 and the same in FP8.
+inline std::pair<Setup, Setup> bf16_and_fp8(const std::string& model, const std::string& plan, int gpus) {
+  ModelSpec m = shipped_model(model);
+  m.mtp_num_layers = 0;
+  const Setup s = make_setup(m, "dgx-h100", plan, gpus, gpus, 4096);
+  Setup s8 = s;
+  s8.training.precision = Precision::fp8;
+  return {s, s8};
 }
 
 // Rows of a CSV file (lines starting with '#' skipped), keyed by header name.

@@ -184,11 +184,8 @@ TEST_CASE("FP8 training keeps the linear layers' inputs and output gradients in 
                         Case{"deepseek-v3", "tp=2,sp=on,ep=4", 8, 3, {{"qkv_input", 1.0}, {"fc1_input", 1.5}}},
                         Case{"mixtral-8x7b", "tp=1,ep=2,recompute=selective", 2, 0, {{"fc1_input", 1.0}}}}) {
     INFO(c.model << " " << c.plan);
-    ModelSpec m = shipped_model(c.model);
-    m.mtp_num_layers = 0;
-    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus, 4096);
-    Setup s8 = s;
-    s8.training.precision = Precision::fp8;
+    const auto [s, s8] = bf16_and_fp8(c.model, c.plan, c.gpus);
+    const ModelSpec& m = s.model;
     const LayerActivations a = layer_activations(s, c.layer), a8 = layer_activations(s8, c.layer);
     REQUIRE(a.terms.size() == a8.terms.size());
     int scaled = 0;

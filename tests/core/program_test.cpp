@@ -684,11 +684,8 @@ TEST_CASE("FP8 programs quantise each linear layer's input (unless a norm wrote 
                         Case{"deepseek-v3", "tp=2,sp=on,ep=4,moe_shared_expert_overlap=on", 8, 3},
                         Case{"deepseek-v3", "tp=1,ep=4,recompute=selective,recompute_modules=moe_act", 4, 3}}) {
     INFO(c.model << " " << c.plan);
-    ModelSpec m = shipped_model(c.model);
-    m.mtp_num_layers = 0;
-    const Setup s = make_setup(m, "dgx-h100", c.plan, c.gpus, c.gpus, 4096);
-    Setup s8 = s;
-    s8.training.precision = Precision::fp8;
+    const auto [s, s8] = bf16_and_fp8(c.model, c.plan, c.gpus);
+    const ModelSpec& m = s.model;
     const double T = 4096, h = static_cast<double>(m.hidden_size), t = s.plan.tp;
     const double up = m.activation == Activation::swiglu ? 2 : 1;
     // The attention block: the projection's input (forward); its output
