@@ -335,18 +335,18 @@ struct Estimator::Impl {
     const RankGrid grid = grid_of(c);
     TimeEntry e;
     const auto [dense, moe] = kind_layers();
-    const TimeEntry* const* shared = nullptr;
-    if (auto it = time_bases.find(base); it != time_bases.end()) shared = &it->second;
+    const TimeEntry* shared = nullptr;   // an entry of the same split, any recomputation
+    if (auto it = time_bases.find(base); it != time_bases.end()) shared = it->second;
     const auto fill = [&](int layer, LayerTime& out, const LayerTime* from) {
       if (layer < 0) return;
       out.f = from ? from->f : run_probe(probe_layer(*s, layer, LayerPass::forward), c.gpus, grid);
       out.b = run_probe(probe_layer(*s, layer, LayerPass::backward_input), c.gpus, grid);
       out.w = from ? from->w : run_probe(probe_layer(*s, layer, LayerPass::backward_weight), c.gpus, grid);
     };
-    fill(dense, e.dense, shared ? &(*shared)->dense : nullptr);
-    fill(moe, e.moe, shared ? &(*shared)->moe : nullptr);
+    fill(dense, e.dense, shared ? &shared->dense : nullptr);
+    fill(moe, e.moe, shared ? &shared->moe : nullptr);
     if (shared) {
-      const TimeEntry& b = **shared;
+      const TimeEntry& b = *shared;
       e.emb_f = b.emb_f;
       e.emb_w = b.emb_w;
       e.out_f = b.out_f;
