@@ -94,6 +94,7 @@ nlohmann::json plan_json(const planner::SimulatedPlan& p, int rank) {
           {"peak_memory_bytes", p.memory.peak_bytes},
           {"headroom_bytes", p.headroom_bytes()},
           {"bubble_fraction", r.bubble_fraction},
+          {"busiest_bubble_fraction", r.busiest_bubble_fraction},
           {"exposed_comm_fraction", p.exposed_comm_s() / r.step_time_s},
           {"exposed_comm_s", exposed},
           {"stage1_step_time_s", p.stage1.step_s},

@@ -91,6 +91,7 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
   j["mfu_no_causal_halving"] = r.mfu_no_causal;
   j["hardware_tflops_per_gpu_no_causal_halving"] = r.hardware_tflops_per_gpu_no_causal;
   j["bubble_fraction"] = r.bubble_fraction;
+  j["busiest_bubble_fraction"] = r.busiest_bubble_fraction;
   j["exposed_comm_s"] = exposed;
   j["stages"] = stages;
   j["memory"] = {{"peak_bytes", mem.peak_bytes}, {"capacity_bytes", mem.capacity_bytes}, {"fits", mem.fits},
@@ -130,7 +131,8 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
        r.tflops_per_gpu_no_causal);
   addl(t, "             {:.1f} TFLOP/s with recomputation counted (Narayanan et al.'s convention)",
        r.hardware_tflops_per_gpu_no_causal);
-  addl(t, "  bubble     {:.1f}% of the step (mean over stages)", 100 * r.bubble_fraction);
+  addl(t, "  bubble     {:.1f}% of the step (mean idle over stages); {:.1f}% at the busiest stage (1 - its compute / "
+       "step, the zero-bubble paper's bubble rate)", 100 * r.bubble_fraction, 100 * r.busiest_bubble_fraction);
   std::string ex;
   for (int k = 0; k < sim::kCommKinds; ++k)
     ex += fmt::format("{}{} {:.1f} ms", k ? ", " : "", sim::to_string(static_cast<sim::CommKind>(k)),

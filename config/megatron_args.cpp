@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "config/megatron_cmdline.hpp"
+#include "core/pipeline_layout.hpp"
 #include "config/megatron_flags.hpp"
 
 namespace megascope {
@@ -340,18 +341,39 @@ Result<MegatronLaunch> interpret(Args& args) {
     return fail("megatron.--num-experts",
                 fmt::format("--expert-model-parallel-size {} needs an MoE model: give --num-experts", p.ep));
 
+  p.embedding_in_split = args.has("--account-for-embedding-in-pipeline-split");
+  p.loss_in_split = args.has("--account-for-loss-in-pipeline-split");
+  const int counted_layers = m.num_layers + (p.embedding_in_split ? 1 : 0) + (p.loss_in_split ? 1 : 0);
   int vpp = 1;
-  if (layers_per_vstage) {
+  if (const std::string* layout = args.value("--pipeline-model-parallel-layout")) {
+    // Megatron-LM: the layout gives the virtual stages itself, and the
+    // first/last-stage and embedding/loss split flags do not apply with it.
+    for (const char* other : {"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                              "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                              "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"})
+      if (args.has(other))
+        return fail("megatron.--pipeline-model-parallel-layout",
+                    fmt::format("give either --pipeline-model-parallel-layout or {}, not both", other));
+    auto stages = parse_pipeline_layout(*layout, "megatron.--pipeline-model-parallel-layout");
+    if (!stages) return tl::unexpected(stages.error());
+    if (stages->size() % static_cast<std::size_t>(p.pp) != 0)
+      return fail("megatron.--pipeline-model-parallel-layout",
+                  fmt::format("the layout has {} stages, which must be a multiple of --pipeline-model-parallel-size "
+                              "({})", stages->size(), p.pp));
+    p.layout = *layout;
+    vpp = static_cast<int>(stages->size()) / p.pp;
+  } else if (layers_per_vstage) {
     if (first_layers || last_layers)
       return fail("megatron.--num-layers-per-virtual-pipeline-stage",
                   "with --decoder-first/last-pipeline-num-layers, give the virtual stages with "
                   "--num-virtual-stages-per-pipeline-rank");
-    if (m.num_layers % p.pp != 0)
+    if (counted_layers % p.pp != 0)
       return fail("megatron.--num-layers-per-virtual-pipeline-stage",
-                  fmt::format("--num-layers ({}) must be divisible by --pipeline-model-parallel-size ({}) to use "
+                  fmt::format("--num-layers ({}{}) must be divisible by --pipeline-model-parallel-size ({}) to use "
                               "--num-layers-per-virtual-pipeline-stage",
-                              m.num_layers, p.pp));
-    const int per_stage = m.num_layers / p.pp;
+                              m.num_layers, counted_layers != m.num_layers ? " with the embedding and loss counted" : "",
+                              p.pp));
+    const int per_stage = counted_layers / p.pp;
     if (per_stage % *layers_per_vstage != 0)
       return fail("megatron.--num-layers-per-virtual-pipeline-stage",
                   fmt::format("the {} layers of a pipeline stage must be divisible by "
@@ -492,6 +514,22 @@ Result<MegatronLaunch> import_megatron_args(std::string_view command_line) {
   return interpret(*args);
 }
 
+namespace {
+
+// A value as one shell word: single-quoted unless it is plain.
+std::string shell_quote(std::string_view v) {
+  const bool plain = !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == '/' || c == ':' || c == '=' || c == '+';
+  });
+  if (plain) return std::string(v);
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
 Result<std::string> export_megatron_args(const Setup& setup) {
   const ModelSpec& m = setup.model;
   const TrainingSpec& t = setup.training;
@@ -610,9 +648,12 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   kv("--tensor-model-parallel-size", p.tp);
   kv("--pipeline-model-parallel-size", p.pp);
   const int vpp = setup.vpp > 0 ? setup.vpp : p.vpp.value_or(1);
-  if (vpp > 1) kv("--num-virtual-stages-per-pipeline-rank", vpp);
+  if (p.layout) kv("--pipeline-model-parallel-layout", shell_quote(*p.layout));   // as given; it implies vpp
+  else if (vpp > 1) kv("--num-virtual-stages-per-pipeline-rank", vpp);
   if (p.first_stage_layers) kv("--decoder-first-pipeline-num-layers", *p.first_stage_layers);
   if (p.last_stage_layers) kv("--decoder-last-pipeline-num-layers", *p.last_stage_layers);
+  if (p.embedding_in_split) sw("--account-for-embedding-in-pipeline-split");
+  if (p.loss_in_split) sw("--account-for-loss-in-pipeline-split");
   if (p.cp > 1) kv("--context-parallel-size", p.cp);
   if (p.cp_comm == CpCommType::all_gather) kv("--cp-comm-type", "all_gather");
   if (p.ep > 1) kv("--expert-model-parallel-size", p.ep);

@@ -103,6 +103,9 @@ constexpr Entry kUsed[] = {
     {"--num-virtual-stages-per-pipeline-rank", Arity::one},
     {"--decoder-first-pipeline-num-layers", Arity::one},
     {"--decoder-last-pipeline-num-layers", Arity::one},
+    {"--pipeline-model-parallel-layout", Arity::one},
+    {"--account-for-embedding-in-pipeline-split", Arity::none},
+    {"--account-for-loss-in-pipeline-split", Arity::none},
     {"--context-parallel-size", Arity::one},
     {"--cp-comm-type", Arity::some},
     {"--expert-model-parallel-size", Arity::one},
@@ -487,13 +490,6 @@ struct Unmodelled {
 // Megatron-LM flags whose effect Megascope does not model: importing them
 // would silently give a wrong estimate, so they are errors.
 constexpr Unmodelled kUnmodelled[] = {
-    {"--pipeline-model-parallel-layout", Arity::one,
-     "custom pipeline layouts are not modelled; use --decoder-first-pipeline-num-layers / "
-     "--decoder-last-pipeline-num-layers"},
-    {"--account-for-embedding-in-pipeline-split", Arity::none,
-     "counting the embedding as a layer in the pipeline split is not modelled"},
-    {"--account-for-loss-in-pipeline-split", Arity::none,
-     "counting the loss as a layer in the pipeline split is not modelled"},
     {"--hierarchical-context-parallel-sizes", Arity::some, "hierarchical context parallelism is not modelled"},
     {"--use-megatron-fsdp", Arity::none, "Megatron FSDP is not modelled; use --use-distributed-optimizer"},
     {"--use-torch-fsdp2", Arity::none, "PyTorch FSDP2 is not modelled; use --use-distributed-optimizer"},

@@ -1,5 +1,7 @@
 #include "config/plan_settings.hpp"
 
+#include "core/pipeline_layout.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -76,7 +78,8 @@ const std::vector<std::string>& plan_keys() {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
-      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers"};
+      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
+      "embedding_in_split", "loss_in_split", "layout"};
   return keys;
 }
 
@@ -113,6 +116,14 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
   if (key == "first_stage_layers") return set_opt_int(plan.first_stage_layers);
   if (key == "last_stage_layers") return set_opt_int(plan.last_stage_layers);
 
+  if (key == "embedding_in_split") return set_bool(plan.embedding_in_split);
+  if (key == "loss_in_split") return set_bool(plan.loss_in_split);
+  if (key == "layout") {   // checked here for its syntax; validate_setup checks it against the model
+    auto parsed = parse_pipeline_layout(value, field_of(key));
+    if (!parsed) return tl::unexpected(parsed.error());
+    plan.layout = std::string(trim(value));
+    return {};
+  }
   if (key == "sp") return set_bool(plan.sequence_parallel);
   if (key == "distopt") return set_bool(plan.distributed_optimizer);
   if (key == "overlap_grad_reduce") return set_bool(plan.overlap_grad_reduce);
@@ -187,7 +198,18 @@ Result<PlanSpec> parse_inline_plan(std::string_view text) {
   while (start <= text.size()) {
     std::size_t comma = text.find(',', start);
     if (comma == std::string_view::npos) comma = text.size();
-    const std::string_view item = trim(text.substr(start, comma - start));
+    std::string_view item = trim(text.substr(start, comma - start));
+    // A layout's own commas (cosmetic in Megatron-Core's syntax): the item runs
+    // on up to the next comma that starts a key=value item.
+    if (item.starts_with("layout=") || item.starts_with("layout =")) {
+      while (comma < text.size()) {
+        const std::size_t next = text.find(',', comma + 1);
+        const std::string_view piece = text.substr(comma + 1, (next == std::string_view::npos ? text.size() : next) - comma - 1);
+        if (piece.find('=') != std::string_view::npos) break;
+        comma = next == std::string_view::npos ? text.size() : next;
+      }
+      item = trim(text.substr(start, comma - start));
+    }
     start = comma + 1;
 
     if (item.empty())
@@ -266,6 +288,11 @@ std::string format_inline_plan(const PlanSpec& plan) {
       if (plan.moe_dispatcher != d.moe_dispatcher) add(key, to_string(plan.moe_dispatcher));
     } else if (key == "first_stage_layers") add_opt(key, plan.first_stage_layers);
     else if (key == "last_stage_layers") add_opt(key, plan.last_stage_layers);
+    else if (key == "embedding_in_split") add_bool(key, plan.embedding_in_split, d.embedding_in_split);
+    else if (key == "loss_in_split") add_bool(key, plan.loss_in_split, d.loss_in_split);
+    else if (key == "layout") {
+      if (plan.layout) add(key, *plan.layout);
+    }
   }
   // The all-default plan would format as "", which parse_inline_plan rejects;
   // "tp=1" keeps parse(format(p)) == p true for every plan.
@@ -293,7 +320,8 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.tp_grad_overlap == b.tp_grad_overlap && a.grad_accum_fusion == b.grad_accum_fusion &&
          a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&
          a.moe_shared_expert_overlap == b.moe_shared_expert_overlap && a.schedule == b.schedule && a.attention == b.attention &&
-         a.cp_comm == b.cp_comm && a.moe_dispatcher == b.moe_dispatcher;
+         a.cp_comm == b.cp_comm && a.moe_dispatcher == b.moe_dispatcher &&
+         a.embedding_in_split == b.embedding_in_split && a.loss_in_split == b.loss_in_split && a.layout == b.layout;
 }
 
 }  // namespace megascope

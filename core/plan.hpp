@@ -56,6 +56,16 @@ struct PlanSpec {
   std::optional<int> vpp;                           // model chunks per pipeline rank (interleaving)
   std::optional<int> first_stage_layers;            // uneven PP: layers on the first stage
   std::optional<int> last_stage_layers;             // uneven PP: layers on the last stage
+  // The embedding and the loss counted as one layer each in the pipeline
+  // split (Megatron-LM's --account-for-embedding-in-pipeline-split and
+  // --account-for-loss-in-pipeline-split): the first (last) virtual stage holds
+  // one transformer layer fewer.
+  bool embedding_in_split = false;
+  bool loss_in_split = false;
+  // An explicit layout (Megatron-Core's --pipeline-model-parallel-layout,
+  // core/pipeline_layout.hpp), kept as the user wrote it; the virtual stages in
+  // forward order.
+  std::optional<std::string> layout;
   std::optional<int> dp;                            // data parallel; absent: devices / (tp*pp*cp)
   int cp = 1;                                       // context parallel
   int ep = 1;                                       // expert parallel

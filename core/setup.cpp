@@ -5,6 +5,7 @@
 // fields and the rule; docs/validation-rules.md lists them.
 #include "core/setup.hpp"
 
+#include "core/pipeline_layout.hpp"
 #include "core/rank_grid.hpp"
 #include "core/schedule/schedule.hpp"
 
@@ -18,59 +19,178 @@ namespace {
 
 using Err = tl::unexpected<Error>;
 
-// Layers held by each pipeline rank, before splitting into chunks.
-Result<std::vector<int>> layers_per_rank(const ModelSpec& m, const PlanSpec& p, int pp, int vpp) {
+// Layers held by each pipeline rank (Megatron-LM's even or uneven first/last
+// split), before splitting into chunks.
+Result<std::vector<int>> layers_per_rank(const ModelSpec& m, const PlanSpec& p, int pp) {
   const int L = m.num_layers;
   std::vector<int> n(static_cast<std::size_t>(pp), 0);
   const bool uneven = p.first_stage_layers || p.last_stage_layers;
   if (!uneven) {
     if (L % pp != 0)
       return fail("plan.pp", fmt::format("num_layers ({}) must be divisible by pp ({}) for an even split; "
-                                         "set first_stage_layers/last_stage_layers for an uneven one",
+                                         "set first_stage_layers/last_stage_layers for an uneven one, or "
+                                         "embedding_in_split/loss_in_split, or a layout",
                                          L, pp));
     std::fill(n.begin(), n.end(), L / pp);
-  } else {
-    if (pp < 2)
-      return fail("plan.first_stage_layers", "uneven pipeline stages need pp >= 2");
-    int rest = L;
-    int middle = pp;
-    if (p.first_stage_layers) {
-      if (*p.first_stage_layers < 1)
-        return fail("plan.first_stage_layers", fmt::format("must be >= 1, found {}", *p.first_stage_layers));
-      n.front() = *p.first_stage_layers;
-      rest -= n.front();
-      --middle;
-    }
-    if (p.last_stage_layers) {
-      if (*p.last_stage_layers < 1)
-        return fail("plan.last_stage_layers", fmt::format("must be >= 1, found {}", *p.last_stage_layers));
-      n.back() = *p.last_stage_layers;
-      rest -= n.back();
-      --middle;
-    }
-    if (rest < 0 || (middle == 0) != (rest == 0))
-      return fail("plan.first_stage_layers",
-                  fmt::format("the first/last stage layers leave {} layers for {} middle stages "
-                              "(num_layers = {}, pp = {})", rest, middle, L, pp));
-    if (middle > 0) {
-      if (rest % middle != 0)
-        return fail("plan.first_stage_layers",
-                    fmt::format("the {} remaining layers must divide evenly over the {} middle stages", rest,
-                                middle));
-      for (int r = 0; r < pp; ++r) {
-        const bool fixed = (r == 0 && p.first_stage_layers) || (r == pp - 1 && p.last_stage_layers);
-        if (!fixed) n[static_cast<std::size_t>(r)] = rest / middle;
-      }
-    }
+    return n;
   }
-  for (int r = 0; r < pp; ++r) {
-    if (n[static_cast<std::size_t>(r)] % vpp != 0)
-      return fail(uneven && (r == 0 || r == pp - 1) ? (r == 0 ? "plan.first_stage_layers" : "plan.last_stage_layers")
-                                                    : "plan.vpp",
-                  fmt::format("pipeline rank {} holds {} layers, which must divide into vpp = {} equal chunks",
-                              r, n[static_cast<std::size_t>(r)], vpp));
+  if (pp < 2) return fail("plan.first_stage_layers", "uneven pipeline stages need pp >= 2");
+  int rest = L;
+  int middle = pp;
+  if (p.first_stage_layers) {
+    if (*p.first_stage_layers < 1)
+      return fail("plan.first_stage_layers", fmt::format("must be >= 1, found {}", *p.first_stage_layers));
+    n.front() = *p.first_stage_layers;
+    rest -= n.front();
+    --middle;
+  }
+  if (p.last_stage_layers) {
+    if (*p.last_stage_layers < 1)
+      return fail("plan.last_stage_layers", fmt::format("must be >= 1, found {}", *p.last_stage_layers));
+    n.back() = *p.last_stage_layers;
+    rest -= n.back();
+    --middle;
+  }
+  if (rest < 0 || (middle == 0) != (rest == 0))
+    return fail("plan.first_stage_layers",
+                fmt::format("the first/last stage layers leave {} layers for {} middle stages "
+                            "(num_layers = {}, pp = {})", rest, middle, L, pp));
+  if (middle > 0) {
+    if (rest % middle != 0)
+      return fail("plan.first_stage_layers",
+                  fmt::format("the {} remaining layers must divide evenly over the {} middle stages", rest, middle));
+    for (int r = 0; r < pp; ++r) {
+      const bool fixed = (r == 0 && p.first_stage_layers) || (r == pp - 1 && p.last_stage_layers);
+      if (!fixed) n[static_cast<std::size_t>(r)] = rest / middle;
+    }
   }
   return n;
+}
+
+// Where a virtual stage sits, for error messages.
+std::string stage_name(Schedule sch, int pp, int chunks_per_rank, int vs) {
+  for (int r = 0; r < pp; ++r)
+    for (int c = 0; c < chunks_per_rank; ++c)
+      if (virtual_stage(sch, pp, r, c) == vs) return fmt::format("virtual stage {} (pipeline rank {}, chunk {})", vs, r, c);
+  return fmt::format("virtual stage {}", vs);
+}
+
+// What each virtual stage holds, in forward order: from the plan's layout
+// string, or from the split rule its other keys give (even; uneven first/last;
+// embedding and loss counted in the split). `stages` = pp x vpp (pp for
+// DualPipe, whose two directions run the same stages).
+Result<std::vector<LayoutStage>> stage_layout(const ModelSpec& m, const PlanSpec& p, Schedule sch, int stages,
+                                              int split_vpp) {
+  const int pp = p.pp;
+  const int L = m.num_layers;
+  const bool v_shape = sch == Schedule::zb_v || sch == Schedule::dualpipev;
+  const int chunks_per_rank = sch == Schedule::dualpipe ? 1 : split_vpp;
+  const bool uneven = p.first_stage_layers || p.last_stage_layers;
+  const bool in_split = p.embedding_in_split || p.loss_in_split;
+  std::vector<LayoutStage> out(static_cast<std::size_t>(stages));
+
+  if (p.layout) {
+    if (uneven)
+      return fail("plan.layout", "give either a layout or first_stage_layers/last_stage_layers, not both");
+    if (in_split)
+      return fail("plan.layout", "give either a layout or embedding_in_split/loss_in_split, not both");
+    auto parsed = parse_pipeline_layout(*p.layout, "plan.layout");
+    if (!parsed) return Err(parsed.error());
+    if (static_cast<int>(parsed->size()) != stages)
+      return fail("plan.layout", fmt::format("the layout has {} stages; {} with pp = {} and vpp = {} needs {}",
+                                             parsed->size(), to_string(sch), pp, split_vpp, stages));
+    int decoders = 0, mtp = 0;
+    for (const LayoutStage& st : *parsed) {
+      decoders += st.decoders;
+      mtp += st.mtp;
+    }
+    if (decoders != L)
+      return fail("plan.layout", fmt::format("the layout holds {} transformer layers (t); the model has {}", decoders, L));
+    if (mtp != m.mtp_num_layers)
+      return fail("plan.layout", fmt::format("the layout holds {} MTP layers (m); the model has {}", mtp,
+                                             m.mtp_num_layers));
+    if (!parsed->front().embedding)
+      return fail("plan.layout", fmt::format("the embedding (E) must be in the first stage, {}",
+                                             stage_name(sch, pp, chunks_per_rank, 0)));
+    for (int vs = 0; vs < stages; ++vs) {
+      const LayoutStage& st = (*parsed)[static_cast<std::size_t>(vs)];
+      if (st.mtp > 0 && !st.loss)
+        return fail("plan.layout",
+                    fmt::format("{} holds MTP layers apart from the loss (Megatron-Core's standalone MTP); "
+                                "standalone MTP stages are not modelled: put the m layers in the stage with L",
+                                stage_name(sch, pp, chunks_per_rank, vs)));
+    }
+    return std::move(*parsed);
+  }
+
+  if (uneven && in_split)
+    return fail("plan.embedding_in_split", "embedding_in_split/loss_in_split cannot combine with "
+                                           "first_stage_layers/last_stage_layers (Megatron-LM refuses both)");
+  std::vector<int> n(static_cast<std::size_t>(stages), 0);
+  if (v_shape && uneven) {
+    // The V: rank 0 holds the first and the last virtual stage; the keys give
+    // those two, the other stages share the rest evenly.
+    if (pp < 2) return fail("plan.first_stage_layers", "uneven pipeline stages need pp >= 2");
+    int rest = L, middle = stages;
+    for (auto [key, v, at] : {std::tuple{"plan.first_stage_layers", p.first_stage_layers, 0},
+                              std::tuple{"plan.last_stage_layers", p.last_stage_layers, stages - 1}}) {
+      if (!v) continue;
+      if (*v < 1) return fail(key, fmt::format("must be >= 1, found {}", *v));
+      n[static_cast<std::size_t>(at)] = *v;
+      rest -= *v;
+      --middle;
+    }
+    if (rest < 0 || rest % middle != 0)
+      return fail("plan.first_stage_layers",
+                  fmt::format("with {} the first/last stage layers name virtual stages; they leave {} layers, which "
+                              "must divide evenly over the other {} virtual stages",
+                              to_string(sch), rest, middle));
+    for (int vs = 0; vs < stages; ++vs)
+      if ((vs != 0 || !p.first_stage_layers) && (vs != stages - 1 || !p.last_stage_layers))
+        n[static_cast<std::size_t>(vs)] = rest / middle;
+  } else if (in_split) {
+    const int counted = L + (p.embedding_in_split ? 1 : 0) + (p.loss_in_split ? 1 : 0);
+    const char* key = p.embedding_in_split ? "plan.embedding_in_split" : "plan.loss_in_split";
+    if (counted % pp != 0)
+      return fail(key, fmt::format("num_layers ({}) plus the embedding and loss counted in the split ({}) must be "
+                                   "divisible by pp ({})", L, counted, pp));
+    const int per_rank = counted / pp;
+    const int per_chunk = v_shape ? 2 : chunks_per_rank;
+    if (per_rank % per_chunk != 0)
+      return fail("plan.vpp", fmt::format("each pipeline rank holds {} layers counting the embedding and loss, which "
+                                          "must divide into vpp = {} equal chunks", per_rank, per_chunk));
+    std::fill(n.begin(), n.end(), per_rank / per_chunk);
+    if (p.embedding_in_split) n.front() -= 1;
+    if (p.loss_in_split) n.back() -= 1;
+    for (int vs : {0, stages - 1})
+      if (n[static_cast<std::size_t>(vs)] < 0)
+        return fail(key, fmt::format("{} has no transformer layer to give up for the embedding or loss",
+                                     stage_name(sch, pp, chunks_per_rank, vs)));
+  } else {
+    auto per_rank = layers_per_rank(m, p, pp);
+    if (!per_rank) return Err(per_rank.error());
+    const int per_chunk = v_shape ? 2 : chunks_per_rank;
+    for (int r = 0; r < pp; ++r) {
+      const int held = (*per_rank)[static_cast<std::size_t>(r)];
+      if (held % per_chunk != 0) {
+        const bool end = uneven && ((r == 0 && p.first_stage_layers) || (r == pp - 1 && p.last_stage_layers));
+        return fail(end ? (r == 0 ? "plan.first_stage_layers" : "plan.last_stage_layers") : "plan.vpp",
+                    fmt::format("pipeline rank {} holds {} layers, which must divide into vpp = {} equal chunks{}", r,
+                                held, per_chunk,
+                                end ? " (Megatron-LM's rule; for fewer layers on the first or last virtual stage only, "
+                                      "use embedding_in_split/loss_in_split or a layout)"
+                                    : ""));
+      }
+      for (int c = 0; c < per_chunk; ++c)
+        n[static_cast<std::size_t>(virtual_stage(sch == Schedule::dualpipe ? Schedule::one_f_one_b : sch, pp, r, c))] =
+            held / per_chunk;
+    }
+  }
+  for (int vs = 0; vs < stages; ++vs) out[static_cast<std::size_t>(vs)].decoders = n[static_cast<std::size_t>(vs)];
+  out.front().embedding = true;
+  out.back().loss = true;
+  out.back().mtp = m.mtp_num_layers;
+  return out;
 }
 
 }  // namespace
@@ -83,13 +203,13 @@ int Setup::layers_on_rank(int pp_rank) const {
 
 bool Setup::holds_embedding(int pp_rank) const {
   for (const ChunkLayers& c : chunks.at(static_cast<std::size_t>(pp_rank)))
-    if (c.virtual_stage == 0) return true;
+    if (c.embedding) return true;
   return false;
 }
 
 bool Setup::holds_output(int pp_rank) const {
   for (const ChunkLayers& c : chunks.at(static_cast<std::size_t>(pp_rank)))
-    if (c.virtual_stage == virtual_stages - 1) return true;
+    if (c.loss) return true;
   return false;
 }
 
@@ -295,9 +415,18 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
 
   // Pipeline schedule and virtual stages.
   const Schedule sch = p.schedule;
-  s.vpp = p.vpp.value_or(default_vpp(sch));
+  std::optional<int> vpp = p.vpp;
+  if (!vpp && p.layout && sch != Schedule::dualpipe) {   // Megatron-LM derives vpp from the layout
+    auto parsed = parse_pipeline_layout(*p.layout, "plan.layout");
+    if (!parsed) return Err(parsed.error());
+    if (parsed->size() % static_cast<std::size_t>(p.pp) != 0)
+      return fail("plan.layout", fmt::format("the layout has {} stages, which must be a multiple of pp ({})",
+                                             parsed->size(), p.pp));
+    vpp = static_cast<int>(parsed->size()) / p.pp;
+  }
+  s.vpp = vpp.value_or(default_vpp(sch));
   if (sch == Schedule::interleaved) {
-    if (!p.vpp || *p.vpp < 2) return fail("plan.vpp", "the interleaved schedule needs vpp >= 2");
+    if (!vpp || *vpp < 2) return fail("plan.vpp", "the interleaved schedule needs vpp >= 2");
     if (p.pp < 2) return fail("plan.pp", "the interleaved schedule needs pp >= 2");
     if (s.num_microbatches % p.pp != 0)
       return fail("training.global_batch_size",
@@ -334,33 +463,23 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     return fail("training.global_batch_size",
                 fmt::format("dualpipev needs at least 2 x pp = {} micro-batches, found {}", 2 * p.pp,
                             s.num_microbatches));
-  const bool uneven = p.first_stage_layers || p.last_stage_layers;
-  // DualPipe splits the model into pp stages as 1f1b does (rank r holds
-  // stages r and pp - 1 - r), so its first and last stage may differ; the V
-  // shapes split each rank's layers into two equal chunks.
-  if (uneven && (sch == Schedule::zb_v || sch == Schedule::dualpipev))
-    return fail("plan.first_stage_layers", fmt::format("uneven stages are not supported with {}", to_string(sch)));
-
-  // Layer layout.
+  // Layer layout. DualPipe splits the model into pp stages as 1f1b does
+  // (rank r holds stages r and pp - 1 - r in its two directions).
   const int split_vpp = sch == Schedule::dualpipe ? 1 : s.vpp;
-  auto per_rank = layers_per_rank(m, p, p.pp, split_vpp);
-  if (!per_rank) return Err(per_rank.error());
   const int chunks_per_rank = sch == Schedule::dualpipe ? 2 : s.vpp;
   s.virtual_stages = p.pp * split_vpp;
-  // Layers of each virtual stage in forward order.
-  std::vector<int> stage_layers(static_cast<std::size_t>(s.virtual_stages), 0);
-  for (int r = 0; r < p.pp; ++r)
-    for (int c = 0; c < split_vpp; ++c)
-      stage_layers[static_cast<std::size_t>(virtual_stage(sch, p.pp, r, c))] =
-          (*per_rank)[static_cast<std::size_t>(r)] / split_vpp;
-  std::vector<int> stage_first(stage_layers.size(), 0);
-  std::exclusive_scan(stage_layers.begin(), stage_layers.end(), stage_first.begin(), 0);
+  auto layout = stage_layout(m, p, sch, s.virtual_stages, split_vpp);
+  if (!layout) return Err(layout.error());
+  s.layout = std::move(*layout);
+  std::vector<int> stage_first(s.layout.size(), 0);
+  for (std::size_t vs = 1; vs < s.layout.size(); ++vs) stage_first[vs] = stage_first[vs - 1] + s.layout[vs - 1].decoders;
   s.chunks.assign(static_cast<std::size_t>(p.pp), {});
   for (int r = 0; r < p.pp; ++r) {
     for (int c = 0; c < chunks_per_rank; ++c) {
       const int vs = virtual_stage(sch, p.pp, r, c);
+      const LayoutStage& st = s.layout[static_cast<std::size_t>(vs)];
       s.chunks[static_cast<std::size_t>(r)].push_back(
-          ChunkLayers{stage_first[static_cast<std::size_t>(vs)], stage_layers[static_cast<std::size_t>(vs)], vs});
+          ChunkLayers{stage_first[static_cast<std::size_t>(vs)], st.decoders, vs, st.embedding, st.loss, st.mtp});
     }
   }
   if (rc.granularity == RecomputeGranularity::full) {

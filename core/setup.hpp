@@ -12,6 +12,7 @@
 
 #include "core/cluster.hpp"
 #include "core/model.hpp"
+#include "core/pipeline_layout.hpp"
 #include "core/plan.hpp"
 #include "core/result.hpp"
 #include "core/training.hpp"
@@ -19,10 +20,16 @@
 namespace megascope {
 
 // The layers one model chunk holds: [first, first + count) in model order.
+// The embedding sits in virtual stage 0 and the loss (with the MTP layers) in
+// the last: every layout Megascope accepts places them so (Megatron-Core's
+// layouts too, apart from standalone MTP stages, which are refused).
 struct ChunkLayers {
   int first = 0;
   int count = 0;
   int virtual_stage = 0;        // position of the chunk in the forward order of the model
+  bool embedding = false;       // holds the embedding (virtual stage 0)
+  bool loss = false;            // holds the output layer and the loss (the last virtual stage)
+  int mtp = 0;                  // MTP layers it holds (with the loss)
 };
 
 struct Setup {
@@ -49,13 +56,17 @@ struct Setup {
   int num_microbatches = 0;     // m = global batch / (micro-batch * dp)
   std::int64_t padded_vocab = 0;
   int virtual_stages = 0;       // model split: pp * vpp (dualpipe: pp)
-  // chunks[r] lists the chunks pipeline rank r holds, in chunk order.
+  // What each virtual stage holds, in forward order: the one layout every
+  // consumer reads, whichever plan keys gave it (core/pipeline_layout.hpp).
+  std::vector<LayoutStage> layout;
+  // chunks[r] lists the chunks pipeline rank r holds, in chunk order (the
+  // layout's stages placed by the schedule).
   std::vector<std::vector<ChunkLayers>> chunks;
   std::vector<std::string> warnings;  // accepted but noteworthy (e.g. SP disabled at tp = 1)
 
   [[nodiscard]] int layers_on_rank(int pp_rank) const;
-  [[nodiscard]] bool holds_embedding(int pp_rank) const;     // first virtual stage
-  [[nodiscard]] bool holds_output(int pp_rank) const;        // last virtual stage (output layer + loss)
+  [[nodiscard]] bool holds_embedding(int pp_rank) const;     // the chunk with the embedding
+  [[nodiscard]] bool holds_output(int pp_rank) const;        // the chunk with the output layer and loss
   [[nodiscard]] std::int64_t tokens_per_iteration() const {
     return training.global_batch_size * seq_length;
   }

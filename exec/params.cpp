@@ -261,8 +261,8 @@ std::vector<Chunk> make_chunks(const Setup& s, int rank, std::uint64_t seed) {
     Chunk c;
     c.index = static_cast<int>(i);
     c.layers = chunks[i];
-    c.embedding = chunks[i].virtual_stage == 0;
-    c.output = chunks[i].virtual_stage == s.virtual_stages - 1;
+    c.embedding = chunks[i].embedding;
+    c.output = chunks[i].loss;
     Builder b{s, d, c};
     // Backward order: output piece, layers last to first, embedding piece.
     if (c.output) {

@@ -89,6 +89,7 @@ struct TimeEntry {
 struct ChunkInfo {
   int count = 0;
   int virtual_stage = 0;
+  bool embedding = false, loss = false;   // holds the embedding; the output layer and loss
   std::vector<int> moe_prefix;   // moe layers among the chunk's first k layers, k = 0..count
 };
 struct RankLayout {
@@ -228,7 +229,8 @@ struct Estimator::Impl {
   }
 
   static LayoutKey layout_key(const Candidate& c) {
-    return {field(c.tp, 20, 0) | field(c.pp, 20, 20) | field(c.vpp, 20, 40) | field(static_cast<std::int64_t>(c.schedule), 4, 60),
+    return {field(c.tp, 20, 0) | field(c.pp, 20, 20) | field(c.vpp, 16, 40) | field(c.embedding_in_split, 1, 56) |
+                field(c.loss_in_split, 1, 57) | field(static_cast<std::int64_t>(c.schedule), 4, 60),
             field(c.ep, 20, 0) | field(c.etp, 20, 20) | field(c.first_layers, 12, 40) | field(c.last_layers, 12, 52)};
   }
 
@@ -251,6 +253,8 @@ struct Estimator::Impl {
         ChunkInfo ci;
         ci.count = ch.count;
         ci.virtual_stage = ch.virtual_stage;
+        ci.embedding = ch.embedding;
+        ci.loss = ch.loss;
         ci.moe_prefix.assign(static_cast<std::size_t>(ch.count) + 1, 0);
         for (int i = 0; i < ch.count; ++i)
           ci.moe_prefix[static_cast<std::size_t>(i) + 1] =
@@ -431,8 +435,8 @@ struct Estimator::Impl {
           act += in_c.weight_grad_only * ((ch.count - moe_all) * A.dense.wgs + moe_all * A.moe.wgs);
         if (rec_dense > 0) working = std::max(working, A.dense.stored);
         if (rec_moe > 0) working = std::max(working, A.moe.stored);
-        if (ch.virtual_stage == 0) act += in_c.full * A.embedding;
-        if (ch.virtual_stage == L.virtual_stages - 1) {
+        if (ch.embedding) act += in_c.full * A.embedding;
+        if (ch.loss) {
           act += in_c.full * A.output;
           if (mtp > 0) act += in_c.full * mtp * (last.stored + A.output);
         }

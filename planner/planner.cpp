@@ -179,12 +179,13 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     try {
       Estimator est(in, *cost);
       std::uint64_t index = 0, tuple = 0;
-      std::array<int, 8> last_key{};
+      std::array<int, 9> last_key{};
       last_key[0] = -1;
       enumerate(in, sh.rejections, [&](const Candidate& c) {
         if (stop.load(std::memory_order_relaxed)) throw Stopped{};
         const std::uint64_t i = index++;
-        const std::array<int, 8> key = {c.gpus, c.tp, c.cp, c.pp, c.first_layers, c.last_layers, c.ep, c.etp};
+        const std::array<int, 9> key = {c.gpus, c.tp, c.cp, c.pp, c.first_layers, c.last_layers,
+                                        c.embedding_in_split * 2 + c.loss_in_split, c.ep, c.etp};
         if (key != last_key) {
           ++tuple;
           last_key = key;

@@ -102,6 +102,8 @@ PlanSpec to_plan(const Candidate& c) {
   p.micro_batch_size = c.mbs;
   if (c.first_layers > 0) p.first_stage_layers = c.first_layers;
   if (c.last_layers > 0) p.last_stage_layers = c.last_layers;
+  p.embedding_in_split = c.embedding_in_split;
+  p.loss_in_split = c.loss_in_split;
   p.sequence_parallel = c.sp;
   p.recompute.granularity = c.recompute;
   if (c.recompute == RecomputeGranularity::full) {
@@ -119,7 +121,7 @@ PlanSpec to_plan(const Candidate& c) {
 }
 
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
-  if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.attention != AttentionKernel::flash ||
+  if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.layout || p.attention != AttentionKernel::flash ||
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
       (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)))
@@ -136,6 +138,8 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.mbs = p.micro_batch_size;
   c.first_layers = static_cast<std::int16_t>(p.first_stage_layers.value_or(0));
   c.last_layers = static_cast<std::int16_t>(p.last_stage_layers.value_or(0));
+  c.embedding_in_split = p.embedding_in_split;
+  c.loss_in_split = p.loss_in_split;
   c.schedule = p.schedule;
   c.recompute = p.recompute.granularity;
   c.recompute_method = p.recompute.method.value_or(RecomputeMethod::uniform);
@@ -228,12 +232,21 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   struct Split {
     int first = 0, last = 0;   // 0: the even split
     int unit = 0;
+    bool embedding = false, loss = false;   // counted as a layer each (then unit counts them too)
   };
   std::vector<Split> splits;
   const auto splits_for = [&](int pp) {
     splits.assign(1, Split{0, 0, L % pp == 0 ? L / pp : 0});
     const bool uneven = pp >= 2 && (k.uneven == UnevenStages::on || (k.uneven == UnevenStages::automatic && L % pp != 0));
     if (!uneven) return;
+    // The embedding and/or the loss counted as a layer (Megatron-LM's
+    // --account-for-*-in-pipeline-split): the first/last virtual stage gives
+    // up a layer, so interleaving stays possible where the ranks' layer
+    // counts differ (Llama 3 405B: 126 layers, pp 16, 7 + 14 x 8 + 7).
+    for (int e = 0; e < 2; ++e)
+      for (int l = 0; l < 2; ++l)
+        if ((e || l) && (L + e + l) % pp == 0 && (L + e + l) / pp >= 1)
+          splits.push_back({0, 0, (L + e + l) / pp, e != 0, l != 0});
     for (int i = 0; i <= k.uneven_depth; ++i)
       for (int j = 0; j <= k.uneven_depth; ++j) {
         if ((L + i + j) % pp != 0) continue;
@@ -241,7 +254,8 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
         const int first = mid - i, last = mid - j;
         if (first < 1 || last < 1) continue;
         if (L % pp == 0 && first == L / pp && last == L / pp) continue;   // the even split
-        if (std::any_of(splits.begin(), splits.end(), [&](const Split& x) { return x.first == first && x.last == last; }))
+        if (std::any_of(splits.begin(), splits.end(),
+                        [&](const Split& x) { return x.first == first && x.last == last && !x.embedding && !x.loss; }))
           continue;   // pp = 2: (i, j) and (i + 1, j + 1) give the same split
         splits.push_back({first, last, pp > 2 ? std::gcd(std::gcd(first, last), mid) : std::gcd(first, last)});
       }
@@ -330,9 +344,10 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     }
                     // Block recomputation: every k below the largest chunk (min(k, chunk) per chunk);
                     // the middle ranks hold the most layers (pp = 2: the larger of first and last).
-                    const int rank_layers = split.first == 0 ? L / pp
-                                            : pp > 2        ? (L - split.first - split.last) / (pp - 2)
-                                                            : std::max(split.first, split.last);
+                    const int rank_layers = split.embedding || split.loss ? split.unit
+                                            : split.first == 0            ? L / pp
+                                            : pp > 2 ? (L - split.first - split.last) / (pp - 2)
+                                                     : std::max(split.first, split.last);
                     const int chunk_layers = rank_layers / (s == Schedule::dualpipe ? 1 : vpp);
 
                     Candidate c;
@@ -348,6 +363,8 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.mbs = mbs;
                     c.first_layers = static_cast<std::int16_t>(split.first);
                     c.last_layers = static_cast<std::int16_t>(split.last);
+                    c.embedding_in_split = split.embedding;
+                    c.loss_in_split = split.loss;
                     c.schedule = s;
                     const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
                     for (int sp = 0; sp < 2; ++sp) {

@@ -20,7 +20,10 @@
 // layers): the first and last stage hold up to `uneven_depth` layers fewer
 // than the middle ones, in every split whose middle stages are equal; by
 // default (auto) only for pipeline sizes that do not divide the layer count,
-// where no even split exists. Not enumerated: unfused attention, the CP
+// where no even split exists. In the same cases, the splits that count the
+// embedding, the loss or both as a layer (--account-for-embedding/loss-in-
+// pipeline-split), which keep interleaving possible. Not enumerated: explicit
+// layout strings, unfused attention, the CP
 // all-gather variant (flash attention and ring CP are never slower here), and
 // the options that only old Megatron-LM lacked: tp_grad_overlap and
 // grad_accum_fusion off (never faster); nor pp_scatter_gather, which only
@@ -86,6 +89,7 @@ struct Candidate {
   std::int16_t tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, etp = 1;
   int dp = 1, mbs = 1;
   std::int16_t first_layers = 0, last_layers = 0;   // uneven stages: layers of the first and last; 0: even split
+  bool embedding_in_split = false, loss_in_split = false;   // counted as a layer each in the split
   Schedule schedule = Schedule::one_f_one_b;
   RecomputeGranularity recompute = RecomputeGranularity::none;
   RecomputeMethod recompute_method = RecomputeMethod::uniform;   // full only
@@ -99,7 +103,7 @@ struct Candidate {
 };
 
 PlanSpec to_plan(const Candidate& c);
-// The candidate of a user's plan (unfused attention, the CP all-gather, TP
+// The candidate of a user's plan (a layout string, unfused attention, the CP all-gather, TP
 // without tp_grad_overlap, unfused gradient accumulation, the allgather MoE
 // dispatcher and an uneven split that sets only one of first/last are not
 // representable: nullopt).

@@ -141,6 +141,9 @@ SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::v
       for (int k = 0; k < kCommKinds; ++k) rep.exposed_comm_s[static_cast<std::size_t>(k)] += st.exposed_comm_s[static_cast<std::size_t>(k)];
     }
     rep.bubble_fraction /= static_cast<double>(rep.stages.size());
+    double busiest = 0;
+    for (const StageReport& st : rep.stages) busiest = std::max(busiest, st.compute_busy_s);
+    rep.busiest_bubble_fraction = std::max(0.0, 1.0 - busiest / step_time_s);
     for (double& e : rep.exposed_comm_s) e /= static_cast<double>(rep.stages.size());
   }
   return rep;

@@ -13,6 +13,9 @@
 //   bubble         per rank: time the compute stream is idle and no
 //                  communication of the rank is in flight (waiting on other
 //                  stages); bubble_fraction is its mean over stages / step time
+//   busiest-stage  1 - the busiest stage's compute time / step time: the
+//   bubble         zero-bubble paper's bubble rate (Qi et al. 2024), which
+//                  counts only the idle time of the stage that sets the pace
 #pragma once
 
 #include <array>
@@ -45,7 +48,8 @@ struct SimReport {
   double tflops_per_gpu_no_causal = 0;
   double mfu_no_causal = 0;
   double hardware_tflops_per_gpu_no_causal = 0;   // with recomputation: the Narayanan Table 1 convention
-  double bubble_fraction = 0;
+  double bubble_fraction = 0;           // mean over stages of idle time / step (see above)
+  double busiest_bubble_fraction = 0;   // 1 - busiest stage's compute / step
   std::array<double, kCommKinds> exposed_comm_s{};   // mean over stages
   std::vector<StageReport> stages;
 };

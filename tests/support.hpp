@@ -17,6 +17,14 @@
 
 namespace megascope::test {
 
+// A setup refused on `field` with a message containing `words`.
+inline void expect_error(const Result<Setup>& r, const std::string& field, const std::string& words) {
+  INFO("expected an error on " << field << " saying: " << words);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().field == field);
+  CHECK_THAT(r.error().message, Catch::Contains(words));
+}
+
 inline ModelSpec shipped_model(const std::string& name) {
   auto m = resolve_model(name);
   if (!m) FAIL(m.error().str());

@@ -145,9 +145,9 @@ MemoryReport memory_report(const Setup& s) {
       }
       if (checkpoints > 0) add_term(acc, order, "recompute_checkpoints", in.full * checkpoints);
       if (in.weight_grad_only > 0) add_term(acc, order, "weight_grad_state", in.weight_grad_only * weight_grad);
-      if (ch.virtual_stage == 0)
+      if (ch.embedding)
         for (const ActivationTerm& t : edges.embedding) add_term(acc, order, t.name, in.full * t.bytes);
-      if (ch.virtual_stage == s.virtual_stages - 1) {
+      if (ch.loss) {
         for (const ActivationTerm& t : edges.output) add_term(acc, order, t.name, in.full * t.bytes);
         if (s.model.mtp_num_layers > 0) {
           const LayerActivations& last = activations_of(s.model.num_layers - 1);

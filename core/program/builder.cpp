@@ -59,10 +59,10 @@ ChunkParams chunk_params(const Setup& s, const ChunkLayers& ch) {
   ParamSplit p;
   for (int l = ch.first; l < ch.first + ch.count; ++l) p += layer_params(s.model, l, sh);
   const double word = word_params(s);
-  if (ch.virtual_stage == 0) p.dense += word;
-  if (ch.virtual_stage == s.virtual_stages - 1 && (!s.model.tied_embeddings || s.virtual_stages > 1)) p.dense += word;
-  if (ch.virtual_stage == s.virtual_stages - 1) {
-    for (int k = 0; k < s.model.mtp_num_layers; ++k) p += mtp_layer_params(s.model, sh);
+  if (ch.embedding) p.dense += word;
+  if (ch.loss && (!s.model.tied_embeddings || s.virtual_stages > 1)) p.dense += word;
+  if (ch.loss) {
+    for (int k = 0; k < ch.mtp; ++k) p += mtp_layer_params(s.model, sh);
     // MTP looks up the tokens ahead in the last stage's copy of the word
     // embedding: its own table when untied and the first stage is elsewhere.
     if (s.model.mtp_num_layers > 0 && !s.model.tied_embeddings && s.virtual_stages > 1) p.dense += word;
@@ -86,7 +86,7 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
   // The output layer's weight: its own (untied) or the last stage's copy of
   // the embedding; tied on a rank that also holds the embedding, the
   // embedding piece carries it.
-  if (ch.virtual_stage == s.virtual_stages - 1) {
+  if (ch.loss) {
     out.push_back({Piece::Kind::output, 0, (!s.model.tied_embeddings || s.virtual_stages > 1) ? word : 0.0, 0});
     // MTP layers, deepest first; the first depth's piece also completes the
     // embedding copy they look the tokens up in (chunk_params).
@@ -100,7 +100,7 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
     const ParamSplit p = layer_params(s.model, l, sh);
     out.push_back({Piece::Kind::layer, l, p.dense, p.expert});
   }
-  if (ch.virtual_stage == 0) out.push_back({Piece::Kind::embedding, 0, word, 0});
+  if (ch.embedding) out.push_back({Piece::Kind::embedding, 0, word, 0});
   return out;
 }
 
@@ -325,7 +325,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         if (first_pass && embedding_gate[static_cast<std::size_t>(st.chunk)])
           first_deps.push(*embedding_gate[static_cast<std::size_t>(st.chunk)]);
         std::optional<std::uint32_t> dep;
-        if (vs == 0) {
+        if (ch.embedding) {
           dep = embedding_forward(w, s, ctx, first_deps);
         } else if (first_deps.count > 0) {
           // A receive (or the parameter gather) gates the first layer.
@@ -341,7 +341,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           }
           dep = layers.forward(l, ctx, dep);
         }
-        if (vs == last_vs) {
+        if (ch.loss) {
           dep = last_stage_forward(w, layers, s, ctx, dep,
                                    first_pass ? &layer_gate[static_cast<std::size_t>(st.chunk)] : nullptr);
         } else if (peer(vs + 1) != r) {
@@ -405,7 +405,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           dep = sync_p2p ? posted[i] : receive(i, {});
         else if (vs < last_vs)
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
-        if (vs == last_vs) {
+        if (ch.loss) {
           dep = last_stage_backward(w, layers, s, ctx, dep, [&](int k, std::uint32_t input_grad) {
             if (k < 0)
               weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(input_grad)); });

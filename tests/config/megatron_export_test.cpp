@@ -228,6 +228,27 @@ TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the mode
   REQUIRE_THAT(line, Catch::Contains("--hidden-dropout 0 --attention-dropout 0"));
   REQUIRE_THAT(line, Catch::Contains("--bf16 --grad-reduce-in-bf16"));
 
+  // The embedding counted as a layer (--account-for-embedding-in-pipeline-
+  // split): 80 + 1 layers over pp 3, 27 a rank, 9 a chunk, 8 on the first.
+  PlanSpec counted = p;
+  counted.pp = 3;
+  counted.vpp = 3;
+  counted.dp = 4;
+  counted.embedding_in_split = true;
+  TrainingSpec tc = t;
+  tc.global_batch_size = 1200;
+  const Setup sc = validated(m, tc, counted);
+  CHECK(sc.layers_on_rank(0) == 26);
+  CHECK(sc.chunks[0][0].count == 8);
+  check_round_trip(sc);
+  CHECK_THAT(*export_megatron_args(sc), Catch::Contains("--account-for-embedding-in-pipeline-split"));
+  counted.embedding_in_split = false;   // 80 + 1 with the loss instead: the last chunk gives up the layer
+  counted.loss_in_split = true;
+  const Setup sl = validated(m, tc, counted);
+  CHECK(sl.chunks[2][2].count == 8);
+  check_round_trip(sl);
+  CHECK_THAT(*export_megatron_args(sl), Catch::Contains("--account-for-loss-in-pipeline-split"));
+
   // DeepSeek-V3's optimizer: bf16 moments, fp32 master weights kept as remainders.
   TrainingSpec pa = t;
   pa.optimizer_precision.enabled = true;
@@ -344,6 +365,54 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
     check_round_trip(rs);
     REQUIRE_THAT(*export_megatron_args(rs), Catch::Contains(std::string("--fp8-recipe ") + to_string(r)));
   }
+}
+
+TEST_CASE("A DeepSeek-V3 pipeline layout string round-trips through import and export unchanged", "[config]") {
+  const std::string model =
+      "--num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 --kv-channels 128 "
+      "--seq-length 4096 --max-position-embeddings 4096 --vocab-size 129280 --swiglu --normalization RMSNorm "
+      "--position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights --bf16 "
+      "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 "
+      "--v-head-dim 128 --num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048 "
+      "--moe-shared-expert-intermediate-size 2048 --moe-layer-freq '([0]*3+[1]*58)' --mtp-num-layers 1 "
+      "--moe-grouped-gemm --micro-batch-size 1 --global-batch-size 4096 --tensor-model-parallel-size 2 "
+      "--expert-model-parallel-size 8 --sequence-parallel --use-distributed-optimizer ";
+  // Megatron-Bridge's recipe layouts (MTP with the loss): pp 16, and pp 8 x vpp 2.
+  for (const char* pp : {"16", "8"}) {
+    const std::string layout = "Et*4|(t*4|)*14,tmL";
+    const MegatronLaunch in =
+        import_ok(model + "--pipeline-model-parallel-size " + pp + " --pipeline-model-parallel-layout '" + layout + "'");
+    REQUIRE(in.plan.layout);
+    CHECK(*in.plan.layout == layout);
+    CHECK(in.plan.vpp == (std::string(pp) == "8" ? std::optional<int>(2) : std::nullopt));
+    const Setup s = validated(in.model, in.training, in.plan);
+    CHECK(s.chunks[0][0].count == 4);
+    CHECK(s.chunks[0][0].embedding);
+    CHECK(s.layout.back() == LayoutStage{1, false, true, 1});
+    check_round_trip(s);
+    const std::string line = *export_megatron_args(s);
+    CHECK_THAT(line, Catch::Contains("--pipeline-model-parallel-layout '" + layout + "'"));
+    CHECK_THAT(line, !Catch::Contains("--num-virtual-stages-per-pipeline-rank"));
+  }
+  // The standalone-MTP layout of Megatron-Core's docs imports as written;
+  // the Setup refuses it (not modelled), naming the stage.
+  const MegatronLaunch standalone = import_ok(model + "--pipeline-model-parallel-size 16 "
+                                                      "--pipeline-model-parallel-layout \"Et*3|(tt|)*29,m|L\"");
+  CHECK(*standalone.plan.layout == "Et*3|(tt|)*29,m|L");
+  CHECK(standalone.plan.vpp == 2);
+  CHECK(standalone.plan.schedule == Schedule::interleaved);
+  auto refused = validate_setup(standalone.model, test_cluster(), standalone.training, standalone.plan);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message, Catch::Contains("virtual stage 30 (pipeline rank 14, chunk 1)"));
+  // Megatron-LM's rules on the layout flag.
+  CHECK_THAT(import_error(model + "--pipeline-model-parallel-size 16 --pipeline-model-parallel-layout 'Et*4|(t*4|)*14,tmL' "
+                                  "--num-virtual-stages-per-pipeline-rank 2").message,
+             Catch::Contains("not both"));
+  CHECK_THAT(import_error(model + "--pipeline-model-parallel-size 5 --pipeline-model-parallel-layout 'Et*4|(t*4|)*14,tmL'")
+                 .message,
+             Catch::Contains("16 stages, which must be a multiple of --pipeline-model-parallel-size (5)"));
+  CHECK(import_error(model + "--pipeline-model-parallel-size 16 --pipeline-model-parallel-layout 'Et*4|(t*4|)*14,txL'")
+            .field == "megatron.--pipeline-model-parallel-layout");
 }
 
 TEST_CASE("Exporting and importing a small GPT with learned positions and unusual options round-trips",

@@ -214,12 +214,13 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
 }
 
-TEST_CASE("plan_keys lists the 28 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 31 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
-      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers"};
+      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
+      "embedding_in_split", "loss_in_split", "layout"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
   for (const std::string& key : expected) {
@@ -227,8 +228,9 @@ TEST_CASE("plan_keys lists the 28 documented keys and every one of them is accep
     std::string value = "2";
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
         key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" ||
-        key == "moe_shared_expert_overlap")
+        key == "moe_shared_expert_overlap" || key == "embedding_in_split" || key == "loss_in_split")
       value = "on";
+    if (key == "layout") value = "Et|tL";
     if (key == "tp_grad_overlap" || key == "grad_accum_fusion") value = "off";
     if (key == "recompute") value = "full";
     if (key == "recompute_method") value = "uniform";
@@ -313,6 +315,22 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
     p.pp = 4;
     plans.push_back(p);
   }
+  {
+    PlanSpec p;
+    p.pp = 8;
+    p.vpp = 8;
+    p.schedule = Schedule::interleaved;
+    p.embedding_in_split = true;
+    p.loss_in_split = true;
+    plans.push_back(p);
+  }
+  {
+    PlanSpec p;   // a layout with Megatron-Core's cosmetic commas, between other keys
+    p.pp = 16;
+    p.layout = "Et*3|(tt|)*29,m|L";
+    p.micro_batch_size = 2;
+    plans.push_back(p);
+  }
   for (const PlanSpec& p : plans) {
     const std::string text = format_inline_plan(p);
     INFO(text);
@@ -324,7 +342,7 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
 
 TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   const PlanSpec base;
-  std::vector<PlanSpec> variants(26, base);
+  std::vector<PlanSpec> variants(29, base);
   variants[0].tp = 2;
   variants[1].pp = 2;
   variants[2].vpp = 1;
@@ -351,6 +369,9 @@ TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   variants[23].overlap_p2p_comm = true;
   variants[24].moe_shared_expert_overlap = true;
   variants[25].moe_dispatcher = MoeDispatcher::allgather;
+  variants[26].embedding_in_split = true;
+  variants[27].loss_in_split = true;
+  variants[28].layout = "EtL";
   CHECK(base == PlanSpec{});
   for (std::size_t i = 0; i < variants.size(); ++i) {
     INFO("variant " << i);
@@ -358,4 +379,15 @@ TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   }
   CHECK_FALSE(Recompute{RecomputeGranularity::full, std::nullopt, std::nullopt} == Recompute{});
   CHECK_FALSE(Recompute{RecomputeGranularity::none, RecomputeMethod::block, std::nullopt} == Recompute{});
+}
+
+TEST_CASE("layout: kept as written, commas and all, and a syntax error names plan.layout", "[config]") {
+  auto p = parse_inline_plan("pp=16,layout=Et*3|(tt|)*29,m|L,mbs=2");
+  REQUIRE(p);
+  CHECK(p->layout == "Et*3|(tt|)*29,m|L");
+  CHECK(p->micro_batch_size == 2);
+  auto bad = parse_inline_plan("pp=4,layout=Et|tx|L");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().field == "plan.layout");
+  CHECK_THAT(bad.error().message, Catch::Contains("unknown layer character 'x'"));
 }

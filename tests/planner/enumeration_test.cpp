@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "config/plan_settings.hpp"
 #include "core/models.hpp"
@@ -217,6 +218,9 @@ TEST_CASE("Uneven first/last stages: every split within the depth, and only lega
                 p.vpp = vpp;
                 auto setup = validate_setup(in.model, in.cluster, in.training, p, 16);
                 if (!setup) continue;
+                // zb-v's uneven keys name virtual stages; the planner balances V
+                // splits by counting the embedding and loss instead (next test).
+                if (s == Schedule::zb_v) continue;
                 if (mode == UnevenStages::automatic && L % pp == 0) continue;
                 if (L % pp == 0 && first == L / pp && last == L / pp) continue;
                 const int mid = pp > 2 ? (L - first - last) / (pp - 2) : std::max(first, last);
@@ -240,15 +244,69 @@ TEST_CASE("Uneven first/last stages: every split within the depth, and only lega
   SearchInputs in = inputs(six, 4, 16);
   in.constraints.pp = {{4}, {}, {}};
   in.constraints.schedules = {Schedule::one_f_one_b};
-  std::set<std::pair<int, int>> splits;
+  using SplitKey = std::tuple<int, int, bool, bool>;   // first, last, embedding and loss in the split
+  std::set<SplitKey> splits;
   Rejections rej;
-  enumerate(in, rej, [&](const Candidate& c) { splits.insert({c.first_layers, c.last_layers}); });
+  const auto visit = [&](const Candidate& c) {
+    splits.insert({c.first_layers, c.last_layers, c.embedding_in_split, c.loss_in_split});
+  };
+  enumerate(in, rej, visit);
   // 6 = f + l + 2 mid with f, l <= mid <= f + 4: mid 2 (1, 1); mid 3 none (f + l = 0).
-  CHECK(splits == std::set<std::pair<int, int>>{{1, 1}});
+  // 6 + 2 = 8 with the embedding and loss counted: 2 a rank (1 + 2 + 2 + 1).
+  CHECK(splits == std::set<SplitKey>{{1, 1, false, false}, {0, 0, true, true}});
   in.constraints.uneven = UnevenStages::off;
   splits.clear();
-  enumerate(in, rej, [&](const Candidate& c) { splits.insert({c.first_layers, c.last_layers}); });
+  enumerate(in, rej, visit);
   CHECK(splits.empty());
+}
+
+TEST_CASE("Embedding and loss counted in the split: every legal split, with interleaving and zb-v, and only those") {
+  ModelSpec ten = test::small_gpt();
+  ten.num_layers = 10;
+  ten = *validate_model(ten);
+  for (UnevenStages mode : {UnevenStages::automatic, UnevenStages::on, UnevenStages::off}) {
+    SearchInputs in = inputs(ten, 16, 16);
+    in.constraints.uneven = mode;
+    in.constraints.tp = {{1}, {}, {}};
+    in.constraints.cp = {{1}, {}, {}};
+    in.constraints.mbs = {{1}, {}, {}};
+    in.constraints.recompute = {RecomputeGranularity::none};
+    in.constraints.distopt = false;
+    in.constraints.overlap_grad_reduce = false;
+    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_v, Schedule::dualpipe};
+    Rejections rej;
+    std::set<std::string> got;
+    enumerate(in, rej, [&](const Candidate& c) {
+      if (c.embedding_in_split || c.loss_in_split) REQUIRE(got.insert(format_inline_plan(to_plan(c))).second);
+    });
+    std::set<std::string> legal;
+    for (int pp : {2, 4, 8, 16})
+      for (int e = 0; e < 2; ++e)
+        for (int l = 0; l < 2; ++l)
+          for (Schedule s : in.constraints.schedules)
+            for (int vpp = 1; vpp <= 8; ++vpp) {
+              if (!e && !l) continue;
+              PlanSpec p;
+              p.pp = pp;
+              p.embedding_in_split = e != 0;
+              p.loss_in_split = l != 0;
+              p.schedule = s;
+              p.vpp = vpp;
+              auto setup = validate_setup(in.model, in.cluster, in.training, p, 16);
+              if (!setup) continue;
+              if (mode == UnevenStages::off || (mode == UnevenStages::automatic && 10 % pp == 0)) continue;
+              PlanSpec canon = p;
+              canon.dp = setup->dp;
+              if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
+              legal.insert(format_inline_plan(canon));
+            }
+    INFO("mode " << to_string(mode));
+    check_same(legal, got);
+    // 10 + 2 = 12 over pp 4: 3 a rank, interleaved with vpp 3; auto takes it (4 does not divide 10).
+    CHECK(got.count("pp=4,vpp=3,dp=4,schedule=interleaved,embedding_in_split=on,loss_in_split=on") ==
+          (mode == UnevenStages::off ? 0u : 1u));
+    CHECK(got.empty() == (mode == UnevenStages::off));
+  }
 }
 
 TEST_CASE("The optimizer and overlap options: every legal combination once, none that changes nothing") {
