@@ -264,8 +264,7 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
   }
   if (o.schedules) {
     if (*o.schedules == "all") {
-      k.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::gpipe, Schedule::zb_h1,
-                     Schedule::zb_v,        Schedule::dualpipe,    Schedule::dualpipev};
+      k.schedules = all_schedules();
     } else {
       auto s = parse_list<Schedule>(*o.schedules, "--schedules", parse_schedule, schedule_names());
       if (!s) return Err(s.error());

@@ -83,6 +83,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   const auto vstages = rd.count("--num-virtual-stages-per-pipeline-rank");
   const auto first_layers = rd.count("--decoder-first-pipeline-num-layers");
   const auto last_layers = rd.count("--decoder-last-pipeline-num-layers");
+  const auto microbatch_group = rd.count("--microbatch-group-size-per-virtual-pipeline-stage");
   const auto cp = rd.count("--context-parallel-size");
   const auto ep = rd.count("--expert-model-parallel-size");
   const auto etp = rd.count("--expert-tensor-parallel-size");
@@ -386,7 +387,9 @@ Result<MegatronLaunch> interpret(Args& args) {
   if (vpp > 1) {  // Megatron treats one virtual stage as no interleaving
     p.vpp = vpp;
     p.schedule = Schedule::interleaved;
+    p.microbatch_group = microbatch_group;
   } else {
+    if (microbatch_group) args.note_ignored("--microbatch-group-size-per-virtual-pipeline-stage");
     p.schedule = Schedule::one_f_one_b;
   }
 
@@ -549,6 +552,9 @@ Result<std::string> export_megatron_args(const Setup& setup) {
                               to_string(p.schedule)));
   }
 
+  if (p.post_validation)
+    return fail("plan.post_validation", "Megatron-LM has no optimizer post-validation; its optimizer step "
+                                        "synchronises every stage");
   std::vector<std::string> a;
   auto sw = [&a](std::string_view flag) { a.emplace_back(flag); };
   auto kv = [&a](std::string_view flag, const auto& value) { a.push_back(fmt::format("{} {}", flag, value)); };
@@ -650,6 +656,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   const int vpp = setup.vpp > 0 ? setup.vpp : p.vpp.value_or(1);
   if (p.layout) kv("--pipeline-model-parallel-layout", shell_quote(*p.layout));   // as given; it implies vpp
   else if (vpp > 1) kv("--num-virtual-stages-per-pipeline-rank", vpp);
+  if (p.microbatch_group) kv("--microbatch-group-size-per-virtual-pipeline-stage", *p.microbatch_group);
   if (p.first_stage_layers) kv("--decoder-first-pipeline-num-layers", *p.first_stage_layers);
   if (p.last_stage_layers) kv("--decoder-last-pipeline-num-layers", *p.last_stage_layers);
   if (p.embedding_in_split) sw("--account-for-embedding-in-pipeline-split");

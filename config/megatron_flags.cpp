@@ -104,6 +104,7 @@ constexpr Entry kUsed[] = {
     {"--decoder-first-pipeline-num-layers", Arity::one},
     {"--decoder-last-pipeline-num-layers", Arity::one},
     {"--pipeline-model-parallel-layout", Arity::one},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", Arity::one},
     {"--account-for-embedding-in-pipeline-split", Arity::none},
     {"--account-for-loss-in-pipeline-split", Arity::none},
     {"--context-parallel-size", Arity::one},
@@ -377,7 +378,6 @@ constexpr Entry kIgnored[] = {
     {"--no-pin-cpu-params", Arity::none},
     // communication tuning
     {"--overlap-p2p-communication-warmup-flush", Arity::none},
-    {"--microbatch-group-size-per-virtual-pipeline-stage", Arity::one},
     {"--defer-embedding-wgrad-compute", Arity::none},
     {"--wgrad-deferral-limit", Arity::one},
     {"--no-align-grad-reduce", Arity::none},

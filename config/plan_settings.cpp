@@ -75,11 +75,11 @@ const char* on_off(bool b) { return b ? "on" : "off"; }
 
 const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {
-      "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
+      "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
-      "embedding_in_split", "loss_in_split", "layout"};
+      "embedding_in_split", "loss_in_split", "layout", "post_validation"};
   return keys;
 }
 
@@ -107,6 +107,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
   if (key == "tp") return set_int(plan.tp);
   if (key == "pp") return set_int(plan.pp);
   if (key == "vpp") return set_opt_int(plan.vpp);
+  if (key == "microbatch_group") return set_opt_int(plan.microbatch_group);
   if (key == "dp") return set_opt_int(plan.dp);
   if (key == "cp") return set_int(plan.cp);
   if (key == "ep") return set_int(plan.ep);
@@ -118,6 +119,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
 
   if (key == "embedding_in_split") return set_bool(plan.embedding_in_split);
   if (key == "loss_in_split") return set_bool(plan.loss_in_split);
+  if (key == "post_validation") return set_bool(plan.post_validation);
   if (key == "layout") {   // checked here for its syntax; validate_setup checks it against the model
     auto parsed = parse_pipeline_layout(value, field_of(key));
     if (!parsed) return tl::unexpected(parsed.error());
@@ -251,6 +253,7 @@ std::string format_inline_plan(const PlanSpec& plan) {
     if (key == "tp") add_int(key, plan.tp, d.tp);
     else if (key == "pp") add_int(key, plan.pp, d.pp);
     else if (key == "vpp") add_opt(key, plan.vpp);
+    else if (key == "microbatch_group") add_opt(key, plan.microbatch_group);
     else if (key == "dp") add_opt(key, plan.dp);
     else if (key == "cp") add_int(key, plan.cp, d.cp);
     else if (key == "ep") add_int(key, plan.ep, d.ep);
@@ -290,6 +293,7 @@ std::string format_inline_plan(const PlanSpec& plan) {
     else if (key == "last_stage_layers") add_opt(key, plan.last_stage_layers);
     else if (key == "embedding_in_split") add_bool(key, plan.embedding_in_split, d.embedding_in_split);
     else if (key == "loss_in_split") add_bool(key, plan.loss_in_split, d.loss_in_split);
+    else if (key == "post_validation") add_bool(key, plan.post_validation, d.post_validation);
     else if (key == "layout") {
       if (plan.layout) add(key, *plan.layout);
     }
@@ -311,7 +315,7 @@ bool operator==(const Recompute& a, const Recompute& b) {
 }
 
 bool operator==(const PlanSpec& a, const PlanSpec& b) {
-  return a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.first_stage_layers == b.first_stage_layers &&
+  return a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.microbatch_group == b.microbatch_group && a.first_stage_layers == b.first_stage_layers &&
          a.last_stage_layers == b.last_stage_layers && a.dp == b.dp && a.cp == b.cp && a.ep == b.ep &&
          a.etp == b.etp && a.micro_batch_size == b.micro_batch_size &&
          a.sequence_parallel == b.sequence_parallel && a.recompute == b.recompute &&
@@ -321,7 +325,8 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&
          a.moe_shared_expert_overlap == b.moe_shared_expert_overlap && a.schedule == b.schedule && a.attention == b.attention &&
          a.cp_comm == b.cp_comm && a.moe_dispatcher == b.moe_dispatcher &&
-         a.embedding_in_split == b.embedding_in_split && a.loss_in_split == b.loss_in_split && a.layout == b.layout;
+         a.embedding_in_split == b.embedding_in_split && a.loss_in_split == b.loss_in_split && a.layout == b.layout &&
+         a.post_validation == b.post_validation;
 }
 
 }  // namespace megascope

@@ -11,14 +11,21 @@ const char* to_string(Schedule s) {
     case Schedule::zb_v: return "zb-v";
     case Schedule::dualpipe: return "dualpipe";
     case Schedule::dualpipev: return "dualpipev";
+    case Schedule::zb_h2: return "zb-h2";
   }
   return "?";
 }
-const char* schedule_names() { return "gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipe, dualpipev"; }
+const char* schedule_names() { return "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev"; }
+
+const std::vector<Schedule>& all_schedules() {
+  static const std::vector<Schedule> all = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::gpipe,
+                                            Schedule::zb_h1,       Schedule::zb_h2,       Schedule::zb_v,
+                                            Schedule::dualpipe,    Schedule::dualpipev};
+  return all;
+}
 
 std::optional<Schedule> parse_schedule(std::string_view s) {
-  for (Schedule v : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
-                     Schedule::zb_v, Schedule::dualpipe, Schedule::dualpipev})
+  for (Schedule v : all_schedules())
     if (s == to_string(v)) return v;
   return std::nullopt;
 }

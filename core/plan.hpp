@@ -9,10 +9,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace megascope {
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe, dualpipev };
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe, dualpipev, zb_h2 };
 enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 enum class AttentionKernel { flash, unfused };      // fused (flash/cuDNN) or score matrices kept
@@ -54,6 +55,10 @@ struct PlanSpec {
   int tp = 1;                                       // tensor parallel
   int pp = 1;                                       // pipeline parallel (devices in a pipeline)
   std::optional<int> vpp;                           // model chunks per pipeline rank (interleaving)
+  // The interleaved schedule's micro-batches per group: each group runs on
+  // chunk 0, then chunk 1, ... (Megatron-Core's --microbatch-group-size-per-
+  // virtual-pipeline-stage; absent: pp). Between pp and the micro-batch count.
+  std::optional<int> microbatch_group;
   std::optional<int> first_stage_layers;            // uneven PP: layers on the first stage
   std::optional<int> last_stage_layers;             // uneven PP: layers on the last stage
   // The embedding and the loss counted as one layer each in the pipeline
@@ -107,6 +112,14 @@ struct PlanSpec {
   // experts or without EP.
   bool moe_shared_expert_overlap = false;
   Schedule schedule = Schedule::one_f_one_b;
+  // The optimizer step validated after the fact (Qi et al. 2024, Sec. 4):
+  // no synchronisation across pipeline stages ends the iteration (gradient
+  // norm, NaN/Inf checks and clipping are checked during the next one and
+  // the step rolled back if needed), so each stage starts its next iteration
+  // when it has finished this one, and an iteration takes the longest
+  // stage's own span (first op to last) rather than the whole makespan. What
+  // ZB-H2's parallelogram needs to pay off. Megatron-LM has no such option.
+  bool post_validation = false;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
@@ -126,6 +139,8 @@ std::optional<CpCommType> parse_cp_comm(std::string_view s);
 std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s);
 // The accepted spellings, for error messages: "gpipe, 1f1b, interleaved, ...".
 const char* schedule_names();
+// Every schedule, in the order the planner lists them with --schedules all.
+const std::vector<Schedule>& all_schedules();
 
 // overlap_p2p_comm when the plan leaves it unset: Megatron-LM's behaviour,
 // off for gpipe and 1f1b (their transfers are always waited for), on for the

@@ -425,14 +425,20 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     vpp = static_cast<int>(parsed->size()) / p.pp;
   }
   s.vpp = vpp.value_or(default_vpp(sch));
+  if (p.microbatch_group && sch != Schedule::interleaved)
+    return fail("plan.microbatch_group", fmt::format("microbatch_group groups the interleaved schedule's micro-batches; "
+                                                     "schedule {} has no groups", to_string(sch)));
   if (sch == Schedule::interleaved) {
     if (!vpp || *vpp < 2) return fail("plan.vpp", "the interleaved schedule needs vpp >= 2");
     if (p.pp < 2) return fail("plan.pp", "the interleaved schedule needs pp >= 2");
-    if (s.num_microbatches % p.pp != 0)
+    if (!p.microbatch_group && s.num_microbatches % p.pp != 0)
       return fail("training.global_batch_size",
                   fmt::format("the interleaved schedule needs the micro-batch count ({}) to be a multiple of pp "
                               "({}) (Megatron's default microbatch_group_size_per_vp_stage = pp)",
                               s.num_microbatches, p.pp));
+    s.microbatch_group = p.microbatch_group.value_or(p.pp);
+    if (const std::string why = interleaved_group_rule(p.pp, s.num_microbatches, s.microbatch_group); !why.empty())
+      return fail("plan.microbatch_group", why + " (Megatron-Core's microbatch_group_size_per_vp_stage)");
   } else if (sch == Schedule::zb_v || sch == Schedule::dualpipev) {
     if (s.vpp != 2)
       return fail("plan.vpp", fmt::format("{} places exactly 2 chunks per rank in a V shape; vpp must be 2, found {}",

@@ -42,6 +42,7 @@ struct Setup {
   int world = 0;                // devices used = tp * pp * dp * cp
   int dp = 0;
   int vpp = 1;                  // chunks per pipeline rank in the model split
+  int microbatch_group = 0;     // interleaved: micro-batches per virtual-stage group (the plan's, or pp); else 0
   int etp = 1;                  // expert tensor parallel
   int edp = 1;                  // expert data parallel = world / (etp * ep * pp)
   bool sequence_parallel = false;  // effective SP (off when tp == 1)

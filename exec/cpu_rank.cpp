@@ -199,11 +199,15 @@ void CpuRank::p2p(const Op& op) {
   const std::int64_t n = d_.Ts * d_.h;
   const bool activation = op.label == OpLabel::pp_activation;
   if (op.kind == OpKind::send) {
-    const Vec& src = activation ? hidden_out_.at(key(c, mb)) : grad_in(c, mb);
+    // A chunk without transformer layers (only the embedding, or nothing)
+    // sends what it received or embedded.
+    const bool layerless = activation && hidden_out_.find(key(c, mb)) == hidden_out_.end();
+    const Vec& src = activation ? hidden_out_or_in(c, mb) : grad_in(c, mb);
     MEGASCOPE_CHECK(static_cast<std::int64_t>(src.size()) == n, "pipeline tensor of the wrong size");
     send_buffers_.push_back(std::make_unique<std::vector<float>>(src.begin(), src.end()));
     sends_.push_back(p2p_.send(send_buffers_.back()->data(), n, peer, send_tag_.at({op.peer_stage, op.tag})));
-    if (activation) hidden_out_.erase(key(c, mb));
+    if (layerless) hidden_.erase(key(c, mb));
+    else if (activation) hidden_out_.erase(key(c, mb));
     else grad_.erase(key(c, mb));
     return;
   }

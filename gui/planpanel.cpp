@@ -28,7 +28,7 @@ QSpinBox* spin(int lo, int hi, const QString& special = {}) {
 }
 
 const Schedule kSchedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
-                               Schedule::zb_v,  Schedule::dualpipe,    Schedule::dualpipev};
+                               Schedule::zb_h2, Schedule::zb_v,        Schedule::dualpipe,    Schedule::dualpipev};
 
 }  // namespace
 
@@ -236,7 +236,7 @@ void PlanPanel::readControls() {
   p.overlap_grad_reduce = m_overlapGrad->isChecked();
   p.overlap_param_gather = m_overlapParam->isChecked();
   p.tp_comm_overlap = m_tpOverlap->isChecked();
-  p.schedule = kSchedules[std::clamp(m_schedule->currentIndex(), 0, 6)];
+  p.schedule = kSchedules[std::clamp(m_schedule->currentIndex(), 0, static_cast<int>(std::size(kSchedules)) - 1)];
   m_updating = true;
   m_recomputeLayers->setEnabled(p.recompute.granularity == RecomputeGranularity::full);
   const int perNode = std::max(1, in.cluster.node.devices_per_node);

@@ -109,8 +109,7 @@ void SearchView::startSearch() {
   in.gpu_counts = {m_inputs.gpus};
   in.constraints.headroom_bytes = m_headroom->value() * 1024.0 * 1024 * 1024;
   if (m_allSchedules->isChecked())
-    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::gpipe, Schedule::zb_h1,
-                                Schedule::zb_v,        Schedule::dualpipe,    Schedule::dualpipev};
+    in.constraints.schedules = all_schedules();
   m_service->cancel();   // a search still running (reports "Cancelled." before the new one starts)
   m_progress->setValue(0);
   m_status->setText(tr("Searching %1 on %2 GPUs ...").arg(QString::fromStdString(in.model.name)).arg(m_inputs.gpus));

@@ -117,11 +117,13 @@ PlanSpec to_plan(const Candidate& c) {
   p.tp_comm_overlap = c.tp_comm_overlap;
   p.moe_shared_expert_overlap = c.shared_expert_overlap;
   p.schedule = c.schedule;
+  p.post_validation = c.post_validation;
   return p;
 }
 
 std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
-  if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.layout || p.attention != AttentionKernel::flash ||
+  if (p.first_stage_layers.has_value() != p.last_stage_layers.has_value() || p.layout ||
+      (p.microbatch_group && *p.microbatch_group != p.pp) || p.attention != AttentionKernel::flash ||
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
       (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)))
@@ -152,6 +154,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.overlap_param_gather = p.overlap_param_gather;
   c.tp_comm_overlap = p.tp_comm_overlap;
   c.shared_expert_overlap = p.moe_shared_expert_overlap;
+  c.post_validation = p.post_validation;
   return c;
 }
 
@@ -366,6 +369,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.embedding_in_split = split.embedding;
                     c.loss_in_split = split.loss;
                     c.schedule = s;
+                    c.post_validation = s == Schedule::zb_h2;
                     const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
                     for (int sp = 0; sp < 2; ++sp) {
                       if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "core/accounting/flops.hpp"
 
@@ -99,6 +100,26 @@ double minus(const Intervals& a, const Intervals& b) {
 // The report of per-rank activity, whichever way it was gathered.
 SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::vector<RankActivity> per_rank) {
   SimReport rep;
+  rep.makespan_s = step_time_s;
+  // Each rank's span: its first op's start to its last op's end.
+  std::vector<double> spans(per_rank.size(), 0.0);
+  double longest = 0;
+  for (std::size_t i = 0; i < per_rank.size(); ++i) {
+    RankActivity& entry = per_rank[i];
+    if (!entry.any) continue;
+    double first = std::numeric_limits<double>::infinity(), last = 0;
+    for (std::size_t k = 0; k < kActivityLists; ++k)
+      for (const auto& [a, b] : entry.list(k)) {
+        first = std::min(first, a);
+        last = std::max(last, b);
+      }
+    if (last > first) spans[i] = last - first;
+    longest = std::max(longest, spans[i]);
+  }
+  // With post-validation no synchronisation ends the iteration: each rank
+  // starts the next one when it has finished this one (after its optimizer
+  // step and parameter gather), so the iteration repeats every longest span.
+  if (s.plan.post_validation && longest > 0) step_time_s = longest;
   rep.step_time_s = step_time_s;
   const double tokens = static_cast<double>(s.tokens_per_iteration());
   const IterationFlops fl = iteration_flops(s);
@@ -118,6 +139,7 @@ SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::v
     StageReport st;
     st.rank = rank;
     st.stage = p.grid.coord(rank).pp;
+    st.span_s = spans[static_cast<std::size_t>(&entry - per_rank.data())];
     const Intervals compute = merged(std::move(entry.compute));
     st.compute_busy_s = length(compute);
     Intervals busy = compute;
@@ -141,9 +163,11 @@ SimReport report_of(const Setup& s, const Program& p, double step_time_s, std::v
       for (int k = 0; k < kCommKinds; ++k) rep.exposed_comm_s[static_cast<std::size_t>(k)] += st.exposed_comm_s[static_cast<std::size_t>(k)];
     }
     rep.bubble_fraction /= static_cast<double>(rep.stages.size());
-    double busiest = 0;
-    for (const StageReport& st : rep.stages) busiest = std::max(busiest, st.compute_busy_s);
-    rep.busiest_bubble_fraction = std::max(0.0, 1.0 - busiest / step_time_s);
+    // The stage that waits least sets the pace: its idle time is the bubble
+    // the schedule cannot avoid (its communication in flight counts as work).
+    double least = rep.stages.front().bubble_s;
+    for (const StageReport& st : rep.stages) least = std::min(least, st.bubble_s);
+    rep.busiest_bubble_fraction = least / step_time_s;
     for (double& e : rep.exposed_comm_s) e /= static_cast<double>(rep.stages.size());
   }
   return rep;

@@ -13,9 +13,11 @@
 //   bubble         per rank: time the compute stream is idle and no
 //                  communication of the rank is in flight (waiting on other
 //                  stages); bubble_fraction is its mean over stages / step time
-//   busiest-stage  1 - the busiest stage's compute time / step time: the
-//   bubble         zero-bubble paper's bubble rate (Qi et al. 2024), which
-//                  counts only the idle time of the stage that sets the pace
+//   busiest-stage  the bubble of the stage that waits least (its compute and
+//   bubble         its communication in flight count as busy) / step time:
+//                  1 - the busiest stage's work / step, the zero-bubble
+//                  paper's bubble rate (Qi et al. 2024) where communication
+//                  is hidden; only the pace-setting stage's idle time counts
 #pragma once
 
 #include <array>
@@ -35,12 +37,16 @@ struct StageReport {
   int rank = 0;
   double compute_busy_s = 0;
   double bubble_s = 0;
+  double span_s = 0;          // the rank's first op's start to its last op's end
   std::array<double, kCommKinds> exposed_comm_s{};
   std::map<std::string, double> compute_by_label_s;   // attention, mlp, ...
 };
 
 struct SimReport {
+  // The iteration time: the makespan, or with post_validation the longest
+  // rank's own span (first op to last), the period of repeated iterations.
   double step_time_s = 0;
+  double makespan_s = 0;                // first op of any rank to last op of any
   double tokens_per_s = 0;
   double model_flops = 0;
   double tflops_per_gpu = 0;
@@ -49,7 +55,7 @@ struct SimReport {
   double mfu_no_causal = 0;
   double hardware_tflops_per_gpu_no_causal = 0;   // with recomputation: the Narayanan Table 1 convention
   double bubble_fraction = 0;           // mean over stages of idle time / step (see above)
-  double busiest_bubble_fraction = 0;   // 1 - busiest stage's compute / step
+  double busiest_bubble_fraction = 0;   // the least-idle stage's bubble / step (see above)
   std::array<double, kCommKinds> exposed_comm_s{};   // mean over stages
   std::vector<StageReport> stages;
 };

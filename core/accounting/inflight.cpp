@@ -4,7 +4,7 @@
 
 namespace megascope {
 
-void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* row, int chunks) {
+void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* row, int chunks, int group) {
   for (int c = 0; c < chunks; ++c) row[c] = {};
   switch (schedule) {
     case Schedule::gpipe:
@@ -14,17 +14,32 @@ void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight*
       row[0].full = std::min(p - r, m);
       break;
     case Schedule::interleaved: {
-      const int total = std::min(2 * (p - r - 1) + (v - 1) * p + 1, m * v);
-      // Forward k runs chunk (k / p) % v: whole rounds of p per chunk, then the rest.
-      const int rounds = total / p, rest = total % p;
-      for (int c = 0; c < chunks; ++c) row[c].full = (rounds / v + (c < rounds % v ? 1 : 0)) * p;
-      if (rest > 0) row[rounds % v].full += rest;
-      for (int c = 0; c < chunks; ++c) row[c].full = std::min(row[c].full, m);
+      // The warm-up's forwards and the first steady one, in the order of
+      // Megatron-Core's schedule table: groups of g micro-batches (the last
+      // takes the rest), each on chunk 0, then chunk 1, ...
+      const int g = group > 0 ? group : p;
+      int left = std::min(2 * (p - r - 1) + (v - 1) * g + 1, m * v);
+      for (int lo = 0; lo < m && left > 0; lo += g) {
+        const int n = lo + g >= m ? m - lo : g;
+        const int take = std::min(left, n * std::min(v, chunks));
+        for (int c = 0; c < take / n; ++c) row[c].full += n;
+        if (take % n > 0) row[take / n].full += take % n;
+        left -= take;
+        if (lo + g >= m) break;
+      }
       break;
     }
     case Schedule::zb_h1:
       row[0].full = std::min(p - r, m);
       row[0].weight_grad_only = std::min(r, std::max(0, m - row[0].full));
+      break;
+    case Schedule::zb_h2:
+      // The warm-up's forwards and, at the same step, up to 2r + 1 micro-
+      // batches past B awaiting W (core/schedule/zb_h2.cpp; the paper's
+      // (2p - 2i + 1) M_B + (2i - 2) M_W for worker i, plus the W of the B
+      // just run).
+      row[0].full = std::min(2 * (p - r) - 1, m);
+      row[0].weight_grad_only = std::min(2 * r + 1, m - row[0].full);
       break;
     case Schedule::zb_v:
       row[0].full = std::min(2 * p - r - 1, m);
@@ -47,7 +62,8 @@ std::vector<std::vector<ChunkInflight>> inflight_microbatches(const Setup& s) {
   for (int r = 0; r < s.plan.pp; ++r) {
     std::vector<ChunkInflight>& row = out[static_cast<std::size_t>(r)];
     row.assign(s.chunks[static_cast<std::size_t>(r)].size(), {});
-    rank_inflight(s.plan.schedule, s.plan.pp, s.vpp, s.num_microbatches, r, row.data(), static_cast<int>(row.size()));
+    rank_inflight(s.plan.schedule, s.plan.pp, s.vpp, s.num_microbatches, r, row.data(), static_cast<int>(row.size()),
+                  s.microbatch_group);
   }
   return out;
 }

@@ -3,9 +3,9 @@
 //
 //   gpipe        every forward before any backward: m
 //   1f1b         rank r holds min(p - r, m)                      (Narayanan 2021)
-//   interleaved  Megatron warm-up 2(p - r - 1) + (v - 1)p forwards, plus the
+//   interleaved  Megatron warm-up 2(p - r - 1) + (v - 1)g forwards, plus the
 //                first steady-state forward, spread over chunks in Megatron's
-//                order (p micro-batches per chunk in turn); on rank 0 this gives
+//                order (g micro-batches per chunk in turn, g = pp by default); on rank 0 this gives
 //                L (1 + (p-1)/(p v)) layers' worth (Korthikanti 2022, 4.2.3)
 //   zb-h1        as 1F1B for full activations, plus r micro-batches waiting
 //                for their weight gradients (Qi et al. 2024, Table 2:
@@ -36,6 +36,7 @@ std::vector<std::vector<ChunkInflight>> inflight_microbatches(const Setup& s);
 // split and m micro-batches; writes `out[0 .. chunks)` (chunks: 1, or v, or 2
 // for the V-shaped and DualPipe schedules). No allocation: the planner calls
 // it for every candidate plan.
-void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* out, int chunks);
+// `group`: the interleaved schedule's micro-batch group (0: p).
+void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* out, int chunks, int group = 0);
 
 }  // namespace megascope

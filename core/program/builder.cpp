@@ -118,7 +118,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   prog.grid = RankGrid{s.plan.tp, s.plan.cp, s.dp, pp, s.etp, s.plan.ep, s.edp};
   prog.schedule = s.plan.schedule;
   prog.microbatches = m;
-  const std::vector<RankSchedule> schedule = make_schedule(s.plan.schedule, pp, s.vpp, m);
+  const std::vector<RankSchedule> schedule = make_schedule(s.plan.schedule, pp, s.vpp, m, s.microbatch_group);
   const bool dualpipe = s.plan.schedule == Schedule::dualpipe;
   const int last_vs = s.virtual_stages - 1;
 
@@ -247,7 +247,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     const bool sync_p2p = !s.overlap_p2p_comm && pp > 1;
     const bool pair_fb = sync_p2p && s.plan.schedule == Schedule::interleaved;
     std::vector<int> group_of(steps.size(), 0);
-    const int warmup = pair_fb ? interleaved_warmup(pp, s.vpp, m, r) : 0;
+    const int warmup = pair_fb ? interleaved_warmup(pp, s.vpp, m, r, s.microbatch_group) : 0;
     for (std::size_t i = 1, forwards = !steps.empty() && steps[0].pass == Pass::F ? 1 : 0; i < steps.size(); ++i) {
       const ScheduleStep& a = steps[i - 1];
       const ScheduleStep& b = steps[i];

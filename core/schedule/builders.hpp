@@ -52,8 +52,11 @@ class RankWriter {
 
 std::vector<RankSchedule> gpipe_order(int pp, int m);
 std::vector<RankSchedule> one_f_one_b_order(int pp, int m);
-std::vector<RankSchedule> interleaved_order(int pp, int vpp, int m);
+std::vector<RankSchedule> interleaved_order(int pp, int vpp, int m, int group);
+// Megatron-Core's get_schedule_table: (micro-batch, chunk) of each virtual micro-batch in forward order.
+std::vector<std::pair<int, int>> interleaved_table(int vpp, int m, int group);
 std::vector<RankSchedule> zb_h1_order(int pp, int m);
+std::vector<RankSchedule> zb_h2_order(int pp, int m);
 std::vector<RankSchedule> zb_v_order(int pp, int m);
 std::vector<RankSchedule> dualpipe_order(int pp, int m);
 std::vector<RankSchedule> dualpipev_order(int pp, int m);

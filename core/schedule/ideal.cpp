@@ -178,6 +178,10 @@ IdealTimeline ideal_timeline(const std::vector<RankSchedule>& schedule, Schedule
   }
 
   res.makespan = *std::max_element(free_at.begin(), free_at.end());
+  res.span.assign(static_cast<std::size_t>(pp), 0.0);
+  for (int r = 0; r < pp; ++r)
+    if (length_of(r) > 0) at(res.span, r) = at(free_at, r) - at(at(out.steps, r), 0).start;
+  res.longest_span = *std::max_element(res.span.begin(), res.span.end());
   const double work = *std::max_element(res.busy.begin(), res.busy.end());
   res.bubble_fraction = work > 0 ? (res.makespan - work) / work : 0.0;
 

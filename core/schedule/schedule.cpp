@@ -17,7 +17,8 @@ int schedule_chunks(Schedule s, int vpp) {
     case Schedule::dualpipev: return 2;
     case Schedule::gpipe:
     case Schedule::one_f_one_b:
-    case Schedule::zb_h1: return 1;
+    case Schedule::zb_h1:
+    case Schedule::zb_h2: return 1;
   }
   return 1;
 }
@@ -40,7 +41,18 @@ namespace {
 
 }  // namespace
 
-std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches) {
+std::string interleaved_group_rule(int pp, int m, int group) {
+  if (group < pp || group > m)
+    return fmt::format("the micro-batch group ({}) must be between pp ({}) and the micro-batch count ({})", group, pp,
+                       m);
+  if (const int last = m % group; last > 0 && last < pp)
+    return fmt::format("the micro-batch count ({}) leaves a last group of {} micro-batches (m mod {}), which must be 0 "
+                       "or at least pp ({})",
+                       m, last, group, pp);
+  return {};
+}
+
+std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches, int group) {
   using namespace schedule_detail;
   const int m = microbatches;
   if (pp < 1) precondition(s, fmt::format("pp must be >= 1, found {}", pp));
@@ -50,10 +62,11 @@ std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microba
     case Schedule::one_f_one_b: return one_f_one_b_order(pp, m);
     case Schedule::interleaved:
       if (vpp < 1) precondition(s, fmt::format("vpp must be >= 1, found {}", vpp));
-      if (m % pp != 0)
-        precondition(s, fmt::format("the micro-batch count ({}) must be a multiple of pp ({})", m, pp));
-      return interleaved_order(pp, vpp, m);
+      if (group <= 0) group = pp;
+      if (const std::string why = interleaved_group_rule(pp, m, group); !why.empty()) precondition(s, why);
+      return interleaved_order(pp, vpp, m, group);
     case Schedule::zb_h1: return zb_h1_order(pp, m);
+    case Schedule::zb_h2: return zb_h2_order(pp, m);
     case Schedule::zb_v: return zb_v_order(pp, m);
     case Schedule::dualpipe:
       if (pp % 2 != 0) precondition(s, fmt::format("pp must be even, found {}", pp));

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/plan.hpp"
@@ -55,12 +56,21 @@ int virtual_stage(Schedule s, int pp, int rank, int chunk);
 // The order of steps on each of the pp ranks. Preconditions (checked by
 // validate_setup): pp >= 1, vpp as the schedule needs, m >= 1 and the
 // schedule's own constraints on m. Violations throw InternalError.
-std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches);
+// `group`: the interleaved schedule's micro-batches per virtual-stage group
+// (Megatron-Core's microbatch_group_size_per_vp_stage; 0: pp); other
+// schedules ignore it.
+std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microbatches, int group = 0);
 
 // The interleaved schedule's warm-up forwards on pipeline rank r (Megatron-LM:
-// 2 (pp - r - 1) + (vpp - 1) pp, at most m vpp). The forwards after them run
-// in steady-state pairs with the backward that follows each.
-int interleaved_warmup(int pp, int vpp, int microbatches, int r);
+// 2 (pp - r - 1) + (vpp - 1) g, g the micro-batch group (0: pp), at most
+// m vpp). The forwards after them run in steady-state pairs with the
+// backward that follows each.
+int interleaved_warmup(int pp, int vpp, int microbatches, int r, int group = 0);
+
+// Megatron-Core's rules on the interleaved micro-batch group g for pp ranks
+// and m micro-batches: pp <= g <= m, and the last group (m mod g) empty or of
+// at least pp. Empty when they hold, else the broken rule in words.
+std::string interleaved_group_rule(int pp, int m, int group);
 
 // Times on an ideal cluster (no communication cost): each pass takes the
 // given time on every stage; a step waits for its data dependencies
@@ -80,6 +90,11 @@ struct IdealResult {
   double makespan = 0;
   std::vector<double> busy;        // per rank: time spent in passes
   double bubble_fraction = 0;      // (makespan - busiest rank's work) / busiest rank's work
+  // Per rank: its first step's start to its last step's end. The longest is
+  // the iteration with optimizer post-validation (PlanSpec::post_validation),
+  // and Qi et al.'s bubble rate is (longest span - busiest work) / longest span.
+  std::vector<double> span;
+  double longest_span = 0;
   // Per rank: most micro-batch-chunks whose F ran and B did not. Counted along
   // the rank's order (+1 at F, -1 at B), so a paired F&B holds both.
   std::vector<int> peak_inflight;

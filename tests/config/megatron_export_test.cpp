@@ -228,6 +228,14 @@ TEST_CASE("Exporting and importing a Llama-3-70B style setup gives back the mode
   REQUIRE_THAT(line, Catch::Contains("--hidden-dropout 0 --attention-dropout 0"));
   REQUIRE_THAT(line, Catch::Contains("--bf16 --grad-reduce-in-bf16"));
 
+  // An interleaved micro-batch group other than pp (16 micro-batches in groups of 8).
+  PlanSpec grouped = p;
+  grouped.microbatch_group = 8;
+  const Setup sg = validated(m, t, grouped);
+  CHECK(sg.microbatch_group == 8);
+  check_round_trip(sg);
+  CHECK_THAT(*export_megatron_args(sg), Catch::Contains("--microbatch-group-size-per-virtual-pipeline-stage 8"));
+
   // The embedding counted as a layer (--account-for-embedding-in-pipeline-
   // split): 80 + 1 layers over pp 3, 27 a rank, 9 a chunk, 8 on the first.
   PlanSpec counted = p;
@@ -483,7 +491,8 @@ TEST_CASE("Exporting a hand-built setup uses its derived vpp and etp", "[config]
 }
 
 TEST_CASE("Exporting a zero-bubble, DualPipe or GPipe plan fails on plan.schedule", "[config]") {
-  for (Schedule sch : {Schedule::zb_v, Schedule::zb_h1, Schedule::dualpipe, Schedule::dualpipev, Schedule::gpipe}) {
+  for (Schedule sch : {Schedule::zb_v, Schedule::zb_h1, Schedule::zb_h2, Schedule::dualpipe, Schedule::dualpipev,
+                       Schedule::gpipe}) {
     Setup s;
     s.model = import_ok(kSmall).model;
     s.training.global_batch_size = 8;
@@ -497,6 +506,19 @@ TEST_CASE("Exporting a zero-bubble, DualPipe or GPipe plan fails on plan.schedul
     REQUIRE_THAT(r.error().message, Catch::Contains("Megatron-LM has no flag"));
     REQUIRE_THAT(r.error().message, Catch::Contains(to_string(sch)));
   }
+}
+
+TEST_CASE("Exporting a plan with optimizer post-validation fails on plan.post_validation", "[config]") {
+  Setup s;
+  s.model = import_ok(kSmall).model;
+  s.training.global_batch_size = 8;
+  s.plan.pp = 4;
+  s.plan.post_validation = true;
+  s.overlap_p2p_comm = false;   // Megatron-LM's 1f1b
+  s.seq_length = 1024;
+  auto r = export_megatron_args(s);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().field == "plan.post_validation");
 }
 
 TEST_CASE("Exporting gradient dtypes Megatron cannot express fails on training.grad_dtype", "[config]") {

@@ -159,7 +159,7 @@ TEST_CASE("An unknown plan key is an error that lists the known keys", "[config]
   const Error e = inline_error("tp=8,tensor_parallel=2");
   CHECK(e.field == "plan.tensor_parallel");
   REQUIRE_THAT(e.message, Catch::Contains("unknown plan key 'tensor_parallel'"));
-  REQUIRE_THAT(e.message, Catch::Contains("tp, pp, vpp, dp, cp, ep, etp, mbs"));
+  REQUIRE_THAT(e.message, Catch::Contains("tp, pp, vpp, microbatch_group, dp, cp, ep, etp, mbs"));
   REQUIRE_THAT(e.message, Catch::Contains("last_stage_layers"));
 }
 
@@ -214,13 +214,13 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
 }
 
-TEST_CASE("plan_keys lists the 31 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 33 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
-      "tp", "pp", "vpp", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
+      "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
-      "embedding_in_split", "loss_in_split", "layout"};
+      "embedding_in_split", "loss_in_split", "layout", "post_validation"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
   for (const std::string& key : expected) {
@@ -228,7 +228,7 @@ TEST_CASE("plan_keys lists the 31 documented keys and every one of them is accep
     std::string value = "2";
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
         key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" ||
-        key == "moe_shared_expert_overlap" || key == "embedding_in_split" || key == "loss_in_split")
+        key == "moe_shared_expert_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation")
       value = "on";
     if (key == "layout") value = "Et|tL";
     if (key == "tp_grad_overlap" || key == "grad_accum_fusion") value = "off";
@@ -274,6 +274,7 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
     p.tp = 8;
     p.pp = 8;
     p.vpp = 3;
+    p.microbatch_group = 12;
     p.dp = 16;
     p.sequence_parallel = true;
     p.recompute.granularity = RecomputeGranularity::selective;
@@ -323,6 +324,10 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
     p.embedding_in_split = true;
     p.loss_in_split = true;
     plans.push_back(p);
+    p.schedule = Schedule::zb_h2;
+    p.vpp.reset();
+    p.post_validation = true;
+    plans.push_back(p);
   }
   {
     PlanSpec p;   // a layout with Megatron-Core's cosmetic commas, between other keys
@@ -342,7 +347,7 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
 
 TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   const PlanSpec base;
-  std::vector<PlanSpec> variants(29, base);
+  std::vector<PlanSpec> variants(31, base);
   variants[0].tp = 2;
   variants[1].pp = 2;
   variants[2].vpp = 1;
@@ -372,6 +377,8 @@ TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   variants[26].embedding_in_split = true;
   variants[27].loss_in_split = true;
   variants[28].layout = "EtL";
+  variants[29].post_validation = true;
+  variants[30].microbatch_group = 4;
   CHECK(base == PlanSpec{});
   for (std::size_t i = 0; i < variants.size(); ++i) {
     INFO("variant " << i);

@@ -29,6 +29,7 @@ namespace {
 struct Case {
   Schedule s;
   int pp, vpp, m;
+  int group = 0;   // interleaved: the micro-batch group (0: pp)
 };
 
 // 288 layers split evenly over every pp x chunks used below.
@@ -40,19 +41,26 @@ const ModelSpec& model() {
 Setup setup_for(const Case& c) {
   std::string plan = fmt::format("pp={},schedule={}", c.pp, to_string(c.s));
   if (c.s == Schedule::interleaved) plan += fmt::format(",vpp={}", c.vpp);
+  if (c.group > 0) plan += fmt::format(",microbatch_group={}", c.group);
   return make_setup(model(), "dgx-a100", plan, c.m, c.pp);   // tp = dp = 1, mbs = 1: m micro-batches
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::zb_h1})
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::zb_h1, Schedule::zb_h2})
     for (int pp : {1, 2, 3, 4, 6, 8}) {
-      if (s == Schedule::zb_h1 && pp < 2) continue;
+      if ((s == Schedule::zb_h1 || s == Schedule::zb_h2) && pp < 2) continue;
       for (int m = 1; m <= 3 * pp; ++m) out.push_back({s, pp, 1, m});
     }
   for (int pp : {2, 3, 4, 6, 8})
     for (int vpp : {2, 3, 4})
       for (int k = 1; k <= 4; ++k) out.push_back({Schedule::interleaved, pp, vpp, k * pp});
+  // Micro-batch groups other than pp (Megatron-Core's microbatch_group_size_per_vp_stage).
+  for (int pp : {2, 3, 4})
+    for (int vpp : {2, 3})
+      for (int g = pp + 1; g <= 2 * pp + 1; ++g)
+        for (int m = g; m <= 3 * g; ++m)
+          if (m % g == 0 || m % g >= pp) out.push_back({Schedule::interleaved, pp, vpp, m, g});
   for (int pp : {2, 3, 4, 6, 8}) {
     for (int m = 1; m <= 3 * pp; ++m) out.push_back({Schedule::zb_v, pp, 2, m});
     for (int m = 2 * pp; m <= 4 * pp; ++m) out.push_back({Schedule::dualpipev, pp, 2, m});
@@ -62,7 +70,9 @@ std::vector<Case> cases() {
   return out;
 }
 
-std::string label(const Case& c) { return fmt::format("{} pp={} vpp={} m={}", to_string(c.s), c.pp, c.vpp, c.m); }
+std::string label(const Case& c) {
+  return fmt::format("{} pp={} vpp={} m={} group={}", to_string(c.s), c.pp, c.vpp, c.m, c.group);
+}
 
 }  // namespace
 
@@ -85,7 +95,7 @@ TEST_CASE("run_ideal's peak in-flight micro-batch-chunks per rank equal inflight
     INFO(label(c));
     const Setup s = setup_for(c);
     const auto closed = inflight_microbatches(s);
-    const auto sched = make_schedule(c.s, c.pp, s.vpp, c.m);
+    const auto sched = make_schedule(c.s, c.pp, s.vpp, c.m, s.microbatch_group);
     const IdealResult res = run_ideal(sched, c.s, c.pp, s.vpp, c.m);
     for (int r = 0; r < c.pp; ++r) {
       INFO("rank " << r);
@@ -102,7 +112,7 @@ TEST_CASE("Some step of every schedule reaches exactly inflight_microbatches' pe
     INFO(label(c));
     const Setup s = setup_for(c);
     const auto closed = inflight_microbatches(s);
-    const auto sched = make_schedule(c.s, c.pp, s.vpp, c.m);
+    const auto sched = make_schedule(c.s, c.pp, s.vpp, c.m, s.microbatch_group);
     const int chunks = schedule_chunks(c.s, s.vpp);
     for (int r = 0; r < c.pp; ++r) {
       INFO("rank " << r);

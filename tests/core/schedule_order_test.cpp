@@ -31,7 +31,7 @@ std::string name(const Config& c) {
 // Small cases of every schedule, each within its preconditions.
 std::vector<Config> grid() {
   std::vector<Config> out;
-  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::zb_h1})
+  for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::zb_h1, Schedule::zb_h2})
     for (int pp = 1; pp <= 6; ++pp)
       for (int m = 1; m <= 2 * pp + 3; ++m) out.push_back({s, pp, 1, m});
   for (int pp = 2; pp <= 5; ++pp)
@@ -84,8 +84,8 @@ std::string show(const RankSchedule& rs) {
   return out;
 }
 
-void check_golden(Schedule s, int pp, int vpp, int m, const std::vector<std::string>& expected) {
-  const auto got = make_schedule(s, pp, vpp, m);
+void check_golden(Schedule s, int pp, int vpp, int m, const std::vector<std::string>& expected, int group = 0) {
+  const auto got = make_schedule(s, pp, vpp, m, group);
   REQUIRE(got.size() == expected.size());
   for (std::size_t r = 0; r < got.size(); ++r) {
     INFO("rank " << r);
@@ -147,7 +147,7 @@ TEST_CASE("Paired steps are only unsplit backwards (a W with its own B) and Dual
     }
     // The zero-bubble schedules split every backward except where their
     // reference runs it unsplit (DualPipe's non-zb backwards).
-    if (c.s == Schedule::zb_h1 || c.s == Schedule::zb_v)
+    if (c.s == Schedule::zb_h1 || c.s == Schedule::zb_h2 || c.s == Schedule::zb_v)
       for (const RankSchedule& rs : sched)
         for (const ScheduleStep& st : rs) CHECK_FALSE(st.paired);
     if (c.s == Schedule::gpipe || c.s == Schedule::one_f_one_b || c.s == Schedule::interleaved)
@@ -252,11 +252,41 @@ TEST_CASE("Interleaved 1F1B with pp 2, vpp 2 and 4 micro-batches follows Megatro
                 "B2.0 &W2.0 B3.0 &W3.0"});
 }
 
+TEST_CASE("Interleaved 1F1B with a micro-batch group of 3 (pp 2, vpp 2, 6 micro-batches) follows Megatron-Core's "
+          "schedule table", "[core]") {
+  // get_schedule_table(6, 2, 3): micro-batches 0-2 on chunk 0, the same on
+  // chunk 1, then 3-5 on chunk 0 and chunk 1. Warm-up 2 (pp - r - 1) +
+  // (vpp - 1) g: 5 on rank 0, 3 on rank 1.
+  check_golden(Schedule::interleaved, 2, 2, 6,
+               {"F0.0 F1.0 F2.0 F0.1 F1.1 "
+                "F2.1 B0.1 &W0.1 F3.0 B1.1 &W1.1 F4.0 B2.1 &W2.1 F5.0 B0.0 &W0.0 F3.1 B1.0 &W1.0 F4.1 B2.0 &W2.0 "
+                "F5.1 B3.1 &W3.1 "
+                "B4.1 &W4.1 B5.1 &W5.1 B3.0 &W3.0 B4.0 &W4.0 B5.0 &W5.0",
+                "F0.0 F1.0 F2.0 "
+                "F0.1 B0.1 &W0.1 F1.1 B1.1 &W1.1 F2.1 B2.1 &W2.1 F3.0 B0.0 &W0.0 F4.0 B1.0 &W1.0 F5.0 B2.0 &W2.0 "
+                "F3.1 B3.1 &W3.1 F4.1 B4.1 &W4.1 F5.1 B5.1 &W5.1 "
+                "B3.0 &W3.0 B4.0 &W4.0 B5.0 &W5.0"},
+               3);
+  // The default group is pp: the same order as naming it.
+  CHECK(make_schedule(Schedule::interleaved, 4, 3, 12) == make_schedule(Schedule::interleaved, 4, 3, 12, 4));
+}
+
 TEST_CASE("ZB-H1 with pp 3 and 4 micro-batches defers rank r's first r weight passes to the end", "[core]") {
   check_golden(Schedule::zb_h1, 3, 1, 4,
                {"F0.0 F1.0 F2.0 B0.0 W0.0 F3.0 B1.0 W1.0 B2.0 W2.0 B3.0 W3.0",
                 "F0.0 F1.0 B0.0 F2.0 B1.0 W0.0 F3.0 B2.0 W1.0 B3.0 W2.0 W3.0",
                 "F0.0 B0.0 F1.0 B1.0 F2.0 B2.0 W0.0 F3.0 B3.0 W1.0 W2.0 W3.0"});
+}
+
+TEST_CASE("ZB-H2 with pp 3 and 5 micro-batches: 2(p - r) - 1 warm-up forwards, then B before F before W, at most "
+          "2r + 1 weight passes pending", "[core]") {
+  // Worked by hand from the rule in core/schedule/zb_h2.cpp: rank 0 holds
+  // 5 forwards and then runs each W right after its B; rank 2 (the last)
+  // defers every W to the tail.
+  check_golden(Schedule::zb_h2, 3, 1, 5,
+               {"F0.0 F1.0 F2.0 F3.0 F4.0 B0.0 W0.0 B1.0 W1.0 B2.0 W2.0 B3.0 W3.0 B4.0 W4.0",
+                "F0.0 F1.0 F2.0 B0.0 F3.0 B1.0 F4.0 B2.0 W0.0 B3.0 W1.0 B4.0 W2.0 W3.0 W4.0",
+                "F0.0 B0.0 F1.0 B1.0 F2.0 B2.0 F3.0 B3.0 F4.0 B4.0 W0.0 W1.0 W2.0 W3.0 W4.0"});
 }
 
 TEST_CASE("ZB-V with pp 2 and 4 micro-batches follows the handcrafted V order of the zero-bubble reference", "[core]") {
@@ -325,6 +355,10 @@ TEST_CASE("run_ideal rejects a schedule that repeats a pass or leaves out one th
 
 TEST_CASE("make_schedule refuses what the schedules cannot run with InternalError", "[core]") {
   CHECK_THROWS_AS(make_schedule(Schedule::interleaved, 4, 2, 6), InternalError);   // m % pp != 0
+  CHECK_THROWS_AS(make_schedule(Schedule::interleaved, 4, 2, 8, 3), InternalError);   // group < pp
+  CHECK_THROWS_AS(make_schedule(Schedule::interleaved, 4, 2, 8, 9), InternalError);   // group > m
+  CHECK_THROWS_AS(make_schedule(Schedule::interleaved, 4, 2, 10, 8), InternalError);  // last group of 2 < pp
+
   CHECK_THROWS_AS(make_schedule(Schedule::dualpipe, 3, 1, 12), InternalError);     // odd pp
   CHECK_THROWS_AS(make_schedule(Schedule::dualpipe, 4, 1, 9), InternalError);      // odd m
   CHECK_THROWS_AS(make_schedule(Schedule::dualpipe, 4, 1, 6), InternalError);      // m < 2 pp

@@ -155,6 +155,18 @@ TEST_CASE("FP8 needs a device with FP8 tensor cores", "[core]") {
   CHECK(validate_setup(dense(), shipped_cluster("dgx-h100"), t, *p, 8).has_value());
 }
 
+TEST_CASE("Interleaved micro-batch groups: between pp and m, a last group of 0 or at least pp, interleaved only", "[core]") {
+  const Setup g = make_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved,microbatch_group=6", 10, 4);
+  CHECK(g.microbatch_group == 6);   // 10 = 6 + 4: the last group holds pp
+  CHECK(make_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved", 8, 4).microbatch_group == 4);
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved,microbatch_group=3", 8, 4),
+               "plan.microbatch_group", "between pp (4) and the micro-batch count (8)");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved,microbatch_group=8", 10, 4),
+               "plan.microbatch_group", "last group of 2 micro-batches");
+  expect_error(try_setup(dense(), "dgx-a100", "pp=4,microbatch_group=4", 8, 4), "plan.microbatch_group",
+               "schedule 1f1b has no groups");
+}
+
 TEST_CASE("Schedule rules: interleaving needs vpp >= 2, pp >= 2 and m a multiple of pp", "[core]") {
   expect_error(try_setup(dense(), "dgx-a100", "pp=2,schedule=interleaved", 8, 8), "plan.vpp", "needs vpp >= 2");
   expect_error(try_setup(dense(), "dgx-a100", "pp=1,vpp=2,schedule=interleaved", 8, 8), "plan.pp", "needs pp >= 2");

@@ -35,7 +35,7 @@ std::string mpirun(int np) {
 
 std::vector<Step> train(const std::string& model, int np, const std::string& plan, int steps = 2,
                         const std::string& extra = "") {
-  const std::string cmd = fmt::format("{} {} run --model {} --plan {} --steps {} --global-batch 8 --json {}",
+  const std::string cmd = fmt::format("{} {} run --model {} --plan '{}' --steps {} --global-batch 8 --json {}",
                                       np > 1 ? mpirun(np) : std::string(), MEGASCOPE_BINARY, model, plan, steps, extra);
   const Launch l = shell(cmd);
   INFO(cmd << "\n" << l.output);
@@ -73,6 +73,11 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {2, "pp=2,overlap_p2p_comm=on"},
       {2, "pp=2,schedule=zb-h1"},
       {2, "pp=2,schedule=zb-v"},
+      {2, "pp=2,schedule=zb-h2"},
+      {2, "pp=2,vpp=2,schedule=interleaved,microbatch_group=4"},
+      // Stages holding only the embedding or only the loss: 4 + 2 layers, one per virtual stage.
+      {2, "pp=2,vpp=3,schedule=interleaved,embedding_in_split=on,loss_in_split=on"},
+      {2, "pp=2,schedule=interleaved,layout=E|tt|tt|L"},
       {2, "pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"},
       {4, "tp=2,pp=2,sp=on"},
       {4, "tp=2,pp=2"},
