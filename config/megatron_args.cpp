@@ -344,7 +344,8 @@ Result<MegatronLaunch> interpret(Args& args) {
 
   p.embedding_in_split = args.has("--account-for-embedding-in-pipeline-split");
   p.loss_in_split = args.has("--account-for-loss-in-pipeline-split");
-  const int counted_layers = m.num_layers + (p.embedding_in_split ? 1 : 0) + (p.loss_in_split ? 1 : 0);
+  const long long counted_layers =
+      static_cast<long long>(m.num_layers) + (p.embedding_in_split ? 1 : 0) + (p.loss_in_split ? 1 : 0);
   int vpp = 1;
   if (const std::string* layout = args.value("--pipeline-model-parallel-layout")) {
     // Megatron-LM: the layout gives the virtual stages itself, and the
@@ -374,7 +375,7 @@ Result<MegatronLaunch> interpret(Args& args) {
                               "--num-layers-per-virtual-pipeline-stage",
                               m.num_layers, counted_layers != m.num_layers ? " with the embedding and loss counted" : "",
                               p.pp));
-    const int per_stage = counted_layers / p.pp;
+    const int per_stage = static_cast<int>(counted_layers / p.pp);
     if (per_stage % *layers_per_vstage != 0)
       return fail("megatron.--num-layers-per-virtual-pipeline-stage",
                   fmt::format("the {} layers of a pipeline stage must be divisible by "

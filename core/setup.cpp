@@ -12,12 +12,33 @@
 #include <fmt/format.h>
 
 #include <numeric>
+#include <tuple>
 
 namespace megascope {
 
 namespace {
 
 using Err = tl::unexpected<Error>;
+
+// The layers first_stage_layers and last_stage_layers put at n[first_at]
+// and n[last_at]; what they leave of the model's L layers (64-bit: the keys
+// are any positive int) and for how many entries of n.
+struct Ends {
+  long long rest = 0;
+  int middle = 0;
+};
+Result<Ends> fix_ends(const PlanSpec& p, std::vector<int>& n, int first_at, int last_at, int L) {
+  Ends e{L, static_cast<int>(n.size())};
+  for (auto [key, v, at] : {std::tuple{"plan.first_stage_layers", p.first_stage_layers, first_at},
+                            std::tuple{"plan.last_stage_layers", p.last_stage_layers, last_at}}) {
+    if (!v) continue;
+    if (*v < 1) return fail(key, fmt::format("must be >= 1, found {}", *v));
+    n[static_cast<std::size_t>(at)] = *v;
+    e.rest -= *v;
+    --e.middle;
+  }
+  return e;
+}
 
 // Layers held by each pipeline rank (Megatron-LM's even or uneven first/last
 // split), before splitting into chunks.
@@ -35,22 +56,9 @@ Result<std::vector<int>> layers_per_rank(const ModelSpec& m, const PlanSpec& p, 
     return n;
   }
   if (pp < 2) return fail("plan.first_stage_layers", "uneven pipeline stages need pp >= 2");
-  int rest = L;
-  int middle = pp;
-  if (p.first_stage_layers) {
-    if (*p.first_stage_layers < 1)
-      return fail("plan.first_stage_layers", fmt::format("must be >= 1, found {}", *p.first_stage_layers));
-    n.front() = *p.first_stage_layers;
-    rest -= n.front();
-    --middle;
-  }
-  if (p.last_stage_layers) {
-    if (*p.last_stage_layers < 1)
-      return fail("plan.last_stage_layers", fmt::format("must be >= 1, found {}", *p.last_stage_layers));
-    n.back() = *p.last_stage_layers;
-    rest -= n.back();
-    --middle;
-  }
+  auto ends = fix_ends(p, n, 0, pp - 1, L);
+  if (!ends) return Err(ends.error());
+  const auto [rest, middle] = *ends;
   if (rest < 0 || (middle == 0) != (rest == 0))
     return fail("plan.first_stage_layers",
                 fmt::format("the first/last stage layers leave {} layers for {} middle stages "
@@ -61,7 +69,7 @@ Result<std::vector<int>> layers_per_rank(const ModelSpec& m, const PlanSpec& p, 
                   fmt::format("the {} remaining layers must divide evenly over the {} middle stages", rest, middle));
     for (int r = 0; r < pp; ++r) {
       const bool fixed = (r == 0 && p.first_stage_layers) || (r == pp - 1 && p.last_stage_layers);
-      if (!fixed) n[static_cast<std::size_t>(r)] = rest / middle;
+      if (!fixed) n[static_cast<std::size_t>(r)] = static_cast<int>(rest / middle);
     }
   }
   return n;
@@ -131,15 +139,9 @@ Result<std::vector<LayoutStage>> stage_layout(const ModelSpec& m, const PlanSpec
     // The V: rank 0 holds the first and the last virtual stage; the keys give
     // those two, the other stages share the rest evenly.
     if (pp < 2) return fail("plan.first_stage_layers", "uneven pipeline stages need pp >= 2");
-    int rest = L, middle = stages;
-    for (auto [key, v, at] : {std::tuple{"plan.first_stage_layers", p.first_stage_layers, 0},
-                              std::tuple{"plan.last_stage_layers", p.last_stage_layers, stages - 1}}) {
-      if (!v) continue;
-      if (*v < 1) return fail(key, fmt::format("must be >= 1, found {}", *v));
-      n[static_cast<std::size_t>(at)] = *v;
-      rest -= *v;
-      --middle;
-    }
+    auto ends = fix_ends(p, n, 0, stages - 1, L);
+    if (!ends) return Err(ends.error());
+    const auto [rest, middle] = *ends;
     if (rest < 0 || rest % middle != 0)
       return fail("plan.first_stage_layers",
                   fmt::format("with {} the first/last stage layers name virtual stages; they leave {} layers, which "
@@ -147,14 +149,14 @@ Result<std::vector<LayoutStage>> stage_layout(const ModelSpec& m, const PlanSpec
                               to_string(sch), rest, middle));
     for (int vs = 0; vs < stages; ++vs)
       if ((vs != 0 || !p.first_stage_layers) && (vs != stages - 1 || !p.last_stage_layers))
-        n[static_cast<std::size_t>(vs)] = rest / middle;
+        n[static_cast<std::size_t>(vs)] = static_cast<int>(rest / middle);
   } else if (in_split) {
-    const int counted = L + (p.embedding_in_split ? 1 : 0) + (p.loss_in_split ? 1 : 0);
+    const long long counted = static_cast<long long>(L) + (p.embedding_in_split ? 1 : 0) + (p.loss_in_split ? 1 : 0);
     const char* key = p.embedding_in_split ? "plan.embedding_in_split" : "plan.loss_in_split";
     if (counted % pp != 0)
       return fail(key, fmt::format("num_layers ({}) plus the embedding and loss counted in the split ({}) must be "
                                    "divisible by pp ({})", L, counted, pp));
-    const int per_rank = counted / pp;
+    const int per_rank = static_cast<int>(counted / pp);
     const int per_chunk = v_shape ? 2 : chunks_per_rank;
     if (per_rank % per_chunk != 0)
       return fail("plan.vpp", fmt::format("each pipeline rank holds {} layers counting the embedding and loss, which "

@@ -36,6 +36,22 @@ SearchInputs inputs(const ModelSpec& m, int gpus, std::int64_t batch) {
   return in;
 }
 
+// 16 GPUs, batch 16, every layer split of `mode` with these schedules and
+// the other dimensions fixed (tp = cp = mbs = 1, no recomputation, no
+// distributed optimizer or gradient overlap), for the split tests.
+SearchInputs split_inputs(const ModelSpec& m, UnevenStages mode, std::vector<Schedule> schedules) {
+  SearchInputs in = inputs(m, 16, 16);
+  in.constraints.uneven = mode;
+  in.constraints.tp = {{1}, {}, {}};
+  in.constraints.cp = {{1}, {}, {}};
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.recompute = {RecomputeGranularity::none};
+  in.constraints.distopt = false;
+  in.constraints.overlap_grad_reduce = false;
+  in.constraints.schedules = std::move(schedules);
+  return in;
+}
+
 std::set<std::string> enumerated(const SearchInputs& in, Rejections& rej) {
   std::set<std::string> out;
   enumerate(in, rej, [&](const Candidate& c) {
@@ -188,16 +204,9 @@ TEST_CASE("Uneven first/last stages: every split within the depth, and only lega
   // many layers as the first and last, at most `depth` more) and not the even split.
   for (UnevenStages mode : {UnevenStages::automatic, UnevenStages::on}) {
     for (int depth : {1, 2, 4}) {
-      SearchInputs in = inputs(small_gpt(), 16, 16);
-      in.constraints.uneven = mode;
+      SearchInputs in = split_inputs(small_gpt(), mode,
+                                     {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zb_v});
       in.constraints.uneven_depth = depth;
-      in.constraints.tp = {{1}, {}, {}};
-      in.constraints.cp = {{1}, {}, {}};
-      in.constraints.mbs = {{1}, {}, {}};
-      in.constraints.recompute = {RecomputeGranularity::none};
-      in.constraints.distopt = false;
-      in.constraints.overlap_grad_reduce = false;
-      in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1, Schedule::zb_v};
       Rejections rej;
       std::set<std::string> got;
       enumerate(in, rej, [&](const Candidate& c) {
@@ -265,15 +274,8 @@ TEST_CASE("Embedding and loss counted in the split: every legal split, with inte
   ten.num_layers = 10;
   ten = *validate_model(ten);
   for (UnevenStages mode : {UnevenStages::automatic, UnevenStages::on, UnevenStages::off}) {
-    SearchInputs in = inputs(ten, 16, 16);
-    in.constraints.uneven = mode;
-    in.constraints.tp = {{1}, {}, {}};
-    in.constraints.cp = {{1}, {}, {}};
-    in.constraints.mbs = {{1}, {}, {}};
-    in.constraints.recompute = {RecomputeGranularity::none};
-    in.constraints.distopt = false;
-    in.constraints.overlap_grad_reduce = false;
-    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_v, Schedule::dualpipe};
+    const SearchInputs in =
+        split_inputs(ten, mode, {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_v, Schedule::dualpipe});
     Rejections rej;
     std::set<std::string> got;
     enumerate(in, rej, [&](const Candidate& c) {
