@@ -207,7 +207,7 @@ Result<PlanSpec> parse_inline_plan(std::string_view text) {
       while (comma < text.size()) {
         const std::size_t next = text.find(',', comma + 1);
         const std::string_view piece = text.substr(comma + 1, (next == std::string_view::npos ? text.size() : next) - comma - 1);
-        if (piece.find('=') != std::string_view::npos) break;
+        if (piece.find('=') != std::string_view::npos || trim(piece).empty()) break;
         comma = next == std::string_view::npos ? text.size() : next;
       }
       item = trim(text.substr(start, comma - start));

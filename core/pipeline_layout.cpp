@@ -96,7 +96,7 @@ std::string stage_text(const LayoutStage& st) {
 Result<std::vector<LayoutStage>> parse_pipeline_layout(std::string_view text, const std::string& field) {
   std::string cleaned;
   for (char c : text)
-    if (c != ',' && c != ' ') cleaned.push_back(c);
+    if (c != ',') cleaned.push_back(c);   // Megatron-Core drops commas only
   if (cleaned.empty()) return fail(field, "the layout is empty");
   auto expanded = expand(cleaned, field);
   if (!expanded) return Err(expanded.error());
@@ -105,6 +105,8 @@ Result<std::vector<LayoutStage>> parse_pipeline_layout(std::string_view text, co
   bool seen_layer = false, seen_mtp = false, after_loss = false;
   for (char c : *expanded) {
     if (c == '|') {
+      if (stages.size() >= kMaxLayoutStages)
+        return fail(field, fmt::format("the layout has more than {} stages", kMaxLayoutStages));
       stages.emplace_back();
       continue;
     }

@@ -6,7 +6,8 @@
 // '|'; each stage is a sequence of E (embedding), t (transformer layer), m
 // (MTP layer) and L (output layer and loss). "X*n" repeats one character,
 // "(...)*n" repeats a group, and commas are cosmetic, as in Megatron-Core's
-// PipelineParallelLayerLayout.parse_str_to_list. Example (DeepSeek-V3,
+// PipelineParallelLayerLayout.parse_str_to_list (no spaces: Megatron-Core
+// refuses them). Example (DeepSeek-V3,
 // pp 16, vpp 2): "Et*3|(tt|)*29,m|L".
 //
 // Setup (core/setup.hpp) turns every way a plan can place layers (even
@@ -34,6 +35,9 @@ struct LayoutStage {
 // The longest layout string accepted once expanded (a guard against
 // "t*999999999"); far above any real model's layer count.
 inline constexpr std::size_t kMaxLayoutLength = 1u << 20;
+// The most virtual stages a layout may have (pipeline transfers are tagged
+// with the stage in 20 bits; no real pipeline comes near).
+inline constexpr std::size_t kMaxLayoutStages = 1u << 16;
 
 // Parses a layout string into its virtual stages in forward order. Checks the
 // syntax only (characters, repetitions, parentheses); what the stages must

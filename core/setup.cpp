@@ -120,6 +120,9 @@ Result<std::vector<LayoutStage>> stage_layout(const ModelSpec& m, const PlanSpec
     if (!parsed->front().embedding)
       return fail("plan.layout", fmt::format("the embedding (E) must be in the first stage, {}",
                                              stage_name(sch, pp, chunks_per_rank, 0)));
+    if (!parsed->back().loss)
+      return fail("plan.layout", fmt::format("the loss (L) must be in the last stage, {}; stages after it hold nothing "
+                                             "to run", stage_name(sch, pp, chunks_per_rank, stages - 1)));
     for (int vs = 0; vs < stages; ++vs) {
       const LayoutStage& st = (*parsed)[static_cast<std::size_t>(vs)];
       if (st.mtp > 0 && !st.loss)
@@ -446,6 +449,9 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
       return fail("plan.vpp", fmt::format("{} places exactly 2 chunks per rank in a V shape; vpp must be 2, found {}",
                                           to_string(sch), s.vpp));
   } else if (s.vpp != 1) {
+    if (!p.vpp && p.layout)
+      return fail("plan.layout", fmt::format("the layout's stages make {} per pipeline rank; schedule {} runs one model "
+                                             "chunk per rank (use schedule=interleaved)", s.vpp, to_string(sch)));
     return fail("plan.vpp", fmt::format("schedule {} runs one model chunk per rank; use schedule=interleaved for "
                                         "vpp = {}", to_string(sch), s.vpp));
   }

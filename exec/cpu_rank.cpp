@@ -121,10 +121,13 @@ Vec& CpuRank::hidden_in(int c, int mb) {
   if (it != hidden_.end()) return it->second;
   const int vs = chunks_[static_cast<std::size_t>(c)].layers.virtual_stage;
   if (auto prev = chunk_of_stage(vs - 1); vs > 0 && prev) {   // handed over on this rank
-    auto p = hidden_out_.find(key(*prev, mb));
-    if (p != hidden_out_.end()) {
+    // The previous chunk's output, or, when it has no layers, what it
+    // received or embedded.
+    for (auto* from : {&hidden_out_, &hidden_}) {
+      auto p = from->find(key(*prev, mb));
+      if (p == from->end()) continue;
       Vec v = std::move(p->second);
-      hidden_out_.erase(p);
+      from->erase(p);
       return hidden_[key(c, mb)] = std::move(v);
     }
   }

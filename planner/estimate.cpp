@@ -519,8 +519,11 @@ struct Estimator::Impl {
       case Schedule::zb_h1: bubble = (p - 1) * std::max(0.0, fm + bm - wm); break;
       // ZB-H2: rank 0's own gap is (p - 1)(F + B - 2W) (Qi et al. Table 2);
       // without post-validation the last rank also starts (p - 1) F late.
+      // Fewer than 2p - 1 micro-batches cannot fill the warm-up: about one
+      // pass time per missing micro-batch stays idle.
       case Schedule::zb_h2:
-        bubble = (p - 1) * std::max(c.post_validation ? 0.0 : fm, fm + bm - 2 * wm);
+        bubble = (p - 1) * std::max(c.post_validation ? 0.0 : fm, fm + bm - 2 * wm) +
+                 std::max(0, 2 * p - 1 - m) * (fm + bm + wm) / 3;
         break;
       case Schedule::zb_v: bubble = (p - 1) * std::max(0.0, fm + bm - 2 * wm) / 2; break;
       case Schedule::dualpipe: bubble = (p / 2 - 1) * std::max(0.0, fm + 2 * bm - wm); break;

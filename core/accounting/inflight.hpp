@@ -10,6 +10,7 @@
 //   zb-h1        as 1F1B for full activations, plus r micro-batches waiting
 //                for their weight gradients (Qi et al. 2024, Table 2:
 //                (p - i + 1) M_B + (i - 1) M_W for worker i = r + 1)
+//   zb-h2        2(p - r) - 1, plus up to 2r + 1 awaiting W (core/schedule/zb_h2.cpp)
 //   zb-v         V shape: chunk 0 is stage r, chunk 1 stage 2p-1-r of a 2p-stage
 //                pipeline; 2p - r - 1 and r + 1 micro-batches (p M_B per rank)
 //   dualpipe     rank r is stage r of one direction and stage p-1-r of the

@@ -393,6 +393,9 @@ TEST_CASE("layout: kept as written, commas and all, and a syntax error names pla
   REQUIRE(p);
   CHECK(p->layout == "Et*3|(tt|)*29,m|L");
   CHECK(p->micro_batch_size == 2);
+  // An empty item after a layout is still an empty item.
+  CHECK_FALSE(parse_inline_plan("layout=EtL,,pp=2"));
+  CHECK_FALSE(parse_inline_plan("pp=2,layout=EtL,"));
   auto bad = parse_inline_plan("pp=4,layout=Et|tx|L");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().field == "plan.layout");

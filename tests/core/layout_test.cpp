@@ -46,8 +46,8 @@ TEST_CASE("Layout strings parse as Megatron-Core parses them", "[core][layout]")
   for (std::size_t i = 1; i <= 29; ++i) CHECK((*ds)[i] == LayoutStage{2, false, false, 0});
   CHECK((*ds)[30] == LayoutStage{0, false, false, 1});
   CHECK((*ds)[31] == LayoutStage{0, false, true, 0});
-  // "t*3" is "ttt"; commas and spaces are cosmetic.
-  auto same = parse_pipeline_layout("Et*3|(tt|)*29, m|L", "f");
+  // "t*3" is "ttt"; commas are cosmetic.
+  auto same = parse_pipeline_layout("Et*3|(tt|)*29,m|L", "f");
   REQUIRE(same);
   CHECK(*same == *ds);
   // A character repeat inside a repeated group.
@@ -100,6 +100,8 @@ TEST_CASE("Layout strings: each syntax error is named", "[core][layout]") {
   CHECK_THAT(err("t|tL"), Catch::Contains("embedding (E)"));
   CHECK_THAT(err("Et|L|t"), Catch::Contains("after the loss"));
   CHECK_THAT(err(""), Catch::Contains("empty"));
+  CHECK_THAT(err("Et*3|t*29, L"), Catch::Contains("unknown layer character ' '"));   // Megatron-Core refuses spaces
+  CHECK_THAT(err("E(|)*70000L"), Catch::Contains("more than 65536 stages"));
 }
 
 TEST_CASE("Layouts: embedding and loss counted in the split (Megatron-LM's get_num_layers_to_build)",
@@ -195,6 +197,11 @@ TEST_CASE("Layouts: a layout string places what it says, and only valid ones pas
                "must be in the first stage, virtual stage 0 (pipeline rank 0, chunk 0)");
   expect_error(try_setup(m, "dgx-a100", "pp=4,layout=Et*6|t*6|t*6|t*6L,first_stage_layers=6", 4, 4), "plan.layout",
                "not both");
+  expect_error(try_setup(m, "dgx-a100", "pp=2,layout=Et*24L|", 4, 2), "plan.layout",
+               "the loss (L) must be in the last stage, virtual stage 1 (pipeline rank 1, chunk 0)");
+  // vpp 2 from the layout's 4 stages, with a one-chunk schedule: the layout is named, not vpp.
+  expect_error(try_setup(m, "dgx-a100", "pp=2,layout=Et*6|t*6|t*6|t*6L", 4, 2), "plan.layout",
+               "schedule 1f1b runs one model chunk per rank");
   ModelSpec ds = shipped_model("deepseek-v3");
   expect_error(try_setup(ds, "dgx-h100", "pp=16,vpp=2,schedule=interleaved,ep=8,sp=on,layout=Et*3|(tt|)*29,m|L", 512, 128),
                "plan.layout", "virtual stage 30 (pipeline rank 14, chunk 1) holds MTP layers apart from the loss");

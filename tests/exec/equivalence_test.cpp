@@ -78,6 +78,7 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       // Stages holding only the embedding or only the loss: 4 + 2 layers, one per virtual stage.
       {2, "pp=2,vpp=3,schedule=interleaved,embedding_in_split=on,loss_in_split=on"},
       {2, "pp=2,schedule=interleaved,layout=E|tt|tt|L"},
+      {2, "pp=2,schedule=zb-v,layout=Et||tt|tL"},   // an empty stage handing over on its own rank at the V's turn
       {2, "pp=2,recompute=full,recompute_method=uniform,recompute_layers=1"},
       {4, "tp=2,pp=2,sp=on"},
       {4, "tp=2,pp=2"},
