@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/training.hpp"
@@ -38,6 +39,13 @@ inline std::vector<std::map<std::string, std::string>> read_csv(const std::strin
   return rows;
 }
 
+// A cell of a CSV row as an integer, `absent` when empty or "n/a".
+inline int int_cell(const std::map<std::string, std::string>& row, const std::string& key, int absent) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->second.empty() || it->second == "n/a") return absent;
+  return std::stoi(it->second);
+}
+
 inline std::string model_name(const std::string& prefix, std::string size) {
   if (size == "1008.0") return "gpt-1t";
   if (!size.empty() && size.back() == 'B') size.pop_back();
@@ -55,6 +63,14 @@ struct PublishedRun {
   // gradients accumulate into and data parallelism reduces.
   Dtype params_dtype = Dtype::bf16;
   Dtype grad_dtype = Dtype::fp32;
+  // Rows published as tokens/s per GPU (Megatron-Bridge / NeMo): that figure,
+  // the GEMM precision and FP8 recipe, and the sequence length (0: the model's).
+  double tokens_per_s_per_gpu = 0;
+  Precision precision = Precision::bf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::delayed;
+  std::int64_t seq_len = 0;
+  std::string gpu = "";   // "H100", "B200", "GB200"
+  int cp = 1;
 };
 
 // A plan as Megatron-LM of 2021 ran it (the sc21 scripts): no fused
@@ -128,6 +144,65 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
     out.push_back({"megatron-h100", row.at("model"), model_name("mcore-gpt-", row.at("model")), "dgx-h100", plan,
                    std::stoi(row.at("gpus")), static_cast<std::int64_t>(std::stod(row.at("global_batch"))),
                    std::stod(row.at("tflops_per_gpu"))});
+  }
+  return out;
+}
+
+// Megatron-Bridge / NeMo performance summaries
+// (megatron_bridge_nemo_perf_summary.csv), their dense rows that Megascope can
+// express: a shipped model (Llama 2 and 3, NeMo's GPT-3) on a shipped cluster
+// (DGX H100, DGX B200, GB200 NVL72), BF16 or FP8, without FSDP (not modelled)
+// and not NVFP4. Plans: the published tp, pp, cp, vp, micro-batch and batch
+// with what every recipe turns on (sequence parallelism and TP communication
+// overlap with tp > 1, the distributed optimizer, overlapped gradient reduce
+// and parameter gather, the interleaved schedule with vp > 1, no
+// recomputation), Llama 3.1 405B counting the embedding and the loss in the
+// pipeline split as its recipe does. FP8 recipes: NeMo 24.07's FP8 is
+// Transformer Engine's delayed scaling (its default then); Megatron-Bridge's
+// "FP8" and "FP8-CS" are current (tensorwise) scaling, the performance
+// scripts' default FP8 recipe; MXFP8/FP8-MX is mxfp8.
+inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
+  const std::map<std::string, std::string> models = {
+      {"LLAMA3_8B", "llama3-8b"},       {"LLAMA3-8B", "llama3-8b"},       {"LLAMA3_70B", "llama3-70b"},
+      {"LLAMA3-70B", "llama3-70b"},     {"LLAMA3.1_405B", "llama3-405b"}, {"LLAMA2-7B", "llama2-7b"},
+      {"LLAMA2-13B", "llama2-13b"},     {"LLAMA2-70B", "llama2-70b"},     {"GPT3-5B", "nemo-gpt3-5b"},
+      {"GPT3-20B", "nemo-gpt3-20b"},    {"GPT3-175B", "nemo-gpt3-175b"}};
+  const std::map<std::string, std::pair<std::string, std::string>> systems = {
+      {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
+  std::vector<PublishedRun> out;
+  for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
+    const auto m = models.find(row.at("model"));
+    const auto sys = systems.find(row.at("system"));
+    const std::string& prec = row.at("precision");
+    if (m == models.end() || sys == systems.end() || prec == "NVFP4") continue;
+    if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
+    const int tp = int_cell(row, "tp", 1), pp = int_cell(row, "pp", 1), cp = int_cell(row, "cp", 1),
+              vp = int_cell(row, "vp", 1);
+    std::string plan = fmt::format("tp={},pp={},cp={},mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on",
+                                   tp, pp, cp, int_cell(row, "mbs", 1));
+    if (tp > 1) plan += ",sp=on,tp_comm_overlap=on";
+    if (vp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vp);
+    if (m->second == "llama3-405b") plan += ",embedding_in_split=on,loss_in_split=on";
+    PublishedRun r;
+    r.table = "bridge-nemo";
+    r.label = fmt::format("{} {} {}", row.at("source"), row.at("model"), prec);
+    r.model = m->second;
+    r.cluster = sys->second.first;
+    r.gpu = sys->second.second;
+    r.plan = plan;
+    r.gpus = int_cell(row, "gpus", 0);
+    r.batch = int_cell(row, "gbs", 0);
+    r.seq_len = int_cell(row, "seq_len", 0);
+    r.tflops_per_gpu = std::stod(row.at("tflops_per_gpu"));
+    r.tokens_per_s_per_gpu = std::stod(row.at("tokens_per_s_per_gpu"));
+    r.cp = cp;
+    if (prec != "BF16") {
+      r.precision = Precision::fp8;
+      r.fp8_recipe = prec == "MXFP8" || prec == "FP8-MX" ? Fp8Recipe::mxfp8
+                     : row.at("source") == "NEMO_24.07"   ? Fp8Recipe::delayed
+                                                          : Fp8Recipe::tensorwise;
+    }
+    out.push_back(std::move(r));
   }
   return out;
 }

@@ -60,11 +60,14 @@ inline Result<cli::Scenario> scenario_of(const PublishedRun& run) {
   o.gpus = run.gpus;
   o.plan = run.plan;
   o.global_batch = run.batch;
+  if (run.seq_len > 0) o.seq_len = run.seq_len;
   auto sc = cli::load_scenario(o);
   if (!sc) return sc;
   TrainingSpec t = sc->setup.training;
   t.params_dtype = run.params_dtype;
   t.grad_dtype = run.grad_dtype;
+  t.precision = run.precision;
+  t.fp8_recipe = run.fp8_recipe;
   auto s = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, run.gpus);
   if (!s) return tl::unexpected(s.error());
   sc->setup = std::move(*s);

@@ -132,6 +132,43 @@ std::pair<double, int> add_rows(Add& add, const std::vector<bench::PublishedRun>
   return {n ? sum_err / n : 0, n};
 }
 
+// The Megatron-Bridge / NeMo rows, in tokens/s per GPU: one markdown row
+// each, and their signed errors by label (label + GPUs: a label recurs).
+struct BridgeTally {
+  double sum_abs = 0, sum_signed = 0;
+  int n = 0;
+  void add(double e) {
+    sum_abs += std::abs(e);
+    sum_signed += e;
+    ++n;
+  }
+  [[nodiscard]] std::string str() const {
+    if (n == 0) return "no rows";
+    return fmt::format("**{:.1f}%** mean absolute error, signed mean {:+.1f}%, over {} rows", 100 * sum_abs / n,
+                       100 * sum_signed / n, n);
+  }
+};
+
+template <class Add>
+void add_bridge_rows(Add& add, const std::vector<bench::PublishedRun>& runs, BridgeTally& h100, BridgeTally& blackwell,
+                     BridgeTally& cp, Errors& errors) {
+  for (const bench::PublishedRun& run : runs) {
+    const Prediction p = predict(run);
+    const std::string what = fmt::format("| {} | {} | {} | `{}` | {} | {:.0f} |", run.label, run.gpu, run.gpus, run.plan,
+                                         run.batch, run.tokens_per_s_per_gpu);
+    if (!p.ok) {
+      add(fmt::format("{} error: {} | | |", what, p.error));
+      continue;
+    }
+    const double predicted = p.out.report.tokens_per_s / run.gpus;
+    const double err = (predicted - run.tokens_per_s_per_gpu) / run.tokens_per_s_per_gpu;
+    (run.cp > 1 ? cp : run.gpu == "H100" ? h100 : blackwell).add(err);
+    errors[fmt::format("{} {}", run.label, run.gpus)] = err;
+    add(fmt::format("{} {:.0f} | {:+.1f}% | {:.1f} GiB{} |", what, predicted, 100 * err, p.peak_gib,
+                    p.fits ? "" : " (does not fit)"));
+  }
+}
+
 // A run of megatron_2021_plan without interleaving, everything else as run
 // (the interleaving options come last in its plan string).
 bench::PublishedRun without_interleaving(const bench::PublishedRun& run) {
@@ -248,6 +285,39 @@ int main(int argc, char** argv) {
   add("");
   add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_h100, rows_h100));
   add("");
+
+  // --- Megatron-Bridge / NeMo performance summaries, dense rows ---
+  BridgeTally bridge_h100, bridge_bw, bridge_cp;
+  Errors bridge;
+  {
+    add("## Megatron-Bridge and NeMo performance summaries, dense rows (H100, B200, GB200)");
+    add("");
+    add("Tokens/s per GPU as published (`megatron_bridge_nemo_perf_summary.csv`: Megatron-Bridge 25.09-26.02 and");
+    add("NeMo 24.07). Every dense row of a shipped model (Llama 2 and 3, NeMo's GPT-3) on a shipped cluster");
+    add("(`dgx-h100`, `dgx-b200`, `gb200-nvl72`), BF16 or FP8; FSDP rows (not modelled) and NVFP4 rows are left");
+    add("out. Plans: the published tp, pp, cp, vp, micro-batch and batch with what every recipe turns on");
+    add("(sequence parallelism and TP communication overlap with tp > 1, the distributed optimizer, overlapped");
+    add("gradient reduce and parameter gather, interleaving with vp > 1, no recomputation); Llama 3.1 405B counts");
+    add("the embedding and the loss in its pipeline split, as its recipe does. FP8 recipe: delayed scaling for");
+    add("NeMo 24.07, current (tensorwise) scaling for Megatron-Bridge's FP8 and FP8-CS, mxfp8 for MXFP8.");
+    add("");
+    add("| run | GPU | GPUs | plan | batch | published | predicted | error | peak memory |");
+    add("|---|---|---|---|---|---|---|---|---|");
+    add_bridge_rows(add, bench::bridge_nemo_dense(ref), bridge_h100, bridge_bw, bridge_cp, bridge);
+    add("");
+    add(fmt::format("- H100 rows without context parallelism: {} (target 5%, signed within +-2%).", bridge_h100.str()));
+    add(fmt::format("- B200 and GB200 rows without context parallelism: {} (target 7%).", bridge_bw.str()));
+    add(fmt::format("- Rows with context parallelism (cp 2): {} (target 6%).", bridge_cp.str()));
+    add("");
+    add("Context parallelism is priced as Megatron-Core runs it (load-balanced chunks, `docs/simulator.md`), so the CP");
+    add("rows carry the same errors as the others of their GPU. What these rows run and the simulator does not price");
+    add("yet: Transformer Engine's cuDNN attention (priced from a FlashAttention-2 fit on every GPU), NCCL kernels");
+    add("taking SMs and memory bandwidth from overlapped GEMMs, host launch time and the CUDA graphs that remove it");
+    add("(the Blackwell Llama 3 8B recipes capture the whole iteration), FP8 weight casts and amax reductions, and");
+    add("clocks under the power limit. Rows marked as not fitting ran in the published memory; what the memory");
+    add("accounting counts that these recipes do not keep is not yet identified.");
+    add("");
+  }
 
   // --- Qi et al. 2024 Table 9: per-stage F, B, W ---
   double fitted_fwd = 0, shipped_fwd = 0;

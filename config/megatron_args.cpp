@@ -400,10 +400,11 @@ Result<MegatronLaunch> interpret(Args& args) {
       return fail("megatron.--cp-comm-type", "per-layer CP communication types are not modelled; give one type");
     if (*c == "p2p") p.cp_comm = CpCommType::p2p;
     else if (*c == "all_gather" || *c == "allgather") p.cp_comm = CpCommType::all_gather;
-    else if (*c == "a2a" || *c == "a2a+p2p")
-      return fail("megatron.--cp-comm-type", fmt::format("--cp-comm-type {} (all-to-all context parallelism) is not "
-                                                         "modelled; use p2p or all_gather",
-                                                         *c));
+    else if (*c == "a2a") p.cp_comm = CpCommType::a2a;
+    else if (*c == "a2a+p2p")
+      return fail("megatron.--cp-comm-type", "--cp-comm-type a2a+p2p (hierarchical context parallelism, "
+                                             "--hierarchical-context-parallel-sizes) is not modelled; use p2p, "
+                                             "all_gather or a2a");
     else
       return fail("megatron.--cp-comm-type",
                   fmt::format("--cp-comm-type must be one of p2p, all_gather, a2a, a2a+p2p, found '{}'", *c));
@@ -663,7 +664,8 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (p.embedding_in_split) sw("--account-for-embedding-in-pipeline-split");
   if (p.loss_in_split) sw("--account-for-loss-in-pipeline-split");
   if (p.cp > 1) kv("--context-parallel-size", p.cp);
-  if (p.cp_comm == CpCommType::all_gather) kv("--cp-comm-type", "all_gather");
+  if (p.cp_comm == CpCommType::all_gather) kv("--cp-comm-type", "all_gather");   // Transformer Engine's spelling
+  if (p.cp_comm == CpCommType::a2a) kv("--cp-comm-type", "a2a");
   if (p.ep > 1) kv("--expert-model-parallel-size", p.ep);
   const int etp = setup.etp > 0 ? setup.etp : p.etp.value_or(p.tp);
   if (p.etp || etp != p.tp) kv("--expert-tensor-parallel-size", etp);

@@ -176,7 +176,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
     return {};
   }
   if (key == "cp_comm") {
-    auto v = enumeration<CpCommType>(key, value, parse_cp_comm_lenient, "p2p, all-gather");
+    auto v = enumeration<CpCommType>(key, value, parse_cp_comm_lenient, "p2p, all-gather, a2a");
     if (!v) return tl::unexpected(v.error());
     plan.cp_comm = *v;
     return {};

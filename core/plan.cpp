@@ -98,7 +98,14 @@ std::optional<AttentionKernel> parse_attention_kernel(std::string_view s) {
   return std::nullopt;
 }
 
-const char* to_string(CpCommType c) { return c == CpCommType::p2p ? "p2p" : "all-gather"; }
+const char* to_string(CpCommType c) {
+  switch (c) {
+    case CpCommType::p2p: return "p2p";
+    case CpCommType::all_gather: return "all-gather";
+    case CpCommType::a2a: return "a2a";
+  }
+  return "?";
+}
 const char* to_string(MoeDispatcher d) {
   switch (d) {
     case MoeDispatcher::alltoall: return "alltoall";
@@ -116,6 +123,7 @@ std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) {
 std::optional<CpCommType> parse_cp_comm(std::string_view s) {
   if (s == "p2p" || s == "ring") return CpCommType::p2p;
   if (s == "all-gather" || s == "allgather") return CpCommType::all_gather;
+  if (s == "a2a" || s == "all-to-all") return CpCommType::a2a;
   return std::nullopt;
 }
 

@@ -17,7 +17,11 @@ enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe, du
 enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 enum class AttentionKernel { flash, unfused };      // fused (flash/cuDNN) or score matrices kept
-enum class CpCommType { p2p, all_gather };          // ring exchange of KV blocks, or all-gather KV
+// How context parallelism exchanges keys and values (Megatron-LM's
+// --cp-comm-type): a ring of KV blocks overlapped with attention (p2p), one
+// all-gather of KV before it (all_gather), or all-to-alls that trade the
+// sequence split for a head split around attention (a2a, Ulysses-style).
+enum class CpCommType { p2p, all_gather, a2a };
 // MoE token dispatcher (--moe-token-dispatcher-type): all-to-all of each
 // token's top-k copies over EP, or Megatron-LM's default all-gather of every
 // token over EP (then each rank keeps its experts' tokens) and a

@@ -279,6 +279,15 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   if (p.cp > 1 && s.seq_length % (2 * p.cp) != 0)
     return fail("plan.cp", fmt::format("seq_length ({}) must be a multiple of 2 x cp = {} (load-balanced causal CP)",
                                        s.seq_length, 2 * p.cp));
+  if (p.cp > 1 && p.cp_comm == CpCommType::a2a) {
+    // Transformer Engine's all-to-all CP scatters the heads of Q, K and V over the CP group.
+    const std::int64_t heads = m.num_attention_heads / p.tp;
+    const std::int64_t kv_heads = m.mla ? heads : std::max<std::int64_t>(1, m.num_query_groups / p.tp);
+    if (heads % p.cp != 0 || kv_heads % p.cp != 0)
+      return fail("plan.cp_comm", fmt::format("cp_comm a2a scatters attention heads over the CP group: the heads per TP "
+                                              "rank ({} query, {} key/value) must be divisible by cp ({})",
+                                              heads, kv_heads, p.cp));
+  }
   s.sequence_parallel = p.sequence_parallel && p.tp > 1;
   if (p.sequence_parallel && p.tp == 1)
     s.warnings.push_back("sp=on has no effect with tp = 1; Megatron-LM disables it, and so does Megascope");

@@ -26,7 +26,9 @@ namespace k = megascope::kernels;
 
 // As build_program emits a layer (core/program/layer_ops.cpp): with CP the
 // attention compute is cut around the all-gather of K and V (forward) and
-// followed by the reduce-scatter of their gradients (backward).
+// followed by the reduce-scatter of their gradients (backward), which the
+// layer's output waits for beside the compute: with tp > 1 in the TP
+// collective, otherwise in an empty compute op.
 std::vector<Step> forward_steps(int tp, bool sp, int cp, bool moe, int ep) {
   std::vector<Step> attn = {{OpKind::compute, Action::attn}};
   if (cp > 1)
@@ -70,6 +72,7 @@ std::vector<Step> backward_steps(int tp, bool sp, int cp, bool moe, int ep) {
   if (cp > 1) {
     out.push_back({OpKind::compute, Action::b_attn_core});
     out.push_back({OpKind::reduce_scatter, Action::b_cp_reduce});
+    if (tp == 1) out.push_back({OpKind::compute, Action::b_cp_join});
   } else {
     out.push_back({OpKind::compute, Action::b_attn});
   }
@@ -423,6 +426,7 @@ void CpuRank::layer_backward(const Op& op, int c, int mb, int l) {
       b_cp_reduce_kv(A);
       b_attn_qkv(A, c, mb, w, g);
       break;
+    case Action::b_cp_join: break;   // nothing to compute: the layer's gradient is complete
     case Action::b_attn_reduce: {
       if (op.kind == OpKind::all_reduce) {
         tp().all_reduce(A.dtmp.data(), T * h);

@@ -67,7 +67,7 @@ enum class Action : std::uint8_t {
   attn_gather, attn, attn_reduce, mlp_pre, mlp_gather, mlp, mlp_reduce,                 // forward
   attn_qkv, cp_gather, attn_core, attn_proj,                                            // forward with CP
   b_mlp_gather, b_mlp, b_mlp_reduce, b_attn_gather, b_attn, b_attn_reduce,              // backward input
-  b_attn_core, b_cp_reduce,                                                             // backward with CP
+  b_attn_core, b_cp_reduce, b_cp_join,                                                  // backward with CP
   moe_router, moe_dispatch, moe_experts, moe_combine, moe_finish,                       // MoE forward
   b_moe_unpermute, b_moe_dispatch, b_moe_experts, b_moe_combine, b_moe_router           // MoE backward
 };

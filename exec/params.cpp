@@ -59,6 +59,8 @@ Result<void> check_supported(const Setup& s) {
   if (p.cp > 1 && s.seq_length % (2 * p.cp) != 0)
     return fail("plan.cp", fmt::format("seq_length {} must be divisible by 2 x cp = {} (load-balanced context chunks)",
                                        s.seq_length, 2 * p.cp));
+  if (p.cp > 1 && p.cp_comm == CpCommType::a2a)
+    return no("plan.cp_comm", "all-to-all context parallelism (cp_comm a2a)");
   if (p.tp_comm_overlap) return no("plan.tp_comm_overlap", "TP communication overlap (chunked collectives)");
   if (p.schedule == Schedule::dualpipe || p.schedule == Schedule::dualpipev)
     return no("plan.schedule", fmt::format("the {} schedule", to_string(p.schedule)));

@@ -44,14 +44,6 @@ double soft_max(double a, double b, double p) {
   return hi * std::pow(1.0 + std::pow(lo / hi, p), 1.0 / p);
 }
 
-// Query-key pairs computed: all of them, or the causal (bottom-right aligned)
-// part, s_q * s_kv - s_q^2 / 2 when s_q <= s_kv (half when equal), s_kv^2 / 2 otherwise.
-double attention_pairs(const AttentionShape& a) {
-  const double q = static_cast<double>(a.seq_q), kv = static_cast<double>(a.seq_kv);
-  if (!a.causal) return q * kv;
-  return q <= kv ? q * kv - q * q / 2 : kv * kv / 2;
-}
-
 bool empty(const AttentionShape& a) {
   return a.batch <= 0 || a.heads <= 0 || a.seq_q <= 0 || a.seq_kv <= 0 || a.head_dim <= 0;
 }

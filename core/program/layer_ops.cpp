@@ -58,8 +58,8 @@ AttentionShape attention_shape(const Setup& s) {
   a.batch = s.plan.micro_batch_size;
   a.heads = m.num_attention_heads / s.plan.tp;
   a.kv_heads = m.mla ? a.heads : std::max<std::int64_t>(1, m.num_query_groups / s.plan.tp);
-  a.seq_q = s.seq_length / s.plan.cp;
-  a.seq_kv = s.seq_length;   // over the CP steps a query block meets every key block
+  a.seq_q = s.seq_length / s.plan.cp;   // this CP rank's queries ...
+  a.seq_kv = s.seq_length;             // ... against every key (cp_attention_calls splits them as CP runs)
   a.head_dim = m.mla ? m.mla->qk_head_dim + m.mla->qk_rope_head_dim : m.kv_channels;
   a.head_dim_v = m.mla ? m.mla->v_head_dim : 0;
   a.causal = true;
@@ -134,11 +134,65 @@ std::optional<Kernel> bda_backward(const ModelSpec& m, const Dims& d) {
 // all marked unfused_attention (priced at the profile's unfused efficiency).
 // In BF16 whatever the linear layers' precision, as fused attention is
 // (Megatron's FP8 recipes keep attention out of FP8).
+// The fused-attention calls of one CP rank, as Megatron-Core runs context
+// parallelism through Transformer Engine: the sequence cut into 2 cp chunks
+// of c = s / (2 cp) tokens, rank r holding chunks r and 2cp - 1 - r, so that
+// every rank does the same causal work, s^2 / (2 cp) query-key pairs.
+//   p2p (ring): cp steps; step 0 is causal over the rank's own 2c keys, each
+//     later step meets one other rank's keys without a mask, its 2c queries
+//     against the earlier half of those keys or its later c queries against
+//     all 2c of them (2c^2 pairs either way; priced as 2c queries on c keys).
+//   all_gather: every key gathered first, then one causal call per chunk:
+//     chunk r's c queries on the (r + 1) c keys up to it, chunk 2cp - 1 - r's
+//     on (2cp - r) c; priced at rank 0's shapes (kv c and 2cp c), whose pairs
+//     sum to every rank's.
+//   a2a: the all-to-alls give each rank the whole sequence for heads / cp of
+//     the heads; one causal call.
+// Without CP: the one call of attention_shape.
+std::vector<AttentionShape> cp_attention_calls(const Setup& s) {
+  AttentionShape a = attention_shape(s);
+  const int cp = s.plan.cp;
+  if (cp == 1) return {a};
+  const std::int64_t c = s.seq_length / (2 * cp);
+  std::vector<AttentionShape> calls;
+  switch (s.plan.cp_comm) {
+    case CpCommType::p2p: {
+      a.seq_q = a.seq_kv = 2 * c;
+      calls.push_back(a);
+      AttentionShape other = a;
+      other.seq_kv = c;
+      other.causal = false;
+      calls.insert(calls.end(), static_cast<std::size_t>(cp - 1), other);
+      break;
+    }
+    case CpCommType::all_gather: {
+      a.seq_q = c;
+      a.seq_kv = c;
+      calls.push_back(a);
+      a.seq_kv = 2 * cp * c;
+      calls.push_back(a);
+      break;
+    }
+    case CpCommType::a2a: {
+      a.seq_q = a.seq_kv = s.seq_length;
+      a.heads /= cp;
+      a.kv_heads = std::max<std::int64_t>(1, a.kv_heads / cp);
+      calls.push_back(a);
+      break;
+    }
+  }
+  return calls;
+}
+
 std::vector<Kernel> attention_kernels(const Setup& s, bool backward) {
   constexpr Precision p = Precision::bf16;
   const AttentionShape a = attention_shape(s);
-  if (s.plan.attention == AttentionKernel::flash)
-    return {attention(backward ? KernelKind::attention_bwd : KernelKind::attention_fwd, a)};
+  if (s.plan.attention == AttentionKernel::flash) {
+    std::vector<Kernel> k;
+    for (const AttentionShape& call : cp_attention_calls(s))
+      k.push_back(attention(backward ? KernelKind::attention_bwd : KernelKind::attention_fwd, call));
+    return k;
+  }
   const std::int64_t rows_q = a.batch * a.heads * a.seq_q;
   const std::int64_t rows_k = a.batch * a.heads * a.seq_kv;
   const std::int64_t dv = a.head_dim_v > 0 ? a.head_dim_v : a.head_dim;
@@ -160,6 +214,27 @@ std::vector<Kernel> attention_kernels(const Setup& s, bool backward) {
   }
   for (Kernel& kernel : k) kernel.unfused_attention = true;
   return k;
+}
+
+// KV of every CP rank, gathered or passed around the ring: 2 tensors x (s b)
+// tokens x KV width x 2 bytes (MLA: the per-head keys and values, K's width
+// and V's averaged).
+double cp_kv_bytes(const Setup& s, const Dims& d) {
+  const AttentionShape a = attention_shape(s);
+  const double kv_width = s.model.mla ? static_cast<double>(a.heads * (a.head_dim + s.model.mla->v_head_dim)) / 2.0
+                                      : static_cast<double>(a.kv_heads * s.model.kv_channels);
+  return 2.0 * 2.0 * d.T * s.plan.cp * kv_width;
+}
+
+// All-to-all CP: the bytes of one rank's Q, K and V (`qkv`) or of its
+// attention output, in 16 bits (a per-rank buffer: each rank keeps 1/cp of it).
+double cp_a2a_bytes(const Setup& s, const Dims& d, bool qkv) {
+  const AttentionShape a = attention_shape(s);
+  const double dv = static_cast<double>(a.head_dim_v > 0 ? a.head_dim_v : a.head_dim);
+  const double width = qkv ? static_cast<double>(a.heads * a.head_dim + a.kv_heads * a.head_dim) +
+                                 static_cast<double>(a.kv_heads) * dv
+                           : static_cast<double>(a.heads) * dv;
+  return 2.0 * d.T * width;
 }
 
 bool tp_overlap(const Setup& s) { return s.plan.tp_comm_overlap && s.plan.tp > 1; }
@@ -337,14 +412,19 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   std::vector<Kernel> proj;   // the projection, its input quantised first in FP8
   push_fp8_cast(proj, s, d.T * static_cast<double>(d.core_out));
   proj.push_back(gemm(d.Ti, d.h, d.core_out, d.prec));
-  if (s.plan.cp > 1) {
+  if (s.plan.cp > 1 && s.plan.cp_comm == CpCommType::a2a) {
+    // All-to-all CP: Q, K and V trade their sequence split for a head split
+    // before attention, its output trades back before the projection.
+    const std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
+    const std::uint32_t in = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
+                                          cp_a2a_bytes(s, d, true), {c1});
+    const std::uint32_t c2 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(core), {in});
+    const std::uint32_t out = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
+                                           cp_a2a_bytes(s, d, false), {c2});
+    dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(proj), {out}, tp_out, act);
+  } else if (s.plan.cp > 1) {
     std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
-    // KV of every CP rank: 2 tensors x (s b) tokens x kv width x 2 bytes.
-    const double kv_width = m.mla ? static_cast<double>(attention_shape(s).heads * (attention_shape(s).head_dim +
-                                                                                   m.mla->v_head_dim)) / 2.0
-                                  : static_cast<double>(attention_shape(s).kv_heads * m.kv_channels);
-    const double kv_bytes = 2.0 * 2.0 * d.T * s.plan.cp * kv_width;
-    const std::uint32_t cpx = w.collective(OpKind::all_gather, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, kv_bytes, {c1});
+    const std::uint32_t cpx = w.collective(OpKind::all_gather, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_kv_bytes(s, d), {c1});
     // Ring (p2p): the exchange overlaps the attention of the blocks already here;
     // all-gather: attention waits for the whole KV.
     const std::uint32_t c2 = s.plan.cp_comm == CpCommType::all_gather
@@ -564,24 +644,37 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   k.push_back(gemm(d.Ti, d.core_out, d.h, d.prec));                  // projection dgrad
   if (modules & kRecomputeMlaUpProj)   // the queries, keys and values from their latents
     for (const GemmShape& g : mla_up_proj_gemms(s, d)) k.push_back(gemm(g.m, g.n, g.k, d.prec));
+  const bool a2a = s.plan.cp > 1 && s.plan.cp_comm == CpCommType::a2a;
+  if (a2a) {   // the output gradient trades its sequence split for the head split first
+    dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});
+    dep = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_a2a_bytes(s, d, false), {*dep});
+    k.clear();
+  }
   if (recomputed_core)
     for (const Kernel& kk : attention_kernels(s, false)) k.push_back(kk);
   for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
+  if (a2a) {   // and the gradients of Q, K and V trade back
+    dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});
+    dep = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_a2a_bytes(s, d, true), {*dep});
+    k.clear();
+  }
   if (norm_again) k.push_back(*norm_again);                          // the input norm's output, for the QKV gradients
   for (const GemmShape& g : qkv_gemms(s, d)) {
     push_fp8_cast(k, s, static_cast<double>(g.m) * static_cast<double>(g.n));   // its output gradient
     k.push_back(gemm(g.m, g.k, g.n, d.prec));                              // dgrad: (T, in, out)
   }
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward
-  if (s.plan.cp == 1) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);
-  dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});
-  // Gradients of the KV blocks travel back around the ring.
-  const AttentionShape a = attention_shape(s);
-  const double kv_width = static_cast<double>(a.kv_heads * a.head_dim);
-  dep = w.collective(OpKind::reduce_scatter, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
-                     2.0 * 2.0 * d.T * s.plan.cp * kv_width, {*dep});
-  if (tp) dep = w.collective(out_tp, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, act, {*dep});
-  return *dep;
+  if (s.plan.cp == 1 || a2a) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);
+  // The gradients of the KV blocks go back to the ranks that own them. The
+  // ring (p2p) passes them on step by step beside the attention backward, so
+  // the exchange starts with the backward and the layer waits for both;
+  // all-gather reduce-scatters them once the gradients are complete.
+  const std::uint32_t start = *dep;
+  const std::uint32_t c = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {start});
+  const std::uint32_t rs = w.collective(OpKind::reduce_scatter, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
+                                        cp_kv_bytes(s, d), {s.plan.cp_comm == CpCommType::p2p ? start : c});
+  if (tp) return w.collective(out_tp, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, act, {c, rs});
+  return w.compute(OpLabel::attention, ctx, std::span<const Kernel>(), {c, rs});
 }
 
 std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx_in,

@@ -209,9 +209,9 @@ double kernel_flops(const Kernel& k) {
     case KernelKind::attention_bwd: {
       const AttentionShape& a = k.attention;
       const double dv = static_cast<double>(a.head_dim_v > 0 ? a.head_dim_v : a.head_dim);
-      // QK^T and PV, causal half; backward = 2x forward in GEMM FLOPs (dQ, dK, dV, dP).
-      const double fwd = 2.0 * static_cast<double>(a.batch * a.heads) * static_cast<double>(a.seq_q) *
-                         static_cast<double>(a.seq_kv) * (static_cast<double>(a.head_dim) + dv) * (a.causal ? 0.5 : 1.0);
+      // QK^T and PV over the pairs computed; backward = 2x forward in GEMM FLOPs (dQ, dK, dV, dP).
+      const double fwd = 2.0 * static_cast<double>(a.batch * a.heads) * attention_pairs(a) *
+                         (static_cast<double>(a.head_dim) + dv);
       return k.kind == KernelKind::attention_fwd ? fwd : 2.0 * fwd;
     }
     case KernelKind::memory:

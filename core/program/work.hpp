@@ -21,6 +21,16 @@ struct AttentionShape {
   bool dropout = false;               // dropout on the attention probabilities, inside the fused kernel
 };
 
+// Query-key pairs an attention call computes: all of them, or the causal
+// (bottom-right aligned) part, s_q s_kv - s_q^2 / 2 when s_q <= s_kv (half
+// when equal), s_kv^2 / 2 otherwise. The program's FLOPs and the cost
+// model's attention times both count these.
+inline double attention_pairs(const AttentionShape& a) {
+  const double q = static_cast<double>(a.seq_q), kv = static_cast<double>(a.seq_kv);
+  if (!a.causal) return q * kv;
+  return q <= kv ? q * kv - q * q / 2 : kv * kv / 2;
+}
+
 enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embedding, cross_entropy, optimizer, other };
 
 // Bytes per logit (the local V / tp slice of each token) that Megatron-LM's

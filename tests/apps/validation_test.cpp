@@ -201,3 +201,45 @@ TEST_CASE("Korthikanti Table 4: selective recomputation beats full by 20-40 perc
   CHECK(*gain > 0.20);
   CHECK(*gain < 0.40);
 }
+
+TEST_CASE("Megatron-Bridge and NeMo dense rows (25 runs on H100, B200 and GB200): each class's error held where it "
+          "stands, and context-parallel rows priced like the rest",
+          "[validation]") {
+  // Tokens/s per GPU against the published figures, by class: H100 without
+  // CP, Blackwell without CP, CP 2 on either. Not yet at the targets of
+  // docs/validation.md (5%, 7%, 6%); these bounds hold today's levels.
+  const std::vector<PublishedRun> runs = megascope::bench::bridge_nemo_dense(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(runs.size() == 25);
+  struct Tally {
+    double abs = 0, sum = 0;
+    int n = 0;
+  } h100, blackwell, cp, h100_cp;
+  for (const PublishedRun& run : runs) {
+    INFO(run.label << " on " << run.gpus << " " << run.gpu << ": " << run.plan);
+    const megascope::bench::Prediction p = megascope::bench::predict(run);
+    REQUIRE(p.error == "");
+    const double err = (p.out.report.tokens_per_s / run.gpus - run.tokens_per_s_per_gpu) / run.tokens_per_s_per_gpu;
+    INFO("published " << run.tokens_per_s_per_gpu << ", error " << err);
+    CHECK(std::abs(err) < 0.25);
+    for (Tally* t : {run.cp > 1 ? &cp : run.gpu == "H100" ? &h100 : &blackwell}) {
+      t->abs += std::abs(err);
+      t->sum += err;
+      ++t->n;
+    }
+    if (run.cp > 1 && run.gpu == "H100") {
+      h100_cp.sum += err;
+      ++h100_cp.n;
+    }
+  }
+  REQUIRE(h100.n == 10);
+  REQUIRE(blackwell.n == 8);
+  REQUIRE(cp.n == 7);
+  CHECK(h100.abs / h100.n < 0.18);
+  CHECK(blackwell.abs / blackwell.n < 0.12);
+  CHECK(cp.abs / cp.n < 0.15);
+  // Priced as (2 - 1/cp) times the load-balanced work, the H100 CP rows came
+  // out about 7% optimistic against the other H100 rows' 17%: the
+  // overpriced attention hid the same optimism. Priced as Megatron-Core runs
+  // it, they sit within 5 points of the other H100 rows.
+  CHECK(std::abs(h100_cp.sum / h100_cp.n - h100.sum / h100.n) < 0.05);
+}

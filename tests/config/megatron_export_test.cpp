@@ -149,6 +149,15 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   CHECK_THAT(line, !Catch::Contains("--hidden-dropout"));
   CHECK_THAT(line, !Catch::Contains("--no-async-tensor-model-parallel-allreduce"));
 
+  // With all-to-all context parallelism (16 heads per TP rank over cp 2).
+  PlanSpec c = p;
+  c.cp = 2;
+  c.dp = 4;
+  c.cp_comm = CpCommType::a2a;
+  const Setup a2a = validated(m, t, c);
+  check_round_trip(a2a);
+  REQUIRE_THAT(*export_megatron_args(a2a), Catch::Contains("--context-parallel-size 2 --cp-comm-type a2a"));
+
   // The same run as Megatron-LM of 2021 ran it: no asynchronous TP all-reduce.
   p.tp_grad_overlap = false;
   const Setup old = validated(m, t, p);

@@ -442,10 +442,13 @@ TEST_CASE("Group-limited routing is read from --moe-router-num-groups and --moe-
   CHECK(e.field == "model.moe.num_groups");
 }
 
-TEST_CASE("All-to-all context parallelism and other unmodelled Megatron features are errors", "[config]") {
-  const Error a2a = import_error(kSmall + "--context-parallel-size 2 --cp-comm-type a2a");
+TEST_CASE("All-to-all context parallelism is imported; hierarchical CP and other unmodelled Megatron features are errors",
+          "[config]") {
+  CHECK(import_ok(kSmall + "--context-parallel-size 2 --cp-comm-type a2a").plan.cp_comm == CpCommType::a2a);
+  const Error a2a = import_error(kSmall + "--context-parallel-size 2 --cp-comm-type a2a+p2p");
   CHECK(a2a.field == "megatron.--cp-comm-type");
   REQUIRE_THAT(a2a.message, Catch::Contains("not modelled"));
+  REQUIRE_THAT(a2a.message, Catch::Contains("--hierarchical-context-parallel-sizes"));
 
   const Error fsdp = import_error(kSmall + "--use-torch-fsdp2");
   CHECK(fsdp.field == "megatron.--use-torch-fsdp2");

@@ -114,6 +114,14 @@ TEST_CASE("Booleans accept on, off, true, false, 1 and 0", "[config]") {
   }
 }
 
+TEST_CASE("cp_comm a2a is parsed and printed", "[config]") {
+  PlanSpec p;
+  REQUIRE(apply_plan_setting(p, "cp_comm", "a2a").has_value());
+  CHECK(p.cp_comm == CpCommType::a2a);
+  CHECK(std::string(to_string(p.cp_comm)) == "a2a");
+  CHECK(parse_cp_comm("a2a") == CpCommType::a2a);
+}
+
 TEST_CASE("Megatron's all_gather spelling is accepted for cp_comm", "[config]") {
   PlanSpec p;
   REQUIRE(apply_plan_setting(p, "cp_comm", "all_gather").has_value());
@@ -209,9 +217,9 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   CHECK(a.field == "plan.attention");
   REQUIRE_THAT(a.message, Catch::Contains("flash, unfused"));
 
-  const Error c = setting_error("cp_comm", "a2a");
+  const Error c = setting_error("cp_comm", "ulysses");
   CHECK(c.field == "plan.cp_comm");
-  REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather"));
+  REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather, a2a"));
 }
 
 TEST_CASE("plan_keys lists the 33 documented keys and every one of them is accepted", "[config]") {

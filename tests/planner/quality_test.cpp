@@ -139,8 +139,12 @@ TEST_CASE("Narayanan Table 1, 530B on 2520 A100s: the pick beats the published p
 }
 
 TEST_CASE("Megatron-LM README H100, 1.7B on 48 GPUs: the pick beats the published plan, which ranks near the top") {
+  // Load-balanced CP does a rank's share of the same work, so cp 2 and 4
+  // with 2 and 4 times the micro-batch tie with the plans without CP that
+  // hold as many tokens per rank (their only cost is the KV exchange): the
+  // three micro-batch sizes above the published 1 take six places.
   check_row({"mcore-gpt-1.7b", "dgx-h100", 48, 192, "tp=1,pp=1,mbs=1,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on"},
-            5);
+            9);
 }
 
 TEST_CASE("Megatron-LM README H100, 7.1B on 96 GPUs: the pick beats the published plan, which ranks near the top") {
