@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "apps/expected_error.hpp"
 #include "config/library.hpp"
 #include "config/megatron_args.hpp"
 #include "apps/scenario.hpp"
@@ -374,7 +375,12 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     j["ranked"] = ranked;
     j["megatron_args"] = megatron;
     if (!megatron_error.empty()) j["megatron_args_error"] = megatron_error;
-    if (!res->ranked.empty()) j["bounded_by"] = planner::bounding_factors(res->ranked.front());
+    if (!res->ranked.empty()) {
+      const planner::SimulatedPlan& w = res->ranked.front();
+      j["bounded_by"] = planner::bounding_factors(w);
+      j["expected_error"] = expected_error_json(
+          expected_error(regime_of(in->cluster.device, in->training, in->model, w.plan.cp), w.report.mfu, shipped_regimes()));
+    }
     j["considered"] = {{"structural", rej.structural},
                        {"rejected_divisibility", rej.divisibility},
                        {"rejected_constraint", rej.constraint},
@@ -459,6 +465,10 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     out << fmt::format("\nbest plan: {} on {} GPUs\n", plan_text(w.plan), w.gpus);
     out << "  bounded by:\n";
     for (const std::string& b : planner::bounding_factors(w)) out << "    " << b << "\n";
+    out << "  expected: "
+        << expected_error_text(expected_error(regime_of(in->cluster.device, in->training, in->model, w.plan.cp),
+                                              w.report.mfu, shipped_regimes()))
+        << "\n";
     if (!megatron.empty()) out << "  Megatron-LM arguments:\n    " << megatron << "\n";
     else out << "  Megatron-LM arguments: not available: " << megatron_error << "\n";
   }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "apps/expected_error.hpp"
 #include "config/plan_settings.hpp"
 #include "core/accounting/memory.hpp"
 #include "core/program/builder.hpp"
@@ -90,6 +91,7 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
   j["flops_formula"] = "model FLOPs, GEMMs only, causal attention halved (Megatron-LM counter since 2025-03)";
   j["tflops_per_gpu_no_causal_halving"] = r.tflops_per_gpu_no_causal;
   j["mfu_no_causal_halving"] = r.mfu_no_causal;
+  j["expected_error"] = expected_error_json(expected_error(s, r.mfu, shipped_regimes()));
   j["hardware_tflops_per_gpu_no_causal_halving"] = r.hardware_tflops_per_gpu_no_causal;
   j["bubble_fraction"] = r.bubble_fraction;
   j["busiest_bubble_fraction"] = r.busiest_bubble_fraction;
@@ -136,6 +138,7 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
        r.tflops_per_gpu_no_causal);
   addl(t, "             {:.1f} TFLOP/s with recomputation counted (Narayanan et al.'s convention)",
        r.hardware_tflops_per_gpu_no_causal);
+  addl(t, "  expected   {}", expected_error_text(expected_error(s, r.mfu, shipped_regimes())));
   addl(t, "  bubble     {:.1f}% of the step (mean idle over stages); {:.1f}% at the busiest stage (the zero-bubble "
        "paper's bubble rate)", 100 * r.bubble_fraction, 100 * r.busiest_bubble_fraction);
   std::string ex;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -14,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/expected_error.hpp"
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
@@ -362,6 +365,58 @@ inline std::optional<double> fitted_forward_efficiency(const std::vector<StageTi
     den += x;
   }
   return num / den;
+}
+
+}  // namespace megascope::bench
+
+namespace megascope::bench {
+
+// The errors of the published tables (Narayanan Tables 1 and 2, the
+// Megatron-LM README H100 table, the Megatron-Bridge / NeMo dense rows) by
+// class of run (cli::Regime), as topologies/validation/regimes.toml ships
+// them: throughput errors (published TFLOP/s and tokens/s are both
+// throughput at a fixed FLOP count) and the highest published MFU of each
+// class (the predicted MFU scaled by published over predicted).
+inline std::vector<cli::RegimeStats> regime_stats(const std::string& ref_dir) {
+  struct Table {
+    std::vector<PublishedRun> runs;
+    const char* name;
+  };
+  const Table tables[] = {{narayanan_table1(ref_dir), "Narayanan et al. 2021 Tables 1 and 2"},
+                          {narayanan_table2_ptdp(ref_dir), "Narayanan et al. 2021 Tables 1 and 2"},
+                          {megatron_h100(ref_dir), "Megatron-LM README H100 table"},
+                          {bridge_nemo_dense(ref_dir), "Megatron-Bridge and NeMo performance summaries"}};
+  std::vector<cli::RegimeStats> out;
+  for (const Table& t : tables)
+    for (const PublishedRun& run : t.runs) {
+      const auto sc = scenario_of(run);
+      const Prediction p = predict(run);
+      if (!sc || !p.ok) continue;
+      const sim::SimReport& r = p.out.report;
+      const double err = run.tokens_per_s_per_gpu > 0
+                             ? (r.tokens_per_s / run.gpus - run.tokens_per_s_per_gpu) / run.tokens_per_s_per_gpu
+                         : run.table == "megatron-h100"
+                             ? (r.tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu
+                             : (r.hardware_tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
+      const cli::Regime regime = cli::regime_of(sc->setup);
+      auto it = std::find_if(out.begin(), out.end(), [&](const cli::RegimeStats& s) { return s.regime == regime; });
+      if (it == out.end()) {
+        out.push_back({regime, 0, 0, 0, 0, 0, t.name});
+        it = out.end() - 1;
+      } else if (it->tables.find(t.name) == std::string::npos) {
+        it->tables += std::string("; ") + t.name;
+      }
+      it->mean_abs_error += std::abs(err);
+      it->signed_mean_error += err;
+      it->worst_abs_error = std::max(it->worst_abs_error, std::abs(err));
+      it->max_published_mfu = std::max(it->max_published_mfu, r.mfu / (1 + err));
+      ++it->rows;
+    }
+  for (cli::RegimeStats& s : out) {
+    s.mean_abs_error /= s.rows;
+    s.signed_mean_error /= s.rows;
+  }
+  return out;
 }
 
 }  // namespace megascope::bench

@@ -813,6 +813,11 @@ int main(int argc, char** argv) {
     if (!missed.empty()) add(fmt::format("  Not reproduced: {} (the table above says by how much).", list(missed)));
   }
   add("");
+  // The errors by class of run, for simulate and plan to state (topologies/validation/regimes.toml).
+  if (argc > 2) {
+    std::ofstream out(argv[2]);
+    cli::write_regimes(out, bench::regime_stats(ref));
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   add(fmt::format("_Report generated in {:.1f} s._", wall));
   std::fputs(md.c_str(), stdout);

@@ -243,3 +243,24 @@ TEST_CASE("Megatron-Bridge and NeMo dense rows (25 runs on H100, B200 and GB200)
   // it, they sit within 5 points of the other H100 rows.
   CHECK(std::abs(h100_cp.sum / h100_cp.n - h100.sum / h100.n) < 0.05);
 }
+
+TEST_CASE("The shipped regimes file holds today's validation: every class's errors as the published tables give them",
+          "[validation]") {
+  // scripts/validation-report.sh writes topologies/validation/regimes.toml
+  // from the same predictions; a change that moves a table must rerun it.
+  auto shipped = megascope::cli::load_regimes(megascope::cli::regimes_path());
+  REQUIRE(shipped.has_value());
+  const std::vector<megascope::cli::RegimeStats> now = megascope::bench::regime_stats(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(shipped->size() == now.size());
+  for (const megascope::cli::RegimeStats& n : now) {
+    INFO(megascope::cli::describe(n.regime));
+    const auto it = std::find_if(shipped->begin(), shipped->end(), [&](const auto& s) { return s.regime == n.regime; });
+    REQUIRE(it != shipped->end());
+    CHECK(it->rows == n.rows);
+    CHECK(it->mean_abs_error == Approx(n.mean_abs_error).margin(1e-4));
+    CHECK(it->signed_mean_error == Approx(n.signed_mean_error).margin(1e-4));
+    CHECK(it->worst_abs_error == Approx(n.worst_abs_error).margin(1e-4));
+    CHECK(it->max_published_mfu == Approx(n.max_published_mfu).margin(1e-4));
+    CHECK(it->tables == n.tables);
+  }
+}

@@ -442,7 +442,7 @@ TEST_CASE("Group-limited routing is read from --moe-router-num-groups and --moe-
   CHECK(e.field == "model.moe.num_groups");
 }
 
-TEST_CASE("All-to-all context parallelism is imported; hierarchical CP and other unmodelled Megatron features are errors",
+TEST_CASE("All-to-all context parallelism is imported, and hierarchical CP and other unmodelled Megatron features are errors",
           "[config]") {
   CHECK(import_ok(kSmall + "--context-parallel-size 2 --cp-comm-type a2a").plan.cp_comm == CpCommType::a2a);
   const Error a2a = import_error(kSmall + "--context-parallel-size 2 --cp-comm-type a2a+p2p");
