@@ -194,6 +194,9 @@ void fit_attention(const CalibrationData& d, const DeviceSpec& device, Calibrati
   // with attention dropout runs them as measured (whether or not a pass
   // below has points to fit).
   f.profile.attention_fwd_dropout_factor = f.profile.attention_bwd_dropout_factor = 1.0;
+  // One efficiency per direction, whatever the call's size: the measured
+  // kernels are the executor's own, not the shipped profile's cuDNN curve.
+  f.profile.attention_fwd_half_flops = f.profile.attention_bwd_half_flops = 0;
   for (const bool backward : {false, true}) {
     std::vector<std::pair<double, double>> pts;   // (FLOPs, seconds)
     for (std::size_t i = 0; i < d.attention.size(); ++i)
@@ -326,6 +329,8 @@ std::string profile_toml(const CalibrationFit& f) {
   t += fmt::format("fwd_dropout_factor = {:.6g}   # the executor's attention kernels apply no dropout (replays run them as measured)\n",
                    p.attention_fwd_dropout_factor);
   t += fmt::format("bwd_dropout_factor = {:.6g}   # as fwd_dropout_factor\n", p.attention_bwd_dropout_factor);
+  t += "fwd_half_flops = 0   # one efficiency whatever the call's size (replaces the shipped profile's size curve)\n";
+  t += "bwd_half_flops = 0\n";
   t += "# unfused_efficiency is not measured here: the profile this file is laid over keeps its own\n\n";
   t += "[launch]\n";
   t += fmt::format("overhead_us = {:.6g}      # per kernel\n", p.launch_overhead_s * 1e6);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -417,6 +418,105 @@ inline std::vector<cli::RegimeStats> regime_stats(const std::string& ref_dir) {
     s.signed_mean_error /= s.rows;
   }
   return out;
+}
+
+}  // namespace megascope::bench
+
+namespace megascope::bench {
+
+// The sustained clock of a GPU generation ([profile] sustained_clock),
+// fitted on the dense published runs of that generation (the Megatron-LM
+// README H100 table and the Megatron-Bridge / NeMo dense rows): the value
+// that minimises the squared log error of their throughput, with
+// leave-one-model-out cross-validation (each model's rows predicted at the
+// value fitted without them). Each row is simulated at three clocks and its
+// log throughput interpolated by the parabola through them.
+struct ClockFit {
+  std::string generation;
+  int rows = 0;
+  double clock = 1;                  // fitted on every row
+  double mean_abs = 0, signed_mean = 0;          // in sample, at `clock`
+  double lomo_mean_abs = 0, lomo_signed_mean = 0;
+  std::vector<std::pair<std::string, double>> lomo_clock_by_model;   // the clock fitted without each model
+  std::string error;                 // a simulation failed
+};
+
+inline ClockFit fit_sustained_clock(const std::string& ref_dir, const std::string& generation) {
+  ClockFit fit;
+  fit.generation = generation;
+  struct Row {
+    std::string model;
+    double published;                // throughput, in the row's unit
+    double a, b, c;                  // log(predicted) = a + b x + c x^2
+  };
+  std::vector<Row> rows;
+  constexpr double kAt[3] = {0.7, 0.85, 1.0};
+  std::vector<PublishedRun> runs = megatron_h100(ref_dir);
+  for (PublishedRun& r : bridge_nemo_dense(ref_dir)) runs.push_back(std::move(r));
+  std::vector<std::unique_ptr<TempFile>> files;
+  for (double at : kAt)
+    files.push_back(std::make_unique<TempFile>(fmt::format("megascope-clock-{:.2f}.toml", at),
+                                               fmt::format("[profile]\nsustained_clock = {}\n", at)));
+  for (const PublishedRun& run : runs) {
+    const auto sc = scenario_of(run);
+    if (!sc || cli::regime_of(sc->setup).generation != generation) continue;
+    double y[3];
+    for (int i = 0; i < 3; ++i) {
+      const Prediction p = predict(run, files[static_cast<std::size_t>(i)]->path());
+      if (!p.ok) {
+        fit.error = run.label + ": " + p.error;
+        return fit;
+      }
+      y[i] = std::log(run.tokens_per_s_per_gpu > 0 ? p.out.report.tokens_per_s / run.gpus
+                                                   : p.out.report.tflops_per_gpu_no_causal);
+    }
+    // The parabola through (x_i, y_i), equally spaced by h.
+    const double h = kAt[1] - kAt[0], x1 = kAt[1];
+    const double c = (y[2] - 2 * y[1] + y[0]) / (2 * h * h), b1 = (y[2] - y[0]) / (2 * h);
+    const double b = b1 - 2 * c * x1, a = y[1] - b1 * x1 + c * x1 * x1;
+    rows.push_back({run.model, run.tokens_per_s_per_gpu > 0 ? run.tokens_per_s_per_gpu : run.tflops_per_gpu, a, b, c});
+  }
+  fit.rows = static_cast<int>(rows.size());
+  if (rows.empty()) return fit;
+  const auto err = [](const Row& r, double x) { return std::exp(r.a + r.b * x + r.c * x * x) / r.published - 1; };
+  // The clock in [0.5, 1] (1e-4 steps) with the least squared log error over the rows `use` keeps.
+  const auto best = [&](auto use) {
+    double best_x = 1, best_s = 1e300;
+    for (int i = 5000; i <= 10000; ++i) {
+      const double x = i * 1e-4;
+      double s = 0;
+      for (const Row& r : rows)
+        if (use(r)) s += std::pow(std::log1p(err(r, x)), 2);
+      if (s < best_s) {
+        best_s = s;
+        best_x = x;
+      }
+    }
+    return best_x;
+  };
+  fit.clock = best([](const Row&) { return true; });
+  std::vector<std::string> models;
+  for (const Row& r : rows)
+    if (std::find(models.begin(), models.end(), r.model) == models.end()) models.push_back(r.model);
+  for (const std::string& m : models) {
+    const double x = best([&](const Row& r) { return r.model != m; });
+    fit.lomo_clock_by_model.emplace_back(m, x);
+    for (const Row& r : rows)
+      if (r.model == m) {
+        fit.lomo_mean_abs += std::abs(err(r, x));
+        fit.lomo_signed_mean += err(r, x);
+      }
+  }
+  for (const Row& r : rows) {
+    fit.mean_abs += std::abs(err(r, fit.clock));
+    fit.signed_mean += err(r, fit.clock);
+  }
+  const double n = static_cast<double>(rows.size());
+  fit.mean_abs /= n;
+  fit.signed_mean /= n;
+  fit.lomo_mean_abs /= n;
+  fit.lomo_signed_mean /= n;
+  return fit;
 }
 
 }  // namespace megascope::bench

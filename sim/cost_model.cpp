@@ -87,7 +87,7 @@ CostModel::CostModel(DeviceSpec device, CostProfile profile) : device_(std::move
   MEGASCOPE_CHECK(p.gemm_max_efficiency > 0 && p.gemm_fp8_max_efficiency > 0 && p.memory_efficiency > 0 &&
                       p.attention_fwd_efficiency > 0 && p.attention_bwd_efficiency > 0 &&
                       p.attention_unfused_efficiency > 0 && p.attention_fwd_dropout_factor > 0 &&
-                      p.attention_bwd_dropout_factor > 0 && p.forward_efficiency > 0,
+                      p.attention_bwd_dropout_factor > 0 && p.forward_efficiency > 0 && p.sustained_clock > 0,
                   "cost model: profile efficiencies must be positive");
   MEGASCOPE_CHECK(p.gemm_half_size >= 0 && p.gemm_fp8_half_size >= 0 && p.gemm_roofline_exponent >= 1,
                   "cost model: profile half sizes must be >= 0 and the roofline exponent >= 1");
@@ -137,7 +137,7 @@ double CostModel::gemm_s(GemmShape s, Precision p, bool unfused_attention) const
   const double max_eff = fp8 ? profile_.gemm_fp8_max_efficiency : profile_.gemm_max_efficiency;
   const double half = fp8 ? profile_.gemm_fp8_half_size : profile_.gemm_half_size;
   const double eff = max_eff * (x / (x + half)) * wave_factor(s.m, s.n, profile_);
-  const double t_compute = 2.0 * x / (peak * eff);
+  const double t_compute = 2.0 * x / (peak * eff * profile_.sustained_clock);
   // Operands in the GEMM's input dtype, the output in bf16.
   const double bytes = (fp8 ? 1.0 : 2.0) * (m * k + k * n) + 2.0 * m * n;
   const double t_memory = bytes / hbm_Bps(device_, profile_);
@@ -166,14 +166,18 @@ double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention, bo
 
 double CostModel::attention_fwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
+  const double f = attention_fwd_flops(a);
   const double eff = profile_.attention_fwd_efficiency * (a.dropout ? profile_.attention_fwd_dropout_factor : 1.0);
-  return attention_fwd_flops(a) / (device_.peak_bf16_flops * eff) + profile_.launch_overhead_s;
+  return (f + profile_.attention_fwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) +
+         profile_.launch_overhead_s;
 }
 
 double CostModel::attention_bwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
+  const double f = attention_bwd_flops(a);
   const double eff = profile_.attention_bwd_efficiency * (a.dropout ? profile_.attention_bwd_dropout_factor : 1.0);
-  return attention_bwd_flops(a) / (device_.peak_bf16_flops * eff) + profile_.launch_overhead_s;
+  return (f + profile_.attention_bwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) +
+         profile_.launch_overhead_s;
 }
 
 double CostModel::kernel_s(const Kernel& k) const {

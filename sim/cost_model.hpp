@@ -6,8 +6,9 @@
 //              fitted to published cuBLASLt measurements;
 //   memory     bytes moved / (HBM bandwidth x achievable fraction, or a
 //              calibrated bandwidth per kind of kernel);
-//   attention  FLOPs / (bf16 peak x attention efficiency), forward and
-//              backward (fitted to FlashAttention-2 measurements); unfused
+//   attention  FLOPs / (bf16 peak x attention efficiency x F / (F + half)),
+//              forward and backward (Hopper and Blackwell: cuDNN fused
+//              attention as Transformer Engine runs it; A100: FlashAttention-2); unfused
 //              attention's GEMMs and memory kernels at their own efficiency
 //              (fitted to PyTorch standard attention measurements);
 //   each op    plus a launch overhead.
@@ -41,6 +42,11 @@ struct CostProfile {
   std::string device;                      // device name the profile is for
   std::string source;                      // where the numbers come from
   std::string date;                        // when they were measured or fitted
+  // The fraction of the clock its efficiencies were measured at that the
+  // tensor cores hold under training load (power and thermal limits):
+  // GEMMs' compute term and fused attention take 1 / sustained_clock as
+  // long; memory-bound kernels and exact measured shapes do not change.
+  double sustained_clock = 1.0;
   // GEMM efficiency (fraction of the dtype's peak) = max_eff * x / (x + half_size),
   // x = m*n*k, times a wave-quantization factor over the tile grid (sms = 0: none).
   double gemm_max_efficiency = 0.75;       // bf16 (and fp16)
@@ -53,6 +59,12 @@ struct CostProfile {
   double memory_efficiency = 0.85;         // achievable fraction of HBM bandwidth
   double attention_fwd_efficiency = 0.4;   // fraction of bf16 peak, fused attention forward
   double attention_bwd_efficiency = 0.34;
+  // Fused attention's size curve: a call of F FLOPs runs at efficiency x
+  // F / (F + half_flops), as a kernel whose last wave and longest causal rows
+  // add a time of their own to the work of the call (0: no curve, the
+  // efficiency whatever the size).
+  double attention_fwd_half_flops = 0;
+  double attention_bwd_half_flops = 0;
   // Fused attention with dropout on its probabilities (AttentionShape::dropout)
   // runs at these fractions of the efficiencies above: the kernel draws a
   // random number per score (1: not priced, the generic assumption).

@@ -198,6 +198,7 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
     if (auto v = r->opt_string("device")) out.device = *v;
     if (auto v = r->opt_string("source")) out.source = *v;
     if (auto v = r->opt_string("date")) out.date = *v;
+    if (auto v = fraction(*r, "sustained_clock")) out.sustained_clock = *v;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (auto r = section(*doc, "gemm", path, first)) {
@@ -231,6 +232,8 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   if (auto r = section(*doc, "attention", path, first)) {
     if (auto v = fraction(*r, "fwd_efficiency")) out.attention_fwd_efficiency = *v;
     if (auto v = fraction(*r, "bwd_efficiency")) out.attention_bwd_efficiency = *v;
+    if (auto v = non_negative(*r, "fwd_half_flops")) out.attention_fwd_half_flops = *v;
+    if (auto v = non_negative(*r, "bwd_half_flops")) out.attention_bwd_half_flops = *v;
     if (auto v = fraction(*r, "unfused_efficiency")) out.attention_unfused_efficiency = *v;
     if (auto v = fraction(*r, "fwd_dropout_factor")) out.attention_fwd_dropout_factor = *v;
     if (auto v = fraction(*r, "bwd_dropout_factor")) out.attention_bwd_dropout_factor = *v;

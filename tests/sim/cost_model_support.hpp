@@ -22,4 +22,14 @@ inline sim::CostModel model_for(const std::string& cluster) {
   return *m;
 }
 
+// The same at the clock its profile's efficiencies were measured at
+// (sustained_clock 1): what the microbenchmarks the profile is fitted to
+// measured, before the sustained clock of training load.
+inline sim::CostModel measured_clock_model_for(const std::string& cluster) {
+  const sim::CostModel m = model_for(cluster);
+  sim::CostProfile p = m.profile();
+  p.sustained_clock = 1.0;
+  return sim::CostModel(m.device(), p);
+}
+
 }  // namespace megascope::test
