@@ -362,6 +362,7 @@ std::string cluster_toml(const CalibrationFit& f, const std::string& base_name) 
   t += fmt::format("peak_fp32_tflops = {:.6g}\nmemory_GiB = {:.6g}\nmemory_bandwidth_TBps = {:.6g}\n", d.peak_fp32_flops / 1e12,
                    d.memory_bytes / (1024.0 * 1024.0 * 1024.0), d.memory_bandwidth_Bps / 1e12);
   if (d.sms) t += fmt::format("sms = {}\n", *d.sms);
+  if (d.mx_formats) t += "mx_formats = true\n";
   t += fmt::format("\n[cluster.node]\ndevices = {}\nscale_up = \"{}\"\n", n.devices_per_node, to_string(n.scale_up));
   t += fmt::format("scale_up_bandwidth_GBps = {:.6g}{}\n", n.scale_up_bandwidth_Bps / 1e9,
                    f.network_fitted ? "   # fitted" : "");

@@ -209,6 +209,7 @@ Result<ClusterSpec> cluster_from_toml(const toml::table& root, const std::string
     dev.memory_bytes = d->number("memory_GiB") * 1024.0 * 1024.0 * 1024.0;
     dev.memory_bandwidth_Bps = d->number("memory_bandwidth_TBps") * 1e12;
     if (auto sms = d->opt_integer("sms")) dev.sms = to_int(*d, "sms", *sms);
+    if (auto mx = d->opt_boolean("mx_formats")) dev.mx_formats = *mx;
     if (auto e = d->finish()) return Err(*e);
   }
   if (auto n = r.table("node", true)) {

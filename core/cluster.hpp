@@ -26,6 +26,9 @@ struct DeviceSpec {
   double memory_bytes = 0;                 // usable device memory
   double memory_bandwidth_Bps = 0;         // HBM (or DRAM) bandwidth
   std::optional<int> sms;                  // streaming multiprocessors (GPU) or cores (CPU)
+  // Tensor cores that take the OCP microscaling (MX) formats, scaled per
+  // 32-element block in hardware: what the mxfp8 recipe needs (Blackwell).
+  bool mx_formats = false;
 };
 
 struct NodeSpec {

@@ -426,6 +426,11 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   // Precision.
   if (s.training.precision == Precision::fp8 && !s.cluster.device.peak_fp8_flops)
     return fail("training.precision", fmt::format("fp8 needs FP8 tensor cores; {} has none", s.cluster.device.name));
+  if (s.training.precision == Precision::fp8 && s.training.fp8_recipe == Fp8Recipe::mxfp8 && !s.cluster.device.mx_formats)
+    return fail("training.fp8_recipe",
+                fmt::format("mxfp8 scales each 32-element block in the tensor cores' MX (microscaling) formats, which {} "
+                            "does not have (Blackwell has them: cluster.device.mx_formats); use tensorwise or blockwise",
+                            s.cluster.device.name));
 
   // Pipeline schedule and virtual stages.
   const Schedule sch = p.schedule;

@@ -155,6 +155,25 @@ TEST_CASE("FP8 needs a device with FP8 tensor cores", "[core]") {
   CHECK(validate_setup(dense(), shipped_cluster("dgx-h100"), t, *p, 8).has_value());
 }
 
+TEST_CASE("MXFP8 needs tensor cores with the MX formats: Blackwell's, not Hopper's", "[core]") {
+  auto p = parse_inline_plan("tp=1");
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  t.precision = Precision::fp8;
+  t.fp8_recipe = Fp8Recipe::mxfp8;
+  CHECK_FALSE(shipped_cluster("dgx-h100").device.mx_formats);
+  CHECK(shipped_cluster("dgx-b200").device.mx_formats);
+  CHECK(shipped_cluster("gb200-nvl72").device.mx_formats);
+  expect_error(validate_setup(dense(), shipped_cluster("dgx-h100"), t, *p, 8), "training.fp8_recipe",
+               "H100-SXM5-80GB does not have (Blackwell has them");
+  CHECK(validate_setup(dense(), shipped_cluster("dgx-b200"), t, *p, 8).has_value());
+  // Hopper takes the other recipes.
+  for (const Fp8Recipe r : {Fp8Recipe::delayed, Fp8Recipe::tensorwise, Fp8Recipe::blockwise}) {
+    t.fp8_recipe = r;
+    CHECK(validate_setup(dense(), shipped_cluster("dgx-h100"), t, *p, 8).has_value());
+  }
+}
+
 TEST_CASE("Interleaved micro-batch groups: between pp and m, a last group of 0 or at least pp, interleaved only", "[core]") {
   const Setup g = make_setup(dense(), "dgx-a100", "pp=4,vpp=2,schedule=interleaved,microbatch_group=6", 10, 4);
   CHECK(g.microbatch_group == 6);   // 10 = 6 + 4: the last group holds pp
