@@ -127,13 +127,6 @@ std::optional<Kernel> bda_backward(const ModelSpec& m, const Dims& d) {
   return memory(MemoryOp::dropout_residual, 4.0 * d.Tsp * static_cast<double>(d.h));
 }
 
-// Attention core kernels. Fused (flash): one kernel each way. Unfused (as
-// Megatron-LM ran before fused attention): batched QK^T and PV GEMMs over the
-// whole score matrix, fused scale-mask-softmax and dropout as memory-bound
-// kernels over its E = b x heads x s_q x s_kv elements, and their backwards,
-// all marked unfused_attention (priced at the profile's unfused efficiency).
-// In BF16 whatever the linear layers' precision, as fused attention is
-// (Megatron's FP8 recipes keep attention out of FP8).
 // The fused-attention calls of one CP rank, as Megatron-Core runs context
 // parallelism through Transformer Engine: the sequence cut into 2 cp chunks
 // of c = s / (2 cp) tokens, rank r holding chunks r and 2cp - 1 - r, so that
@@ -184,6 +177,14 @@ std::vector<AttentionShape> cp_attention_calls(const Setup& s) {
   return calls;
 }
 
+// Attention core kernels. Fused (flash): one kernel each way per call of
+// cp_attention_calls. Unfused (as Megatron-LM ran before fused attention):
+// batched QK^T and PV GEMMs over the whole score matrix, fused
+// scale-mask-softmax and dropout as memory-bound kernels over its
+// E = b x heads x s_q x s_kv elements, and their backwards, all marked
+// unfused_attention (priced at the profile's unfused efficiency). In BF16
+// whatever the linear layers' precision, as fused attention is (Megatron's
+// FP8 recipes keep attention out of FP8).
 std::vector<Kernel> attention_kernels(const Setup& s, bool backward) {
   constexpr Precision p = Precision::bf16;
   const AttentionShape a = attention_shape(s);
