@@ -17,6 +17,7 @@
 
 #include "config/megatron_args.hpp"
 #include "config/plan_settings.hpp"
+#include "config/validation_regimes.hpp"
 #include "gui/compareview.hpp"
 #include "gui/memoryview.hpp"
 #include "gui/planpanel.hpp"
@@ -167,7 +168,7 @@ void MainWindow::onFinished(OutcomePtr outcome) {
   m_outcome = outcome;
   m_timeline->setData(outcome->timeline);
   const Setup& s = outcome->setup;
-  m_timeline->setTitle(tr("%1 on %2 x %3, %4: step %5, %6 tokens/s, MFU %7%, bubble %8%")
+  m_timeline->setTitle(tr("%1 on %2 x %3, %4: step %5, %6 tokens/s, MFU %7%, bubble %8%; %9")
                            .arg(QString::fromStdString(s.model.name))
                            .arg(s.world)
                            .arg(QString::fromStdString(s.cluster.device.name))
@@ -175,7 +176,9 @@ void MainWindow::onFinished(OutcomePtr outcome) {
                            .arg(formatDuration(outcome->report.step_time_s))
                            .arg(outcome->report.tokens_per_s, 0, 'f', 0)
                            .arg(100 * outcome->report.mfu, 0, 'f', 1)
-                           .arg(100 * outcome->report.bubble_fraction, 0, 'f', 1));
+                           .arg(100 * outcome->report.bubble_fraction, 0, 'f', 1)
+                           .arg(QString::fromStdString(
+                               expected_error_brief(expected_error(s, outcome->report.mfu, shipped_regimes())))));
   // The other views catch up when they are shown, so that a plan change
   // redraws the visible view first.
   m_staleViews = {static_cast<int>(View::memory), static_cast<int>(View::report), static_cast<int>(View::compare)};

@@ -46,6 +46,7 @@ class TimelineWidget : public QWidget {
   void toggleStage(int stage);
   void setCollapsedStages(const QSet<int>& stages);
   void setTitle(const QString& title);
+  [[nodiscard]] const QString& title() const { return m_title; }
 
   // Draws the whole timeline (every lane, no scrolling) into `painter`,
   // `size` wide, for PNG and SVG export; returns the height used.

@@ -97,6 +97,14 @@ class WindowTest : public QObject {
     QVERIFY(message);
     QVERIFY(message->text().contains(QStringLiteral("no-such-model")));
   }
+  void theTimelineTitleStatesTheExpectedErrorOfTheClass() {
+    // The small example (A100, 16-bit, dense, no CP) is of a validated class:
+    // the title states its mean error over the class's published runs.
+    auto w = loadedWindow();
+    const QString title = w->timeline()->title();
+    QVERIFY2(title.contains(QStringLiteral("; expected within ")), qPrintable(title));
+    QVERIFY2(title.contains(QStringLiteral("published runs)")), qPrintable(title));
+  }
   void exportsWriteWhatTheyClaim() {
     // PNG and SVG of the timeline, the Perfetto trace (read back with the simulation's span count)
     // and the Megatron-LM arguments on the clipboard.
