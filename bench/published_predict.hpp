@@ -103,6 +103,21 @@ inline Prediction predict(const PublishedRun& run, const std::optional<std::stri
   return p;
 }
 
+// A published run's throughput as published (tokens/s per GPU where the row
+// gives it, else TFLOP/s per GPU) and as predicted in the same unit: the
+// model FLOPs of Megatron-LM's 2024 counter for the README H100 table, the
+// hardware FLOPs (recomputation counted) for Narayanan et al.'s tables.
+inline double published_throughput(const PublishedRun& run) {
+  return run.tokens_per_s_per_gpu > 0 ? run.tokens_per_s_per_gpu : run.tflops_per_gpu;
+}
+inline double predicted_throughput(const PublishedRun& run, const sim::SimReport& r) {
+  if (run.tokens_per_s_per_gpu > 0) return r.tokens_per_s / run.gpus;
+  return run.table == "megatron-h100" ? r.tflops_per_gpu_no_causal : r.hardware_tflops_per_gpu_no_causal;
+}
+inline double throughput_error(const PublishedRun& run, const sim::SimReport& r) {
+  return predicted_throughput(run, r) / published_throughput(run) - 1;
+}
+
 // A run of `model` on `gpus` GPUs of `cluster` with `plan` and `batch`, in today's number formats.
 inline PublishedRun run_of(const std::string& model, const std::string& cluster, int gpus, const std::string& plan,
                            std::int64_t batch) {
@@ -394,11 +409,7 @@ inline std::vector<cli::RegimeStats> regime_stats(const std::string& ref_dir) {
       const Prediction p = predict(run);
       if (!sc || !p.ok) continue;
       const sim::SimReport& r = p.out.report;
-      const double err = run.tokens_per_s_per_gpu > 0
-                             ? (r.tokens_per_s / run.gpus - run.tokens_per_s_per_gpu) / run.tokens_per_s_per_gpu
-                         : run.table == "megatron-h100"
-                             ? (r.tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu
-                             : (r.hardware_tflops_per_gpu_no_causal - run.tflops_per_gpu) / run.tflops_per_gpu;
+      const double err = throughput_error(run, r);
       const cli::Regime regime = cli::regime_of(sc->setup);
       auto it = std::find_if(out.begin(), out.end(), [&](const cli::RegimeStats& s) { return s.regime == regime; });
       if (it == out.end()) {
@@ -467,14 +478,13 @@ inline ClockFit fit_sustained_clock(const std::string& ref_dir, const std::strin
         fit.error = run.label + ": " + p.error;
         return fit;
       }
-      y[i] = std::log(run.tokens_per_s_per_gpu > 0 ? p.out.report.tokens_per_s / run.gpus
-                                                   : p.out.report.tflops_per_gpu_no_causal);
+      y[i] = std::log(predicted_throughput(run, p.out.report));
     }
     // The parabola through (x_i, y_i), equally spaced by h.
     const double h = kAt[1] - kAt[0], x1 = kAt[1];
     const double c = (y[2] - 2 * y[1] + y[0]) / (2 * h * h), b1 = (y[2] - y[0]) / (2 * h);
     const double b = b1 - 2 * c * x1, a = y[1] - b1 * x1 + c * x1 * x1;
-    rows.push_back({run.model, run.tokens_per_s_per_gpu > 0 ? run.tokens_per_s_per_gpu : run.tflops_per_gpu, a, b, c});
+    rows.push_back({run.model, published_throughput(run), a, b, c});
   }
   fit.rows = static_cast<int>(rows.size());
   if (rows.empty()) return fit;

@@ -219,7 +219,7 @@ TEST_CASE("Megatron-Bridge and NeMo dense rows (25 runs on H100, B200 and GB200)
     INFO(run.label << " on " << run.gpus << " " << run.gpu << ": " << run.plan);
     const megascope::bench::Prediction p = megascope::bench::predict(run);
     REQUIRE(p.error == "");
-    const double err = (p.out.report.tokens_per_s / run.gpus - run.tokens_per_s_per_gpu) / run.tokens_per_s_per_gpu;
+    const double err = megascope::bench::throughput_error(run, p.out.report);
     INFO("published " << run.tokens_per_s_per_gpu << ", error " << err);
     CHECK(std::abs(err) < 0.17);
     for (Tally* t : {run.cp > 1 ? &cp : run.gpu == "H100" ? &h100 : &blackwell}) {

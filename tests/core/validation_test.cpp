@@ -146,21 +146,29 @@ TEST_CASE("Recomputation: method and layer count only with full, both required w
   CHECK(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=layernorm", 8, 8));
 }
 
-TEST_CASE("FP8 needs a device with FP8 tensor cores", "[core]") {
-  auto p = parse_inline_plan("tp=1");
+namespace {
+
+// Eight sequences in FP8 with `recipe`.
+TrainingSpec fp8_training(Fp8Recipe recipe = Fp8Recipe::delayed) {
   TrainingSpec t;
   t.global_batch_size = 8;
   t.precision = Precision::fp8;
+  t.fp8_recipe = recipe;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("FP8 needs a device with FP8 tensor cores", "[core]") {
+  auto p = parse_inline_plan("tp=1");
+  const TrainingSpec t = fp8_training();
   expect_error(validate_setup(dense(), shipped_cluster("dgx-a100"), t, *p, 8), "training.precision", "has none");
   CHECK(validate_setup(dense(), shipped_cluster("dgx-h100"), t, *p, 8).has_value());
 }
 
 TEST_CASE("MXFP8 needs tensor cores with the MX formats: Blackwell's, not Hopper's", "[core]") {
   auto p = parse_inline_plan("tp=1");
-  TrainingSpec t;
-  t.global_batch_size = 8;
-  t.precision = Precision::fp8;
-  t.fp8_recipe = Fp8Recipe::mxfp8;
+  TrainingSpec t = fp8_training(Fp8Recipe::mxfp8);
   CHECK_FALSE(shipped_cluster("dgx-h100").device.mx_formats);
   CHECK(shipped_cluster("dgx-b200").device.mx_formats);
   CHECK(shipped_cluster("gb200-nvl72").device.mx_formats);
