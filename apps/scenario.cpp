@@ -84,6 +84,10 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   if (!cluster && o.cluster_spec) cluster = *o.cluster_spec;
   if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));
   if (auto ok = override_moe_imbalance(model, o.moe_imbalance); !ok) return Err(ok.error());
+  if (o.mtp_layers) {
+    if (*o.mtp_layers < 0) return Err(usage("--mtp-layers", fmt::format("must be >= 0, found {}", *o.mtp_layers)));
+    model.mtp_num_layers = *o.mtp_layers;
+  }
   if (!cluster) return Err(usage("--cluster", "a cluster is required: --cluster NAME|FILE"));
   if (!have_plan) return Err(usage("--plan", "a plan is required: --plan \"tp=8,pp=2,...\"|FILE"));
   if (o.global_batch && *o.global_batch < 1)

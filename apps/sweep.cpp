@@ -213,6 +213,7 @@ Result<ClusterSpec> apply_variant(const ClusterSpec& base, const ClusterVariant&
       // Same NICs per GPU (rounded up), a node-sized NVLink domain stays node-sized, about the same devices.
       c.node.nics_per_node = (c.node.nics_per_node * g + old - 1) / old;
       if (c.scale_up_domain == 0 || c.scale_up_domain == old) c.scale_up_domain = g;
+      c.scale_up_domain_used = c.scale_up_domain_size = 0;
       c.num_nodes = std::max(1, (c.num_nodes * old + g - 1) / g);
     }
     c.node.devices_per_node = g;
@@ -220,6 +221,7 @@ Result<ClusterSpec> apply_variant(const ClusterSpec& base, const ClusterVariant&
   }
   if (v.scale_up_domain) {
     c.scale_up_domain = *v.scale_up_domain;
+    c.scale_up_domain_used = c.scale_up_domain_size = 0;   // the swept domain is used whole
     note(fmt::format("--scale-up-domain {}", *v.scale_up_domain));
   }
   if (v.nic_gbps) {

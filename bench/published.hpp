@@ -71,6 +71,10 @@ struct PublishedRun {
   std::int64_t seq_len = 0;
   std::string gpu = "";   // "H100", "B200", "GB200"
   int cp = 1;
+  // MoE rows: published with token dropping (capacity factor 1, experts
+  // padded to it) rather than dropless; the model's MTP layers (-1: as shipped).
+  bool token_drop = false;
+  int mtp_layers = -1;
 };
 
 // A plan as Megatron-LM of 2021 ran it (the sc21 scripts): no fused
@@ -200,6 +204,84 @@ inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
       r.precision = Precision::fp8;
       r.fp8_recipe = prec == "MXFP8" || prec == "FP8-MX" ? Fp8Recipe::mxfp8
                      : row.at("source") == "NEMO_24.07"   ? Fp8Recipe::delayed
+                                                          : Fp8Recipe::tensorwise;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// DeepSeek-V3's pipeline layout for `stages` virtual stages (61 layers, the
+// embedding on the first, the MTP layer if any and the loss on the last):
+// Megatron-Bridge's recipe layouts for 4, 8 and 16 stages
+// (_get_deepseek_v3_pipeline_layout); for 32 the shape of Megatron-Core's own
+// example ("Et*3|(tt|)*29,m|L") with the MTP layer and the loss in one stage.
+inline std::string deepseek_v3_layout(int stages, bool mtp) {
+  const std::string last = mtp ? "mL" : "L";
+  switch (stages) {
+    case 4: return "Et*16|t*16|t*16|t*13" + last;
+    case 8: return "Et*8|(t*8|)*6,t*5" + last;
+    case 16: return "Et*4|(t*4|)*14,t" + last;
+    case 32: return "Et|(tt|)*30," + last;
+    default: return "";
+  }
+}
+
+// The mixture-of-experts rows of the same summaries that Megascope can
+// express: Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 on DGX H100, DGX
+// B200 and GB200 NVL72, BF16 or FP8 (not NVFP4; GPT-OSS is left out: its
+// sliding-window attention is not modelled). Plans: the published tp, pp,
+// vp, ep and batch, expert tensor parallelism 1, the alltoall dispatcher,
+// routing balanced (the runs force it) and dropless unless the row says
+// "tokendrop" (capacity factor 1, experts padded to it, as Megatron-Bridge's
+// apply_moe_token_drop sets), with what every recipe turns on (as for the
+// dense rows). DeepSeek-V3: the recipes' pipeline layouts, MLA's
+// up-projections recomputed (every recipe's recompute_modules has
+// mla_up_proj), the MTP layer unless the row says "w/o MTP".
+inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
+  const std::map<std::string, std::string> models = {
+      {"Qwen3_30B_a3B", "qwen3-30b-a3b"}, {"Qwen3_235B_a22B", "qwen3-235b-a22b"}, {"DeepSeekV3", "deepseek-v3"}};
+  const std::map<std::string, std::pair<std::string, std::string>> systems = {
+      {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
+  std::vector<PublishedRun> out;
+  for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
+    const auto m = models.find(row.at("model"));
+    const auto sys = systems.find(row.at("system"));
+    const std::string& prec = row.at("precision");
+    if (m == models.end() || sys == systems.end() || prec == "NVFP4") continue;
+    if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
+    const int tp = int_cell(row, "tp", 1), pp = int_cell(row, "pp", 1), vp = int_cell(row, "vp", 1),
+              ep = int_cell(row, "ep", 1);
+    const auto note = row.find("notes");
+    const std::string notes = note == row.end() ? "" : note->second;
+    std::string plan = fmt::format("tp={},pp={},ep={},etp=1,mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on",
+                                   tp, pp, ep, int_cell(row, "mbs", 1));
+    if (tp > 1) plan += ",sp=on,tp_comm_overlap=on";
+    if (vp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vp);
+    PublishedRun r;
+    r.token_drop = notes.find("tokendrop") != std::string::npos;
+    if (m->second == "deepseek-v3") {
+      r.mtp_layers = notes.find("w/o MTP") != std::string::npos ? 0 : 1;
+      if (pp > 1) plan += ",layout=" + deepseek_v3_layout(pp * vp, r.mtp_layers > 0);
+      plan += ",recompute=selective,recompute_modules=mla_up_proj";
+    } else if (m->second == "qwen3-235b-a22b" && pp > 1) {
+      plan += ",embedding_in_split=on,loss_in_split=on";   // Megatron-Bridge's Qwen3-235B recipes
+    }
+    r.table = "bridge-nemo-moe";
+    r.label = fmt::format("{} {} {}{}", row.at("source"), row.at("model"), prec, r.token_drop ? " tokendrop" : "");
+    r.model = m->second;
+    r.cluster = sys->second.first;
+    r.gpu = sys->second.second;
+    r.plan = plan;
+    r.gpus = int_cell(row, "gpus", 0);
+    r.batch = int_cell(row, "gbs", 0);
+    r.seq_len = int_cell(row, "seq_len", 0);
+    r.tflops_per_gpu = std::stod(row.at("tflops_per_gpu"));
+    r.tokens_per_s_per_gpu = std::stod(row.at("tokens_per_s_per_gpu"));
+    if (prec != "BF16") {
+      r.precision = Precision::fp8;
+      r.fp8_recipe = prec == "MXFP8" || prec == "FP8-MX" ? Fp8Recipe::mxfp8
+                     : prec == "FP8-blockwise"            ? Fp8Recipe::blockwise
                                                           : Fp8Recipe::tensorwise;
     }
     out.push_back(std::move(r));

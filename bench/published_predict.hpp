@@ -65,6 +65,7 @@ inline Result<cli::Scenario> scenario_of(const PublishedRun& run) {
   o.plan = run.plan;
   o.global_batch = run.batch;
   if (run.seq_len > 0) o.seq_len = run.seq_len;
+  if (run.mtp_layers >= 0) o.mtp_layers = run.mtp_layers;
   auto sc = cli::load_scenario(o);
   if (!sc) return sc;
   TrainingSpec t = sc->setup.training;
@@ -72,7 +73,12 @@ inline Result<cli::Scenario> scenario_of(const PublishedRun& run) {
   t.grad_dtype = run.grad_dtype;
   t.precision = run.precision;
   t.fp8_recipe = run.fp8_recipe;
-  auto s = validate_setup(sc->setup.model, sc->setup.cluster, t, sc->setup.plan, run.gpus);
+  ModelSpec model = sc->setup.model;
+  if (run.token_drop && model.moe) {
+    model.moe->capacity_factor = 1.0;
+    model.moe->pad_to_capacity = true;
+  }
+  auto s = validate_setup(model, sc->setup.cluster, t, sc->setup.plan, run.gpus);
   if (!s) return tl::unexpected(s.error());
   sc->setup = std::move(*s);
   return sc;

@@ -145,6 +145,11 @@ bench::PublishedRun without_interleaving(const bench::PublishedRun& run) {
 
 int main(int argc, char** argv) {
   const std::string ref = argc > 1 ? argv[1] : "tests/reference";
+  // `validation_report REF - moe`: the MoE section alone, on standard output.
+  if (argc > 3 && std::string(argv[3]) == "moe") {
+    fmt::print("{}", moe_section(ref));
+    return 0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::string md;
   auto add = [&](const std::string& s) { md += s + "\n"; };
@@ -253,6 +258,7 @@ int main(int argc, char** argv) {
   // --- Megatron-Bridge / NeMo dense rows, and the sustained clocks fitted to them ---
   md += bridge_nemo_section(ref);
   md += sustained_clock_section(ref);
+  md += moe_section(ref);
 
   // --- Qi et al. 2024 Table 9: per-stage F, B, W ---
   double fitted_fwd = 0, shipped_fwd = 0;

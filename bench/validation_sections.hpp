@@ -2,6 +2,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "published.hpp"
 
 namespace megascope {
 
@@ -9,5 +12,28 @@ namespace megascope {
 std::string bridge_nemo_section(const std::string& ref_dir);
 // The sustained clock fitted per GPU generation, with leave-one-model-out (markdown).
 std::string sustained_clock_section(const std::string& ref_dir);
+
+// The MoE rows (bench::bridge_nemo_moe) predicted, and how the runs of each
+// model on each GPU rank.
+struct MoeRow {
+  bench::PublishedRun run;
+  bool ok = false;
+  std::string error;           // the simulation's error when !ok
+  double predicted = 0;        // tokens/s per GPU
+  double error_frac = 0;       // predicted / published - 1
+  double peak_gib = 0;
+  bool fits = false;
+};
+struct MoeRanking {
+  std::string model, gpu;
+  std::vector<std::string> published_order, predicted_order;   // labels, fastest first
+  int pairs = 0, right = 0;    // pairs with different published throughput; those predicted in that order
+};
+struct MoeValidation {
+  std::vector<MoeRow> rows;
+  std::vector<MoeRanking> rankings;
+};
+MoeValidation moe_validation(const std::string& ref_dir);
+std::string moe_section(const std::string& ref_dir);
 
 }  // namespace megascope

@@ -199,6 +199,7 @@ Result<ClusterSpec> cluster_from_toml(const toml::table& root, const std::string
   c.name = r.string("name");
   c.num_nodes = to_int(r, "num_nodes", r.integer("num_nodes"));
   c.scale_up_domain = to_int(r, "scale_up_domain", r.opt_integer("scale_up_domain").value_or(0));
+  c.scale_up_domain_used = to_int(r, "scale_up_domain_used", r.opt_integer("scale_up_domain_used").value_or(0));
   if (auto d = r.table("device", true)) {
     DeviceSpec& dev = c.device;
     dev.name = d->string("name");

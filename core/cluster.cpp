@@ -1,5 +1,6 @@
 #include "core/cluster.hpp"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 namespace megascope {
@@ -32,6 +33,18 @@ Result<ClusterSpec> validate_cluster(ClusterSpec c) {
     return fail("cluster.scale_up_domain",
                 fmt::format("must be a whole number of nodes ({} devices each), found {}",
                             c.node.devices_per_node, c.scale_up_domain));
+  if (c.scale_up_domain_used != 0) {
+    const int whole = std::max(c.scale_up_domain, c.scale_up_domain_size);
+    if (c.scale_up_domain_used < c.node.devices_per_node || c.scale_up_domain_used % c.node.devices_per_node != 0 ||
+        c.scale_up_domain_used > whole)
+      return fail("cluster.scale_up_domain_used",
+                  fmt::format("must be a whole number of nodes ({} devices each) and at most scale_up_domain ({}), found {}",
+                              c.node.devices_per_node, whole, c.scale_up_domain_used));
+    c.scale_up_domain_size = whole;
+    c.scale_up_domain = c.scale_up_domain_used;
+  } else {
+    c.scale_up_domain_size = c.scale_up_domain;
+  }
   if (c.node.nics_per_node < 0)
     return fail("cluster.node.nics", fmt::format("must be >= 0, found {}", c.node.nics_per_node));
   if (c.node.nics_per_node > 0 && !(c.node.nic_bandwidth_Bps > 0))

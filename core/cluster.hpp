@@ -58,7 +58,15 @@ struct ClusterSpec {
   std::string name;
   DeviceSpec device;
   NodeSpec node;
-  int scale_up_domain = 0;                 // devices sharing one NVLink domain (>= devices_per_node)
+  int scale_up_domain = 0;                 // devices sharing one NVLink domain (>= devices_per_node) that a job
+                                           // uses: after validation the used part of a larger domain
+  // A job uses this many devices of each scale-up domain (0: all of them):
+  // NVIDIA's GB200 NVL72 runs take 64 of a rack's 72 GPUs, 16 of its 18 trays,
+  // so that EP groups of 64 stay inside one rack. Validation makes it the
+  // job's scale_up_domain and keeps the whole domain's size in
+  // scale_up_domain_size.
+  int scale_up_domain_used = 0;
+  int scale_up_domain_size = 0;            // devices of a whole domain (validation sets it)
   ScaleOutSpec scale_out;
   int num_nodes = 0;
 

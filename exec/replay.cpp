@@ -229,8 +229,11 @@ Result<ReplayPlan> plan_replay(const Setup& s, const Program& p, int stage, bool
       auto it = lists.find(key);
       if (it == lists.end()) {
         std::vector<std::uint32_t> list;
-        for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
-          list.push_back(kernel_index(replay_kernel(s, sp.kernels[k], op.phase)));
+        for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) {
+          const std::uint32_t index = kernel_index(replay_kernel(s, sp.kernels[k], op.phase));
+          // A grouped GEMM: its one shape once per group, as GroupedLinear launches them.
+          for (std::uint32_t g = 0; g < std::max<std::uint32_t>(1, sp.kernels[k].groups); ++g) list.push_back(index);
+        }
         it = lists.emplace(key, std::move(list)).first;
       }
       ro.kernels = it->second;

@@ -182,7 +182,7 @@ double CostModel::attention_bwd_s(const AttentionShape& a) const {
 
 double CostModel::kernel_s(const Kernel& k) const {
   switch (k.kind) {
-    case KernelKind::gemm: return gemm_s(k.gemm, k.precision, k.unfused_attention);
+    case KernelKind::gemm: return static_cast<double>(k.groups) * gemm_s(k.gemm, k.precision, k.unfused_attention);
     case KernelKind::attention_fwd: return attention_fwd_s(k.attention);
     case KernelKind::attention_bwd: return attention_bwd_s(k.attention);
     case KernelKind::memory: return memory_s(k.memory, k.bytes, k.unfused_attention, k.backward);

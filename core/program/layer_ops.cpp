@@ -299,6 +299,20 @@ ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double 
 //   experts' copies and back, and the allgather dispatcher picks its local
 //   experts' tokens out of the gathered buffer and puts them back, however
 //   many experts the rank holds.
+// A routed experts' GEMM over `tokens` routed copies (rows m, or the
+// reduction k of a weight gradient when `tokens_in_k`): one GEMM per local
+// expert on its share of the tokens, as Transformer Engine's GroupedLinear
+// runs them (every expert takes an equal share: balanced routing, or the
+// busiest rank's load spread over its experts).
+Kernel expert_gemm(const Setup& s, std::int64_t m, std::int64_t n, std::int64_t k, Precision p, bool tokens_in_k = false) {
+  const std::int64_t local = std::max(1, s.model.moe->num_experts / s.plan.ep);
+  std::int64_t& tokens = tokens_in_k ? k : m;
+  tokens = (tokens + local - 1) / local;
+  Kernel g = gemm(m, n, k, p);
+  g.groups = static_cast<std::uint32_t>(local);
+  return g;
+}
+
 struct Permutes {
   double first = 0, second = 0;   // bytes read + written by each
 };
@@ -505,10 +519,10 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   std::vector<Kernel> ek;
   push_permute(ek, perm.second);                                  // permute-2
   push_fp8_cast(ek, s, tokens * hb);                                   // the experts' input
-  ek.push_back(gemm(tok, d.up * fe, d.h, d.prec));
+  ek.push_back(expert_gemm(s, tok, d.up * fe, d.h, d.prec));
   ek.push_back(activation_forward(d, tokens, fe));
   push_fp8_cast(ek, s, tokens * static_cast<double>(fe));              // fc2's input
-  ek.push_back(gemm(tok, d.h, fe, d.prec));
+  ek.push_back(expert_gemm(s, tok, d.h, fe, d.prec));
   push_permute(ek, perm.second);                                  // unpermute-2
   // Without TP the shared experts need no collective: they run with the routed ones.
   if (d.t == 1 && !overlap) {
@@ -616,10 +630,10 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
       ek.push_back(activation_forward(d, tokens, fe));
     push_fp8_cast(ek, s, tokens * hb);                                             // fc2's output gradient
-    ek.push_back(gemm(tok, fe, d.h, d.prec));
+    ek.push_back(expert_gemm(s, tok, fe, d.h, d.prec));
     ek.push_back(memory(MemoryOp::activation, 2.0 * tokens * static_cast<double>(fe * (2 * d.up + 1))));
     push_fp8_cast(ek, s, tokens * static_cast<double>(d.up * fe));                 // fc1's output gradient
-    ek.push_back(gemm(tok, d.h, d.up * fe, d.prec));
+    ek.push_back(expert_gemm(s, tok, d.h, d.up * fe, d.prec));
     push_permute(ek, perm.second);                                            // permute-2's backward
     if (!overlap) {   // tp = 1: beside the routed experts
       ek.insert(ek.end(), shared.begin(), shared.end());
@@ -696,8 +710,8 @@ std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx
     const MoeSpec& e = *m.moe;
     const auto tok = static_cast<std::int64_t>(d.Tsp * e.top_k * s.etp * s.expert_load);
     const std::int64_t fe = e.expert_ffn_hidden / s.etp;
-    k.push_back(gemm(d.h, d.up * fe, tok, d.prec));
-    k.push_back(gemm(fe, d.h, tok, d.prec));
+    k.push_back(expert_gemm(s, d.h, d.up * fe, tok, d.prec, true));
+    k.push_back(expert_gemm(s, fe, d.h, tok, d.prec, true));
     k.push_back(gemm(d.h, e.num_experts, static_cast<std::int64_t>(d.Tsp), Precision::bf16));
     if (e.shared_expert_ffn_hidden > 0) {
       const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;

@@ -204,7 +204,8 @@ Kernel attention(KernelKind kind, const AttentionShape& a) {
 double kernel_flops(const Kernel& k) {
   switch (k.kind) {
     case KernelKind::gemm:
-      return 2.0 * static_cast<double>(k.gemm.m) * static_cast<double>(k.gemm.n) * static_cast<double>(k.gemm.k);
+      return 2.0 * static_cast<double>(k.groups) * static_cast<double>(k.gemm.m) * static_cast<double>(k.gemm.n) *
+             static_cast<double>(k.gemm.k);
     case KernelKind::attention_fwd:
     case KernelKind::attention_bwd: {
       const AttentionShape& a = k.attention;

@@ -69,6 +69,10 @@ struct Kernel {
   bool backward = false;
   double bytes = 0;                   // memory: bytes read + written
   Precision precision = Precision::bf16;
+  // A grouped GEMM (the routed experts' linear layers, Transformer Engine's
+  // GroupedLinear): `groups` GEMMs of the one shape `gemm`, one per local
+  // expert, launched one after another. Its FLOPs and time are groups x one's.
+  std::uint32_t groups = 1;
 };
 
 }  // namespace megascope

@@ -1,0 +1,129 @@
+// docs/validation.md's section on the mixture-of-experts rows of the
+// Megatron-Bridge / NeMo summaries: every row predicted, and for each model
+// on each GPU the published splits in published and in predicted order
+// (validation_report.cpp assembles the page).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "published_predict.hpp"
+#include "validation_sections.hpp"
+
+using namespace megascope;
+
+namespace megascope {
+
+MoeValidation moe_validation(const std::string& ref) {
+  MoeValidation v;
+  for (const bench::PublishedRun& run : bench::bridge_nemo_moe(ref)) {
+    MoeRow row{run, false, "", 0, 0, 0, false};
+    const bench::Prediction p = bench::predict(run);
+    if (!p.ok) {
+      row.error = p.error;
+    } else {
+      row.ok = true;
+      row.predicted = bench::predicted_throughput(run, p.out.report);
+      row.error_frac = bench::throughput_error(run, p.out.report);
+      row.peak_gib = p.peak_gib;
+      row.fits = p.fits;
+    }
+    v.rows.push_back(std::move(row));
+  }
+  // Pairs of rows of one model on one GPU: ordered right when the predicted
+  // throughputs differ the way the published ones do.
+  std::map<std::pair<std::string, std::string>, std::vector<const MoeRow*>> groups;
+  for (const MoeRow& r : v.rows)
+    if (r.ok) groups[{r.run.model, r.run.gpu}].push_back(&r);
+  for (auto& [key, rows] : groups) {
+    if (rows.size() < 2) continue;
+    MoeRanking g{key.first, key.second, {}, {}, 0, 0};
+    std::vector<const MoeRow*> pub = rows, pred = rows;
+    std::stable_sort(pub.begin(), pub.end(), [](const MoeRow* a, const MoeRow* b) {
+      return a->run.tokens_per_s_per_gpu > b->run.tokens_per_s_per_gpu;
+    });
+    std::stable_sort(pred.begin(), pred.end(), [](const MoeRow* a, const MoeRow* b) { return a->predicted > b->predicted; });
+    for (const MoeRow* r : pub) g.published_order.push_back(r->run.label);
+    for (const MoeRow* r : pred) g.predicted_order.push_back(r->run.label);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::size_t j = i + 1; j < rows.size(); ++j) {
+        const double dp = rows[i]->run.tokens_per_s_per_gpu - rows[j]->run.tokens_per_s_per_gpu;
+        const double ds = rows[i]->predicted - rows[j]->predicted;
+        if (dp == 0) continue;
+        ++g.pairs;
+        g.right += (dp > 0) == (ds > 0);
+      }
+    v.rankings.push_back(std::move(g));
+  }
+  return v;
+}
+
+std::string moe_section(const std::string& ref) {
+  const MoeValidation v = moe_validation(ref);
+  std::string md;
+  auto add = [&](const std::string& s) { md += s + "\n"; };
+  add("## Megatron-Bridge performance summaries, mixture-of-experts rows (H100, B200, GB200)");
+  add("");
+  add("Tokens/s per GPU as published. Every MoE row of a shipped model (Qwen3-30B-A3B, Qwen3-235B-A22B,");
+  add("DeepSeek-V3) on a shipped cluster, BF16 or FP8 (not NVFP4; GPT-OSS left out: sliding-window attention is not");
+  add("modelled; B300/GB300 rows: no shipped cluster). Plans: the published tp, pp, vp, ep, micro-batch and batch,");
+  add("expert tensor parallelism 1, the alltoall dispatcher, balanced routing (the runs force it), dropless unless");
+  add("the row says tokendrop (capacity factor 1, experts padded to it), with what every recipe turns on (as for the");
+  add("dense rows); DeepSeek-V3 with its recipes' pipeline layouts, MLA up-projections recomputed, and its MTP layer");
+  add("unless the row says it ran without.");
+  add("");
+  add("| run | GPU | GPUs | plan | batch | published | predicted | error | peak memory |");
+  add("|---|---|---|---|---|---|---|---|---|");
+  double sum_abs = 0, sum_signed = 0;
+  int n = 0;
+  std::map<std::string, std::pair<double, int>> by_gpu;
+  for (const MoeRow& r : v.rows) {
+    std::string plan;   // a layout's '|' escaped for the table
+    for (char c : r.run.plan) plan += c == '|' ? std::string("\\|") : std::string(1, c);
+    const std::string what = fmt::format("| {} | {} | {} | `{}` | {} | {:.0f} |", r.run.label, r.run.gpu, r.run.gpus,
+                                         plan, r.run.batch, r.run.tokens_per_s_per_gpu);
+    if (!r.ok) {
+      add(fmt::format("{} error: {} | | |", what, r.error));
+      continue;
+    }
+    sum_abs += std::abs(r.error_frac);
+    sum_signed += r.error_frac;
+    ++n;
+    by_gpu[r.run.gpu].first += std::abs(r.error_frac);
+    ++by_gpu[r.run.gpu].second;
+    add(fmt::format("{} {:.0f} | {:+.1f}% | {:.1f} GiB{} |", what, r.predicted, 100 * r.error_frac, r.peak_gib,
+                    r.fits ? "" : " (does not fit)"));
+  }
+  add("");
+  if (n > 0)
+    add(fmt::format("- All rows: **{:.1f}%** mean absolute error, signed mean {:+.1f}%, over {} rows (target 12%).",
+                    100 * sum_abs / n, 100 * sum_signed / n, n));
+  for (const auto& [gpu, s] : by_gpu)
+    add(fmt::format("- {}: {:.1f}% mean absolute error over {} rows.", gpu, 100 * s.first / s.second, s.second));
+  add("");
+  add("Ranking: for each model on each GPU, its published runs in published order and in predicted order, and the");
+  add("pairs of them the simulator orders as published (target: 85% of all pairs).");
+  add("");
+  add("| model | GPU | published order (fastest first) | predicted order | pairs ordered right |");
+  add("|---|---|---|---|---|");
+  int pairs = 0, right = 0;
+  for (const MoeRanking& g : v.rankings) {
+    std::string pub, pred;
+    for (const std::string& s : g.published_order) pub += (pub.empty() ? "" : "; ") + s;
+    for (const std::string& s : g.predicted_order) pred += (pred.empty() ? "" : "; ") + s;
+    add(fmt::format("| {} | {} | {} | {} | {} of {} |", g.model, g.gpu, pub, pred, g.right, g.pairs));
+    pairs += g.pairs;
+    right += g.right;
+  }
+  add("");
+  if (pairs > 0)
+    add(fmt::format("- **{} of {}** pairs ({:.0f}%) ordered as published.", right, pairs, 100.0 * right / pairs));
+  add("");
+  return md;
+}
+
+}  // namespace megascope
