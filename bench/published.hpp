@@ -268,7 +268,8 @@ inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
       plan += ",embedding_in_split=on,loss_in_split=on";   // Megatron-Bridge's Qwen3-235B recipes
     }
     r.table = "bridge-nemo-moe";
-    r.label = fmt::format("{} {} {}{}", row.at("source"), row.at("model"), prec, r.token_drop ? " tokendrop" : "");
+    r.label = fmt::format("{} {} {}{} (tp{} pp{} vp{} ep{} mbs{})", row.at("source"), row.at("model"), prec,
+                          r.token_drop ? " tokendrop" : "", tp, pp, vp, ep, int_cell(row, "mbs", 1));
     r.model = m->second;
     r.cluster = sys->second.first;
     r.gpu = sys->second.second;

@@ -394,7 +394,7 @@ inline std::optional<double> fitted_forward_efficiency(const std::vector<StageTi
 namespace megascope::bench {
 
 // The errors of the published tables (Narayanan Tables 1 and 2, the
-// Megatron-LM README H100 table, the Megatron-Bridge / NeMo dense rows) by
+// Megatron-LM README H100 table, the Megatron-Bridge / NeMo dense and MoE rows) by
 // class of run (cli::Regime), as topologies/validation/regimes.toml ships
 // them: throughput errors (published TFLOP/s and tokens/s are both
 // throughput at a fixed FLOP count) and the highest published MFU of each
@@ -407,7 +407,8 @@ inline std::vector<cli::RegimeStats> regime_stats(const std::string& ref_dir) {
   const Table tables[] = {{narayanan_table1(ref_dir), "Narayanan et al. 2021 Tables 1 and 2"},
                           {narayanan_table2_ptdp(ref_dir), "Narayanan et al. 2021 Tables 1 and 2"},
                           {megatron_h100(ref_dir), "Megatron-LM README H100 table"},
-                          {bridge_nemo_dense(ref_dir), "Megatron-Bridge and NeMo performance summaries"}};
+                          {bridge_nemo_dense(ref_dir), "Megatron-Bridge and NeMo performance summaries"},
+                          {bridge_nemo_moe(ref_dir), "Megatron-Bridge MoE rows"}};
   std::vector<cli::RegimeStats> out;
   for (const Table& t : tables)
     for (const PublishedRun& run : t.runs) {
@@ -526,6 +527,98 @@ inline ClockFit fit_sustained_clock(const std::string& ref_dir, const std::strin
   for (const Row& r : rows) {
     fit.mean_abs += std::abs(err(r, fit.clock));
     fit.signed_mean += err(r, fit.clock);
+  }
+  const double n = static_cast<double>(rows.size());
+  fit.mean_abs /= n;
+  fit.signed_mean /= n;
+  fit.lomo_mean_abs /= n;
+  fit.lomo_signed_mean /= n;
+  return fit;
+}
+
+}  // namespace megascope::bench
+
+namespace megascope::bench {
+
+// The host's time per kernel launch of a GPU generation ([launch] host_us),
+// fitted on the dropless MoE rows of the Megatron-Bridge summaries
+// (bridge_nemo_moe: the runs whose host paces the GPU; token-dropping rows
+// do not depend on it): the value on a 10 us grid from 0 to 150 us with the
+// least squared log error of their throughput, with leave-one-model-out
+// cross-validation (each model's rows predicted at the value fitted without
+// them).
+struct HostFit {
+  std::string generation;
+  int rows = 0;
+  double host_us = 0;                                // fitted on every row
+  double mean_abs = 0, signed_mean = 0;              // in sample
+  double lomo_mean_abs = 0, lomo_signed_mean = 0;
+  std::vector<std::pair<std::string, double>> lomo_by_model;   // the value fitted without each model
+  std::string error;
+};
+
+inline HostFit fit_host_launch(const std::string& ref_dir, const std::string& generation) {
+  HostFit fit;
+  fit.generation = generation;
+  constexpr int kSteps = 16;
+  constexpr double kStepUs = 10.0;
+  std::vector<std::unique_ptr<TempFile>> files;
+  for (int i = 0; i < kSteps; ++i)
+    files.push_back(std::make_unique<TempFile>(fmt::format("megascope-host-{}.toml", i),
+                                               fmt::format("[launch]\nhost_us = {}\n", i * kStepUs)));
+  struct Row {
+    std::string model;
+    std::vector<double> err;   // at each grid value
+  };
+  std::vector<Row> rows;
+  for (const PublishedRun& run : bridge_nemo_moe(ref_dir)) {
+    if (run.token_drop) continue;
+    const auto sc = scenario_of(run);
+    if (!sc || cli::regime_of(sc->setup).generation != generation) continue;
+    Row r{run.model, {}};
+    for (int i = 0; i < kSteps; ++i) {
+      const Prediction p = predict(run, files[static_cast<std::size_t>(i)]->path());
+      if (!p.ok) {
+        fit.error = run.label + ": " + p.error;
+        return fit;
+      }
+      r.err.push_back(throughput_error(run, p.out.report));
+    }
+    rows.push_back(std::move(r));
+  }
+  fit.rows = static_cast<int>(rows.size());
+  if (rows.empty()) return fit;
+  const auto best = [&](auto use) {
+    int bi = 0;
+    double bs = 1e300;
+    for (int i = 0; i < kSteps; ++i) {
+      double s = 0;
+      for (const Row& r : rows)
+        if (use(r)) s += std::pow(std::log1p(r.err[static_cast<std::size_t>(i)]), 2);
+      if (s < bs - 1e-12) {
+        bs = s;
+        bi = i;
+      }
+    }
+    return bi;
+  };
+  const int all = best([](const Row&) { return true; });
+  fit.host_us = all * kStepUs;
+  std::vector<std::string> models;
+  for (const Row& r : rows)
+    if (std::find(models.begin(), models.end(), r.model) == models.end()) models.push_back(r.model);
+  for (const std::string& m : models) {
+    const int i = best([&](const Row& r) { return r.model != m; });
+    fit.lomo_by_model.emplace_back(m, i * kStepUs);
+    for (const Row& r : rows)
+      if (r.model == m) {
+        fit.lomo_mean_abs += std::abs(r.err[static_cast<std::size_t>(i)]);
+        fit.lomo_signed_mean += r.err[static_cast<std::size_t>(i)];
+      }
+  }
+  for (const Row& r : rows) {
+    fit.mean_abs += std::abs(r.err[static_cast<std::size_t>(all)]);
+    fit.signed_mean += r.err[static_cast<std::size_t>(all)];
   }
   const double n = static_cast<double>(rows.size());
   fit.mean_abs /= n;

@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "config/library.hpp"
 #include "published_predict.hpp"
+#include "sim/cost_model.hpp"
 #include "validation_sections.hpp"
 
 using namespace megascope;
@@ -122,6 +124,31 @@ std::string moe_section(const std::string& ref) {
   add("");
   if (pairs > 0)
     add(fmt::format("- **{} of {}** pairs ({:.0f}%) ordered as published.", right, pairs, 100.0 * right / pairs));
+  add("");
+  add("### Host launch time, fitted per GPU generation");
+  add("");
+  add("A dropless MoE layer copies its token counts to the host every layer, so from the router on the host's");
+  add("launches pace the GPU (`docs/simulator.md`, host-paced ops); token-dropping runs pad experts to a fixed");
+  add("capacity and need no copy. `[launch] host_us`, the host's time per kernel launch (a grouped GEMM one per");
+  add("expert), is fitted per generation on the dropless rows above, least squares in log throughput over a 10 us");
+  add("grid; leave-one-model-out: each model's rows predicted at the value fitted without them.");
+  add("");
+  add("| generation | rows | fitted (us) | shipped (us) | in sample: mean abs (signed) | leave one model out: mean abs (signed) | fitted without each model (us) |");
+  add("|---|---|---|---|---|---|---|");
+  for (const auto& [gen, cluster] : {std::pair<const char*, const char*>{"hopper", "dgx-h100"}, {"blackwell", "dgx-b200"}}) {
+    const bench::HostFit f = bench::fit_host_launch(ref, gen);
+    if (!f.error.empty()) {
+      add(fmt::format("| {} | | error: {} | | | | |", gen, f.error));
+      continue;
+    }
+    const auto c = resolve_cluster(cluster);
+    const auto cost = c ? sim::CostModel::for_device(c->device) : Result<sim::CostModel>(tl::unexpected(c.error()));
+    std::string without;
+    for (const auto& [m, x] : f.lomo_by_model) without += fmt::format("{}{} {:.0f}", without.empty() ? "" : ", ", m, x);
+    add(fmt::format("| {} | {} | {:.0f} | {} | {:.1f}% ({:+.1f}%) | {:.1f}% ({:+.1f}%) | {} |", gen, f.rows, f.host_us,
+                    cost ? fmt::format("{:.0f}", cost->profile().host_launch_s * 1e6) : "?", 100 * f.mean_abs,
+                    100 * f.signed_mean, 100 * f.lomo_mean_abs, 100 * f.lomo_signed_mean, without));
+  }
   add("");
   return md;
 }

@@ -34,6 +34,7 @@ namespace megascope::sim {
 using megascope::AttentionShape;
 using megascope::GemmShape;
 using megascope::Kernel;
+using megascope::KernelKind;
 using megascope::MemoryOp;
 
 // The parameters of the model, as read from a profile file. The defaults are
@@ -76,6 +77,12 @@ struct CostProfile {
   // attention; the generic value sits between the fitted GPUs').
   double attention_unfused_efficiency = 0.65;
   double launch_overhead_s = 1e-6;
+  // The host's time per kernel launch of an eager (not graph-captured)
+  // PyTorch / Transformer Engine training step: the framework's Python and
+  // C++ work for the op and the launch itself. It paces the GPU only where
+  // the host cannot run ahead (Op::host_paced). A grouped GEMM is one launch
+  // per group. 0: the host is never the bottleneck (the generic assumption).
+  double host_launch_s = 0;
   // Compute ops of a forward pass (Phase::forward, and Phase::recompute, which
   // runs the forward again) cost their price (kernels and op overhead)
   // divided by this fraction: what a framework's forward pass costs beyond
@@ -113,6 +120,10 @@ class CostModel {
   [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;
   [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
+  // The host's time to launch `k` (CostProfile::host_launch_s per launch).
+  [[nodiscard]] double host_s(const Kernel& k) const {
+    return profile_.host_launch_s * static_cast<double>(k.kind == KernelKind::gemm ? k.groups : 1);
+  }
   [[nodiscard]] double op_overhead_s() const { return profile_.op_overhead_s; }
   [[nodiscard]] double forward_efficiency() const { return profile_.forward_efficiency; }
   [[nodiscard]] const CostProfile& profile() const { return profile_; }

@@ -242,6 +242,7 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   if (auto r = section(*doc, "launch", path, first)) {
     if (auto v = non_negative(*r, "overhead_us")) out.launch_overhead_s = *v * 1e-6;
     if (auto v = non_negative(*r, "op_overhead_us")) out.op_overhead_s = *v * 1e-6;
+    if (auto v = non_negative(*r, "host_us")) out.host_launch_s = *v * 1e-6;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (auto r = section(*doc, "passes", path, first)) {

@@ -26,11 +26,20 @@ class Pricer {
     // Ops of different phases may share a kernel range: the memo holds the
     // kernels' price, the phase's factor applies on top.
     const double f = op.phase == Phase::forward || op.phase == Phase::recompute ? forward_factor_ : 1.0;
-    if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) return memo_[op.kernel_begin].second * f;
-    double t = cost_.op_overhead_s();
-    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) t += cost_.kernel_s(stage_.kernels[k]);
-    if (memoisable && memo_[op.kernel_begin].first == 0) memo_[op.kernel_begin] = {op.kernel_count, t};
-    return t * f;
+    double t = 0;
+    if (memoisable && memo_[op.kernel_begin].first == op.kernel_count) {
+      t = memo_[op.kernel_begin].second;
+    } else {
+      t = cost_.op_overhead_s();
+      for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) t += cost_.kernel_s(stage_.kernels[k]);
+      if (memoisable && memo_[op.kernel_begin].first == 0) memo_[op.kernel_begin] = {op.kernel_count, t};
+    }
+    if (!op.host_paced) return t * f;
+    // The host launches the op's kernels in step with the GPU: the op lasts
+    // at least as long as its launches.
+    double host = 0;
+    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k) host += cost_.host_s(stage_.kernels[k]);
+    return std::max(t * f, host);
   }
 
  private:

@@ -313,6 +313,15 @@ Kernel expert_gemm(const Setup& s, std::int64_t m, std::int64_t n, std::int64_t 
   return g;
 }
 
+// A dropless MoE layer's token counts go to the host every layer (the
+// dispatcher's all-to-all splits and GroupedLinear's per-expert sizes are
+// host lists): the host waits for the router, and from there its launches
+// pace the GPU. Experts padded to a capacity have fixed shapes and need no
+// copy. Every op of such a layer, forward and backward, is host-paced.
+bool host_paced(const Setup& s, int layer) {
+  return s.model.moe && !s.model.moe->pad_to_capacity && s.model.is_moe_layer(layer);
+}
+
 struct Permutes {
   double first = 0, second = 0;   // bytes read + written by each
 };
@@ -383,6 +392,7 @@ std::uint32_t LayerEmitter::memo(Pass pass, int layer, bool flag, const OpContex
 std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
+  ctx.host_paced = host_paced(s, layer);
   return memo(Pass::forward, layer, false, ctx, input_dep, [&] { return emit_forward(layer, ctx_in, input_dep); });
 }
 
@@ -390,6 +400,7 @@ std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, s
                                            bool selective) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
+  ctx.host_paced = host_paced(s, layer);
   ctx.phase = Phase::backward_input;
   return memo(Pass::backward_input, layer, selective, ctx, input_dep,
               [&] { return emit_backward_input(layer, ctx_in, input_dep, selective); });
@@ -398,6 +409,7 @@ std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, s
 std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
+  ctx.host_paced = host_paced(s, layer);
   ctx.phase = Phase::backward_weight;
   return memo(Pass::backward_weight, layer, false, ctx, input_dep,
               [&] { return emit_backward_weight(layer, ctx_in, input_dep); });
@@ -408,6 +420,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;
   ctx.layer = layer;
+  ctx.host_paced = host_paced(s, layer);
   const double act = activation_bytes(d);
   std::optional<std::uint32_t> dep = input_dep;
 
@@ -559,6 +572,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   const std::optional<Kernel> norm_again = modules & kRecomputeLayernorm ? std::optional(norm_forward(d)) : std::nullopt;
   OpContext ctx = ctx_in;
   ctx.layer = layer;
+  ctx.host_paced = host_paced(s, layer);
   ctx.phase = Phase::backward_input;
   const bool tp = d.t > 1;
   const double act = activation_bytes(d);
@@ -698,6 +712,7 @@ std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;
   ctx.layer = layer;
+  ctx.host_paced = host_paced(s, layer);
   ctx.phase = Phase::backward_weight;
   std::vector<Kernel> k;
   for (const GemmShape& g : qkv_gemms(s, d)) k.push_back(gemm(g.k, g.n, g.m, d.prec));   // wgrad: (in, out, T)

@@ -100,6 +100,11 @@ struct Op {
   OpLabel label = OpLabel::attention;
   CommGroup group = CommGroup::tp;      // collectives only
   CommSpan span = CommSpan::whole;      // all-to-alls only
+  // Compute only: the host issues this op's kernels in step with the GPU
+  // (it synchronised with the GPU since the last op it could run ahead of:
+  // a dropless MoE layer copies its token counts to the host every layer),
+  // so the op takes at least its kernels' launch time on the host.
+  bool host_paced = false;
   OptIndex layer;                       // transformer layer, when the op belongs to one
   OptIndex microbatch;
   OptIndex chunk;

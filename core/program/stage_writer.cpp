@@ -68,6 +68,7 @@ std::uint32_t StageWriter::compute(OpLabel label, const OpContext& ctx, std::spa
   op.layer = ctx.layer;
   op.microbatch = ctx.microbatch;
   op.chunk = ctx.chunk;
+  op.host_paced = ctx.host_paced;
   op.kernel_begin = static_cast<std::uint32_t>(out_.kernels.size());
   op.kernel_count = static_cast<std::uint32_t>(kernels.size());
   const std::uint64_t h = hash_of(kernels);

@@ -30,6 +30,7 @@ struct OpContext {
   std::optional<std::int32_t> layer;
   std::optional<std::int32_t> microbatch;   // absent for gradient/parameter sync and the optimizer
   std::optional<std::int32_t> chunk;
+  bool host_paced = false;                  // compute ops: Op::host_paced
 };
 
 // Up to four ops an op waits for; built from {a, b} or from an optional.

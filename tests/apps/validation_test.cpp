@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -290,4 +291,68 @@ TEST_CASE("The shipped sustained clocks are the fit to each generation's dense p
     // Held out, each model's rows are predicted about as well as in sample.
     CHECK(f.lomo_mean_abs < f.mean_abs + 0.01);
   }
+}
+
+TEST_CASE("Megatron-Bridge MoE rows (26 runs on H100, B200 and GB200): errors held where they stand, GB200 within 20 "
+          "percent, dropless and token-dropping runs apart, and most pairs of one model's runs ordered as published",
+          "[validation]") {
+  const std::vector<PublishedRun> runs = megascope::bench::bridge_nemo_moe(MEGASCOPE_REFERENCE_DIR);
+  REQUIRE(runs.size() == 26);
+  double sum_abs = 0, blackwell_abs = 0;
+  int blackwell = 0;
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> groups;   // (published, predicted)
+  std::map<std::string, double> qwen_b200_mbs1;   // Qwen3-30B-A3B on 8 B200s at mbs 1: dropless and token-dropping
+  for (const PublishedRun& run : runs) {
+    INFO(run.label << " on " << run.gpus << " " << run.gpu << ": " << run.plan);
+    const megascope::bench::Prediction p = megascope::bench::predict(run);
+    REQUIRE(p.error == "");
+    const double err = megascope::bench::throughput_error(run, p.out.report);
+    const double predicted = megascope::bench::predicted_throughput(run, p.out.report);
+    INFO("published " << run.tokens_per_s_per_gpu << ", error " << err);
+    sum_abs += std::abs(err);
+    if (run.gpu != "H100") {
+      blackwell_abs += std::abs(err);
+      ++blackwell;
+    }
+    if (run.gpu == "GB200") CHECK(std::abs(err) < 0.20);
+    groups[{run.model, run.gpu}].emplace_back(run.tokens_per_s_per_gpu, predicted);
+    if (run.model == "qwen3-30b-a3b" && run.gpu == "B200" && run.label.find("mbs1") != std::string::npos)
+      qwen_b200_mbs1[run.token_drop ? "drop" : run.label] = predicted;
+  }
+  CHECK(sum_abs / 26 < 0.20);
+  CHECK(blackwell_abs / blackwell < 0.13);
+  // Published: 18,066 tokens/s/GPU token-dropping against 9,691 and 9,299 dropless (1.9x).
+  REQUIRE(qwen_b200_mbs1.size() == 3);
+  for (const auto& [label, v] : qwen_b200_mbs1)
+    if (label != "drop") CHECK(qwen_b200_mbs1["drop"] > 1.5 * v);
+  int pairs = 0, right = 0;
+  for (const auto& [key, rows] : groups)
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::size_t j = i + 1; j < rows.size(); ++j) {
+        if (rows[i].first == rows[j].first) continue;
+        ++pairs;
+        right += (rows[i].first > rows[j].first) == (rows[i].second > rows[j].second);
+      }
+  REQUIRE(pairs == 27);
+  CHECK(right >= 18);   // two in three; the target is 85%
+}
+
+TEST_CASE("The shipped Blackwell host launch time is the fit to the generation's dropless MoE rows, stable when a model "
+          "is left out",
+          "[validation]") {
+  const megascope::bench::HostFit f = megascope::bench::fit_host_launch(MEGASCOPE_REFERENCE_DIR, "blackwell");
+  REQUIRE(f.error == "");
+  REQUIRE(f.rows >= 10);
+  for (const char* cluster : {"dgx-b200", "gb200-nvl72"}) {
+    const auto c = megascope::resolve_cluster(cluster);
+    REQUIRE(c);
+    const auto cost = megascope::sim::CostModel::for_device(c->device);
+    REQUIRE(cost);
+    CHECK(cost->profile().host_launch_s * 1e6 == Approx(f.host_us).margin(0.5));
+  }
+  for (const auto& [model, us] : f.lomo_by_model) {
+    INFO("without " << model);
+    CHECK(std::abs(us - f.host_us) <= 10.0);
+  }
+  CHECK(f.lomo_mean_abs < f.mean_abs + 0.03);
 }

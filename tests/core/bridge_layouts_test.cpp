@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include "bench/published.hpp"
 #include "support.hpp"
 
 using namespace megascope;
@@ -22,22 +23,6 @@ namespace {
 int cell(const std::map<std::string, std::string>& row, const std::string& key, int absent) {
   const std::string& v = row.at(key);
   return v.empty() || v == "n/a" ? absent : std::stoi(v);
-}
-
-// DeepSeek-V3's layout for `stages` virtual stages (61 layers, E on the
-// first, the MTP layer if any and L on the last): Megatron-Bridge's recipe
-// layouts for 4, 8 and 16 stages; for 32 the shape of Megatron-Core's own
-// example ("Et*3|(tt|)*29,m|L") with m and L in one stage.
-std::string deepseek_layout(int stages, bool mtp) {
-  const std::string last = mtp ? "mL" : "L";
-  switch (stages) {
-    case 4: return "Et*16|t*16|t*16|t*13" + last;
-    case 8: return "Et*8|(t*8|)*6,t*5" + last;
-    case 16: return "Et*4|(t*4|)*14,t" + last;
-    case 32: return "Et|(tt|)*30," + last;
-  }
-  FAIL("no DeepSeek-V3 layout for " << stages << " stages");
-  return {};
 }
 
 }  // namespace
@@ -72,7 +57,9 @@ TEST_CASE("Every Megatron-Bridge / NeMo run of a shipped model, cluster and prec
       plan += ",embedding_in_split=on,loss_in_split=on";
       ++layouts;
     } else if (m->second == "deepseek-v3" && pp > 1) {
-      plan += ",layout=" + deepseek_layout(pp * vp, model.mtp_num_layers > 0);
+      const std::string layout = bench::deepseek_v3_layout(pp * vp, model.mtp_num_layers > 0);
+      REQUIRE(!layout.empty());
+      plan += ",layout=" + layout;
       ++layouts;
     }
     auto s = try_setup(model, c->second, plan, cell(row, "gbs", 0), gpus, cell(row, "seq_len", 0));

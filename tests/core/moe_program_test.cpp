@@ -11,6 +11,7 @@
 #include "core/accounting/flops.hpp"
 #include "core/accounting/params.hpp"
 #include "core/program/builder.hpp"
+#include "core/program/stage_writer.hpp"
 #include "models.hpp"
 #include "program_support.hpp"
 #include "support.hpp"
@@ -307,4 +308,63 @@ TEST_CASE("Each dispatcher's token permutations move the routed copies as Megatr
     CHECK(other(s, c.layer, LayerPass::forward) == Approx(8.0 * routed * e.num_experts + 2.0 * own + perms).epsilon(1e-12));
     CHECK(other(s, c.layer, LayerPass::backward_input) == Approx(2.0 * own + perms).epsilon(1e-12));
   }
+}
+
+TEST_CASE("Routed experts run as grouped GEMMs: one per local expert on its share of the tokens, the same FLOPs as "
+          "one merged GEMM",
+          "[core]") {
+  // tiny-moe (4 experts) on ep 2 of 4 GPUs: each rank holds two experts.
+  const Setup s = make_setup(tiny_moe_with(1.0), "dgx-h100", "tp=1,ep=2", 4, 4);
+  const auto p = build_program(s);
+  REQUIRE(p);
+  const int local = s.model.moe->num_experts / 2;
+  REQUIRE(local > 1);
+  int grouped = 0;
+  for (const Kernel& k : p->stages[0].kernels) {
+    if (k.kind != KernelKind::gemm || k.groups == 1) continue;
+    CHECK(k.groups == static_cast<std::uint32_t>(local));
+    ++grouped;
+  }
+  // fc1 and fc2 in the forward, their input gradients, their weight gradients.
+  CHECK(grouped >= 6);
+  // Each rank's experts take its 64 tokens' top-2 copies (balanced routing),
+  // forward, input and weight gradients of fc1 (SwiGLU: 2 x 96 wide) and fc2,
+  // on the 3 MoE layers: the same FLOPs as one merged GEMM over all copies.
+  const ModelSpec& m = s.model;
+  const double copies = 64.0 * m.moe->top_k;
+  const double h = static_cast<double>(m.hidden_size), fe = static_cast<double>(m.moe->expert_ffn_hidden);
+  const double expert_hw = 3.0 * m.num_moe_layers() * copies * (2 * h * 2 * fe + 2 * fe * h);
+  double grouped_flops = 0;
+  for (const StageProgram& sp : p->stages)
+    for (const Op& op : sp.ops) {
+      if (op.kind != OpKind::compute) continue;
+      for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
+        if (sp.kernels[k].groups > 1) grouped_flops += detail::kernel_flops(sp.kernels[k]);
+    }
+  CHECK(grouped_flops == Approx(expert_hw).epsilon(1e-9));
+}
+
+TEST_CASE("A dropless MoE layer's ops are host-paced; experts padded to a capacity, and dense layers, are not",
+          "[core]") {
+  const auto paced = [](const Setup& s) {
+    const auto p = build_program(s);
+    REQUIRE(p);
+    int moe = 0, other = 0;
+    for (const Op& op : p->stages[0].ops) {
+      if (op.kind != OpKind::compute || !op.host_paced) continue;
+      REQUIRE(op.layer.has_value());
+      (s.model.is_moe_layer(*op.layer) ? moe : other) += 1;
+    }
+    return std::pair{moe, other};
+  };
+  const auto [dropless, dropless_dense] = paced(make_setup(tiny_moe_with(1.0), "dgx-h100", "tp=1,ep=2", 2, 2));
+  CHECK(dropless > 0);
+  CHECK(dropless_dense == 0);
+  const auto [padded, padded_dense] = paced(make_setup(tiny_moe_with(1.0, 1.0, true), "dgx-h100", "tp=1,ep=2", 2, 2));
+  CHECK(padded == 0);
+  CHECK(padded_dense == 0);
+  // A capacity without padding still leaves the shapes to the router: the host copy stays.
+  CHECK(paced(make_setup(tiny_moe_with(1.0, 1.25, false), "dgx-h100", "tp=1,ep=2", 2, 2)).first == dropless);
+  const auto [dense, dense_other] = paced(make_setup(shipped_model("tiny-gpt"), "dgx-h100", "tp=1", 2, 2));
+  CHECK(dense + dense_other == 0);
 }

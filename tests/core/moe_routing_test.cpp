@@ -167,10 +167,42 @@ TEST_CASE("The flex dispatcher needs EP groups that fill scale-up domains alike,
 }
 
 TEST_CASE("The flex dispatcher checks every EP group, not only the first one's", "[core]") {
-  // NVL72 domains of 72 GPUs: EP groups of 16 over 144 GPUs. The group of
+  // NVL72 domains used whole (72 GPUs): EP groups of 16 over 144 GPUs. The group of
   // ranks 0-15 sits in one domain; that of ranks 64-79 crosses into the next.
-  auto s = try_setup(shipped_model("qwen3-30b-a3b"), "gb200-nvl72", "tp=1,ep=16,moe_dispatcher=flex", 144, 144);
+  ClusterSpec whole = shipped_cluster("gb200-nvl72");
+  whole.scale_up_domain = whole.scale_up_domain_size;
+  whole.scale_up_domain_used = 0;
+  auto cluster = with_device_count(whole, 144);
+  REQUIRE(cluster);
+  REQUIRE(cluster->scale_up_domain == 72);
+  auto plan = parse_inline_plan("tp=1,ep=16,moe_dispatcher=flex");
+  REQUIRE(plan);
+  TrainingSpec t;
+  t.global_batch_size = 144;
+  auto s = validate_setup(shipped_model("qwen3-30b-a3b"), *cluster, t, *plan, 144);
   REQUIRE_FALSE(s);
   CHECK(s.error().field == "plan.moe_dispatcher");
   CHECK_THAT(s.error().message, Catch::Contains("the group of rank 64"));
+}
+
+TEST_CASE("A GB200 NVL72 job uses 64 GPUs of each rack, so EP groups of 16 and 64 stay inside one NVLink domain",
+          "[core]") {
+  const ClusterSpec c = shipped_cluster("gb200-nvl72");
+  CHECK(c.scale_up_domain == 64);
+  CHECK(c.scale_up_domain_size == 72);
+  CHECK(try_setup(shipped_model("qwen3-30b-a3b"), "gb200-nvl72", "tp=1,ep=16,moe_dispatcher=flex", 128, 128));
+  CHECK(try_setup(shipped_model("qwen3-30b-a3b"), "gb200-nvl72", "tp=1,ep=64,moe_dispatcher=flex", 256, 256));
+}
+
+TEST_CASE("Cluster rule: the GPUs a job uses of each scale-up domain are whole nodes, at most the domain", "[core]") {
+  for (int used : {6, 80}) {
+    ClusterSpec c = shipped_cluster("gb200-nvl72");
+    c.scale_up_domain = c.scale_up_domain_size;
+    c.scale_up_domain_used = used;
+    INFO("used " << used);
+    const auto r = validate_cluster(c);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().field == "cluster.scale_up_domain_used");
+    CHECK_THAT(r.error().message, Catch::Contains("whole number of nodes (4 devices each) and at most scale_up_domain (72)"));
+  }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sim/cost_model_support.hpp"
+#include "sim/engine.hpp"
 #include "support.hpp"
 
 using namespace megascope;
@@ -498,4 +499,42 @@ TEST_CASE("A kernel is priced by the cost of its kind", "[sim]") {
   k.memory = MemoryOp::dropout_residual;
   k.bytes = 3e8;
   CHECK(cm.kernel_s(k) == cm.memory_s(MemoryOp::dropout_residual, 3e8));
+}
+
+TEST_CASE("A grouped GEMM costs its groups times one GEMM of its shape; a host-paced op lasts at least its launches' "
+          "host time, other ops their kernels' time",
+          "[sim]") {
+  const CostModel cm = model_for("dgx-h100");
+  Kernel one;
+  one.kind = KernelKind::gemm;
+  one.gemm = {512, 1536, 2048};
+  one.precision = Precision::bf16;
+  Kernel grouped = one;
+  grouped.groups = 16;
+  CHECK(cm.kernel_s(grouped) == Approx(16 * cm.kernel_s(one)).epsilon(1e-12));
+  // Sixteen GEMMs of a sixteenth of the tokens each take longer than one merged GEMM (smaller shapes run less efficiently).
+  Kernel merged = one;
+  merged.gemm.m = 16 * 512;
+  CHECK(cm.kernel_s(grouped) > cm.kernel_s(merged));
+
+  CostProfile prof = cm.profile();
+  prof.host_launch_s = 1e-3;   // a slow host: 1 ms per launch
+  const CostModel slow(cm.device(), prof);
+  CHECK(slow.host_s(grouped) == Approx(16e-3));
+  CHECK(slow.host_s(one) == Approx(1e-3));
+  StageProgram st;
+  st.kernels = {grouped, one};
+  Op op;
+  op.kind = OpKind::compute;
+  op.phase = Phase::backward_input;
+  op.kernel_begin = 0;
+  op.kernel_count = 2;
+  st.ops = {op, op};
+  st.ops[1].host_paced = true;
+  const std::vector<double> d = compute_durations(st, slow);
+  CHECK(d[0] == Approx(slow.kernel_s(grouped) + slow.kernel_s(one) + slow.op_overhead_s()));
+  CHECK(d[1] == Approx(17e-3));   // 16 + 1 launches: the host is slower than the GPU here
+  // With a fast host the paced op is the GPU's time again.
+  prof.host_launch_s = 1e-9;
+  CHECK(compute_durations(st, CostModel(cm.device(), prof))[1] == Approx(d[0]));
 }

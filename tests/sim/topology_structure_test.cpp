@@ -138,15 +138,17 @@ TEST_CASE("Devices of one node talk through the NVSwitch even when they share a 
 }
 
 TEST_CASE("GB200 NVL72 devices in different trays of one rack talk over NVLink only", "[sim]") {
-  const Topology t = Topology::build(cluster_with("gb200-nvl72", 144), 144);  // two racks
-  REQUIRE(t.node_of(1) != t.node_of(70));
-  REQUIRE(t.domain_of(1) == t.domain_of(70));
-  const auto p = path_names(t, 1, 70);
+  // A job uses 64 GPUs of each rack (the shipped cluster's scale_up_domain_used).
+  const Topology t = Topology::build(cluster_with("gb200-nvl72", 128), 128);  // two racks
+  REQUIRE(t.node_of(1) != t.node_of(62));
+  REQUIRE(t.domain_of(1) == t.domain_of(62));
+  REQUIRE(t.domain_of(63) != t.domain_of(64));
+  const auto p = path_names(t, 1, 62);
   REQUIRE(p.size() == 2);
   CHECK(p[0] == "gpu1->nvswitch0");
-  CHECK(p[1] == "nvswitch0->gpu70");
+  CHECK(p[1] == "nvswitch0->gpu62");
   // Across racks: over the NICs.
-  const auto q = path_names(t, 1, 73);
+  const auto q = path_names(t, 1, 65);
   CHECK(crosses(q, "nic"));
   CHECK_FALSE(crosses(q, "nvswitch"));
 }
