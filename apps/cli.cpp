@@ -32,6 +32,8 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
   cmd.add_option("--moe-imbalance", o.moe_imbalance,
                  "MoE: the busiest EP rank's tokens over the mean (default: the model's load_imbalance, 1 if unset)");
+  cmd.add_option("--moe-histogram", o.moe_histogram,
+                 "MoE: a measured per-expert token distribution, one line of counts per layer (replaces --moe-imbalance)");
   cmd.add_option("--mtp-layers", o.mtp_layers, "multi-token-prediction layers (default: the model's; 0: trained without)");
 }
 

@@ -9,6 +9,7 @@
 
 #include "apps/expected_error.hpp"
 #include "config/library.hpp"
+#include "config/token_histogram.hpp"
 #include "config/megatron_args.hpp"
 #include "apps/scenario.hpp"
 #include "config/plan_settings.hpp"
@@ -152,6 +153,8 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
   cmd.add_option("--moe-imbalance", o.moe_imbalance,
                  "MoE: the busiest EP rank's tokens over the mean (default: the model's load_imbalance, 1 if unset)");
+  cmd.add_option("--moe-histogram", o.moe_histogram,
+                 "MoE: a measured per-expert token distribution, one line of counts per layer (replaces --moe-imbalance)");
   cmd.add_option("--calibration", o.calibration, "a cost-model profile (TOML) applied over the default");
   cmd.add_option("--threads", o.threads, "simulation threads for stage 2 (default: all cores)");
   for (auto [name, slot] : {std::pair<const char*, std::optional<std::string>*>{"--tp", &o.tp}, {"--pp", &o.pp},
@@ -191,6 +194,8 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
   in.model = *m;
   in.cluster = *c;
   if (auto ok = override_moe_imbalance(in.model, o.moe_imbalance); !ok) return Err(ok.error());
+  if (o.moe_histogram)
+    if (auto ok = apply_token_histogram(in.model, *o.moe_histogram); !ok) return Err(ok.error());
 
   // GPU counts.
   int most = 0;

@@ -19,6 +19,7 @@ struct PlanCommandOptions {
   std::optional<int> nodes;
   std::optional<std::int64_t> global_batch, seq_len;
   std::optional<double> moe_imbalance;   // overrides the MoE models' load_imbalance
+  std::optional<std::string> moe_histogram;   // a measured per-expert token distribution
   int top = 32;
   int threads = 0;
   bool json = false, csv = false, no_progress = false;

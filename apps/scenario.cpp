@@ -4,6 +4,7 @@
 
 #include "config/library.hpp"
 #include "config/megatron_args.hpp"
+#include "config/token_histogram.hpp"
 
 namespace megascope::cli {
 
@@ -84,6 +85,8 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   if (!cluster && o.cluster_spec) cluster = *o.cluster_spec;
   if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));
   if (auto ok = override_moe_imbalance(model, o.moe_imbalance); !ok) return Err(ok.error());
+  if (o.moe_histogram)
+    if (auto ok = apply_token_histogram(model, *o.moe_histogram); !ok) return Err(ok.error());
   if (o.mtp_layers) {
     if (*o.mtp_layers < 0) return Err(usage("--mtp-layers", fmt::format("must be >= 0, found {}", *o.mtp_layers)));
     model.mtp_num_layers = *o.mtp_layers;

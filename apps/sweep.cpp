@@ -212,8 +212,13 @@ Result<ClusterSpec> apply_variant(const ClusterSpec& base, const ClusterVariant&
     if (old > 0) {
       // Same NICs per GPU (rounded up), a node-sized NVLink domain stays node-sized, about the same devices.
       c.node.nics_per_node = (c.node.nics_per_node * g + old - 1) / old;
-      if (c.scale_up_domain == 0 || c.scale_up_domain == old) c.scale_up_domain = g;
-      c.scale_up_domain_used = c.scale_up_domain_size = 0;
+      if (c.scale_up_domain == 0 || (c.scale_up_domain == old && c.scale_up_domain_size <= old)) {
+        c.scale_up_domain = g;
+        c.scale_up_domain_used = c.scale_up_domain_size = 0;
+      } else if (c.scale_up_domain_size > c.scale_up_domain) {
+        // A rack-sized domain stays whole, and the job keeps using as many of its GPUs (validation checks them).
+        c.scale_up_domain = c.scale_up_domain_size;
+      }
       c.num_nodes = std::max(1, (c.num_nodes * old + g - 1) / g);
     }
     c.node.devices_per_node = g;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace megascope {
 
@@ -83,6 +84,21 @@ Result<ModelSpec> validate_model(ModelSpec m) {
       return fail("model.moe.load_imbalance",
                   fmt::format("must be a finite number >= 1 (the busiest EP rank's tokens over the mean), found {}",
                               e.load_imbalance));
+    for (std::size_t l = 0; l < e.token_histogram.size(); ++l) {
+      const std::vector<double>& row = e.token_histogram[l];
+      if (row.size() != static_cast<std::size_t>(e.num_experts))
+        return fail("model.moe.token_histogram",
+                    fmt::format("layer row {} has {} experts' counts; the model has {} experts", l + 1, row.size(),
+                                e.num_experts));
+      double total = 0;
+      for (double c : row) {
+        if (!std::isfinite(c) || c < 0)
+          return fail("model.moe.token_histogram",
+                      fmt::format("layer row {}: token counts must be finite and >= 0, found {}", l + 1, c));
+        total += c;
+      }
+      if (!(total > 0)) return fail("model.moe.token_histogram", fmt::format("layer row {} routes no tokens", l + 1));
+    }
     if (e.capacity_factor && (!std::isfinite(*e.capacity_factor) || *e.capacity_factor <= 0))
       return fail("model.moe.capacity_factor", fmt::format("must be a finite number > 0, found {}", *e.capacity_factor));
     if (e.pad_to_capacity && !e.capacity_factor)
@@ -128,7 +144,28 @@ Result<ModelSpec> validate_model(ModelSpec m) {
 
 double expert_load_factor(const MoeSpec& e, int ep) {
   if (e.pad_to_capacity && e.capacity_factor) return *e.capacity_factor;
-  double f = std::min(e.load_imbalance, static_cast<double>(std::max(ep, 1)));
+  ep = std::max(ep, 1);
+  if (!e.token_histogram.empty()) {
+    // Per layer: experts over their capacity drop what is beyond it; the
+    // busiest rank's block of num_experts / ep experts over the mean rank's.
+    double sum = 0;
+    for (const std::vector<double>& layer : e.token_histogram) {
+      double total = 0;
+      for (double c : layer) total += c;
+      const double cap = e.capacity_factor ? *e.capacity_factor * total / static_cast<double>(layer.size())
+                                           : std::numeric_limits<double>::infinity();
+      const std::size_t block = layer.size() / static_cast<std::size_t>(ep);
+      double busiest = 0;
+      for (std::size_t r = 0; r < static_cast<std::size_t>(ep); ++r) {
+        double load = 0;
+        for (std::size_t x = r * block; x < (r + 1) * block; ++x) load += std::min(layer[x], cap);
+        busiest = std::max(busiest, load);
+      }
+      sum += busiest / (total / static_cast<double>(ep));
+    }
+    return sum / static_cast<double>(e.token_histogram.size());
+  }
+  double f = std::min(e.load_imbalance, static_cast<double>(ep));
   if (e.capacity_factor) f = std::min(f, *e.capacity_factor);
   return f;
 }

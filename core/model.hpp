@@ -33,6 +33,12 @@ struct MoeSpec {
   // that multiple of its balanced share (tokens beyond it are dropped) and
   // --moe-pad-expert-input-to-capacity pads every expert to the cap.
   double load_imbalance = 1.0;
+  // Measured routing instead (--moe-histogram): tokens routed to each
+  // expert, one row of num_experts counts per MoE layer measured (any
+  // number of layers). When given it replaces load_imbalance: each
+  // layer's busiest EP rank (its contiguous block of experts) over the
+  // mean, averaged over the layers (each layer adds its own time).
+  std::vector<std::vector<double>> token_histogram;
   std::optional<double> capacity_factor;
   bool pad_to_capacity = false;
   // Group-limited routing (DeepSeek-V3's node-limited routing; Megatron's

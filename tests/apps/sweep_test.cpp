@@ -106,7 +106,8 @@ TEST_CASE("cluster variants replace fields of the cluster and invalid ones name 
   const auto nvl72 = *megascope::resolve_cluster("gb200-nvl72");
   auto eight = cli::apply_variant(nvl72, {std::nullopt, 8, std::nullopt, std::nullopt});
   REQUIRE(eight);
-  CHECK(eight->scale_up_domain == 72);  // a rack-sized domain stays
+  CHECK(eight->scale_up_domain_size == 72);  // a rack-sized domain stays
+  CHECK(eight->scale_up_domain == 64);       // and a job still uses 64 GPUs of it
 
   auto h200 = cli::resolve_device("h200");
   REQUIRE(h200);

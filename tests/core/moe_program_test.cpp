@@ -344,7 +344,7 @@ TEST_CASE("Routed experts run as grouped GEMMs: one per local expert on its shar
   CHECK(grouped_flops == Approx(expert_hw).epsilon(1e-9));
 }
 
-TEST_CASE("A dropless MoE layer's ops are host-paced; experts padded to a capacity, and dense layers, are not",
+TEST_CASE("A dropless MoE layer's ops are host-paced, not those of experts padded to a capacity nor dense layers",
           "[core]") {
   const auto paced = [](const Setup& s) {
     const auto p = build_program(s);

@@ -501,7 +501,7 @@ TEST_CASE("A kernel is priced by the cost of its kind", "[sim]") {
   CHECK(cm.kernel_s(k) == cm.memory_s(MemoryOp::dropout_residual, 3e8));
 }
 
-TEST_CASE("A grouped GEMM costs its groups times one GEMM of its shape; a host-paced op lasts at least its launches' "
+TEST_CASE("A grouped GEMM costs its groups times one GEMM of its shape, a host-paced op lasts at least its launches' "
           "host time, other ops their kernels' time",
           "[sim]") {
   const CostModel cm = model_for("dgx-h100");
