@@ -234,7 +234,8 @@ Result<MegatronLaunch> interpret(Args& args) {
                                                    "--moe-pad-expert-input-to-capacity",
                                                    "--moe-shared-expert-overlap", "--moe-token-dispatcher-type",
                                                    "--moe-router-num-groups", "--moe-router-group-topk",
-                                                   "--moe-enable-deepep", "--moe-flex-dispatcher-backend"};
+                                                   "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
+                                                   "--overlap-moe-expert-parallel-comm"};
   if (experts && *experts > 0) {
     MoeSpec e;
     e.num_experts = *experts;
@@ -418,6 +419,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");
   p.moe_shared_expert_overlap = out.model.moe && args.has("--moe-shared-expert-overlap");
+  p.moe_ep_overlap = out.model.moe && args.has("--overlap-moe-expert-parallel-comm");
   // Megatron-LM's token dispatcher: allgather unless the line says otherwise.
   if (out.model.moe) {
     // flex runs DeepEP (--moe-enable-deepep, or --moe-flex-dispatcher-backend
@@ -687,6 +689,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
   if (p.schedule == Schedule::interleaved && !setup.overlap_p2p_comm) sw("--no-overlap-p2p-communication");
   if (p.moe_shared_expert_overlap) sw("--moe-shared-expert-overlap");
+  if (p.moe_ep_overlap) sw("--overlap-moe-expert-parallel-comm");
   // Always named: Megatron-LM's default (allgather) is not Megascope's.
   if (setup.model.moe) kv("--moe-token-dispatcher-type", to_string(p.moe_dispatcher));
   if (setup.model.moe && p.moe_dispatcher == MoeDispatcher::flex) sw("--moe-enable-deepep");

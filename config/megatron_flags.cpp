@@ -68,6 +68,7 @@ constexpr Entry kUsed[] = {
     {"--moe-token-dispatcher-type", Arity::one},
     {"--moe-enable-deepep", Arity::none},
     {"--moe-flex-dispatcher-backend", Arity::one},
+    {"--overlap-moe-expert-parallel-comm", Arity::none},
     {"--moe-router-num-groups", Arity::one},
     {"--moe-router-group-topk", Arity::one},
     // MLA
@@ -477,7 +478,6 @@ constexpr Entry kIgnored[] = {
     {"--moe-token-drop-policy", Arity::one},
     {"--moe-apply-probs-on-input", Arity::none},
     {"--moe-pad-experts-for-cuda-graph-inference", Arity::none},
-    {"--overlap-moe-expert-parallel-comm", Arity::none},
     {"--delay-wgrad-compute", Arity::none},
 };
 

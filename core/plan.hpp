@@ -115,6 +115,15 @@ struct PlanSpec {
   // during the combine, on a stream of their own. No effect without shared
   // experts or without EP.
   bool moe_shared_expert_overlap = false;
+  // Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm,
+  // its "combined 1F1B"): in the steady state each forward runs together
+  // with the backward after it, of another micro-batch, their ops
+  // interleaved so that one's dispatch and combine run while the other
+  // computes, as DualPipe's F&B units (core/program/stage_writer.hpp
+  // FbUnit). Needs EP, the alltoall or flex dispatcher, the 1F1B or
+  // interleaved schedule (vpp > 1 when pp > 1), no full recomputation and no
+  // moe_shared_expert_overlap (Megatron-Core's TransformerConfig checks).
+  bool moe_ep_overlap = false;
   Schedule schedule = Schedule::one_f_one_b;
   // The optimizer step validated after the fact (Qi et al. 2024, Sec. 4):
   // no synchronisation across pipeline stages ends the iteration (gradient

@@ -315,6 +315,8 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (p.moe_shared_expert_overlap)
       return fail("plan.moe_shared_expert_overlap",
                   fmt::format("moe_shared_expert_overlap applies to MoE shared experts; '{}' is dense", m.name));
+    if (p.moe_ep_overlap)
+      return fail("plan.moe_ep_overlap", fmt::format("moe_ep_overlap overlaps MoE all-to-alls; '{}' is dense", m.name));
     if (p.moe_dispatcher != MoeDispatcher::alltoall)
       return fail("plan.moe_dispatcher", fmt::format("moe_dispatcher applies to MoE layers; '{}' is dense", m.name));
   } else {
@@ -338,6 +340,23 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (p.ep > 1 && s.training.params_dtype == Dtype::fp16)
       return fail("plan.ep", "expert parallelism is not supported with fp16 parameters; use bf16");
     s.expert_load = expert_load_factor(e, p.ep);
+    if (p.moe_ep_overlap) {
+      // Megatron-Core's TransformerConfig checks for --overlap-moe-expert-parallel-comm.
+      if (p.ep < 2) return fail("plan.moe_ep_overlap", "moe_ep_overlap needs expert parallelism (ep > 1)");
+      if (p.moe_dispatcher == MoeDispatcher::allgather)
+        return fail("plan.moe_ep_overlap", "moe_ep_overlap needs the alltoall or flex dispatcher");
+      if (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)
+        return fail("plan.moe_ep_overlap",
+                    fmt::format("moe_ep_overlap runs with the 1f1b or interleaved schedule, not {}", to_string(p.schedule)));
+      if (p.pp > 1 && p.schedule != Schedule::interleaved)
+        return fail("plan.moe_ep_overlap", "moe_ep_overlap with pp > 1 needs virtual stages (the interleaved schedule)");
+      if (p.recompute.granularity == RecomputeGranularity::full)
+        return fail("plan.moe_ep_overlap", "moe_ep_overlap does not run with full recomputation");
+      if (p.moe_shared_expert_overlap)
+        return fail("plan.moe_ep_overlap", "moe_ep_overlap and moe_shared_expert_overlap exclude each other");
+      if (m.mtp_num_layers > 1)
+        return fail("plan.moe_ep_overlap", fmt::format("moe_ep_overlap runs with at most one MTP layer, found {}", m.mtp_num_layers));
+    }
     if (p.moe_shared_expert_overlap && p.moe_dispatcher == MoeDispatcher::allgather)
       return fail("plan.moe_shared_expert_overlap",
                   "moe_shared_expert_overlap needs the alltoall dispatcher (Megatron-LM: alltoall or flex)");

@@ -118,7 +118,13 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   prog.grid = RankGrid{s.plan.tp, s.plan.cp, s.dp, pp, s.etp, s.plan.ep, s.edp};
   prog.schedule = s.plan.schedule;
   prog.microbatches = m;
-  const std::vector<RankSchedule> schedule = make_schedule(s.plan.schedule, pp, s.vpp, m, s.microbatch_group);
+  std::vector<RankSchedule> schedule = make_schedule(s.plan.schedule, pp, s.vpp, m, s.microbatch_group);
+  // --overlap-moe-expert-parallel-comm: each backward that follows a forward
+  // runs with it as one overlapped unit (below, the F&B units).
+  if (s.plan.moe_ep_overlap)
+    for (RankSchedule& steps : schedule)
+      for (std::size_t i = 1; i < steps.size(); ++i)
+        if (steps[i].pass == Pass::B && steps[i - 1].pass == Pass::F && !steps[i - 1].paired) steps[i].paired = true;
   const bool dualpipe = s.plan.schedule == Schedule::dualpipe;
   const int last_vs = s.virtual_stages - 1;
 

@@ -347,6 +347,17 @@ TEST_CASE("Exporting and importing a DeepSeek-style MoE setup with MLA, MTP and 
   REQUIRE_THAT(line, Catch::Contains("--moe-shared-expert-overlap"));
   REQUIRE_THAT(line, Catch::Contains("--moe-token-dispatcher-type alltoall"));
   PlanSpec gathered = p;
+  PlanSpec overlapped = p;
+  overlapped.moe_shared_expert_overlap = false;
+  overlapped.recompute = Recompute{};
+  overlapped.moe_ep_overlap = true;
+  overlapped.pp = 1;   // with pp > 1 Megatron-Core wants virtual stages for it
+  overlapped.first_stage_layers.reset();
+  overlapped.last_stage_layers.reset();
+  overlapped.dp = 16;
+  const Setup ov = validated(m, t, overlapped);
+  check_round_trip(ov);
+  REQUIRE_THAT(*export_megatron_args(ov), Catch::Contains("--overlap-moe-expert-parallel-comm"));
   gathered.moe_shared_expert_overlap = false;
   gathered.moe_dispatcher = MoeDispatcher::allgather;
   const Setup g = validated(m, t, gathered);

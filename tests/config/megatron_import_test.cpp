@@ -396,6 +396,11 @@ TEST_CASE("The expert capacity factor and padding to capacity are read, and padd
                                      "--moe-shared-expert-overlap");
   CHECK(l.plan.moe_shared_expert_overlap);
   CHECK_FALSE(import_ok(kDeepSeek).plan.moe_shared_expert_overlap);
+  // --overlap-moe-expert-parallel-comm is modelled (moe_ep_overlap), not noted as ignored.
+  const MegatronLaunch o = import_ok(std::string(kDeepSeek) + " --overlap-moe-expert-parallel-comm");
+  CHECK(o.plan.moe_ep_overlap);
+  CHECK_FALSE(l.plan.moe_ep_overlap);
+  for (const std::string& f : o.ignored) CHECK(f != "--overlap-moe-expert-parallel-comm");
   CHECK(l.plan.moe_dispatcher == MoeDispatcher::alltoall);   // the line names alltoall
   REQUIRE(l.model.moe.has_value());
   REQUIRE(l.model.moe->capacity_factor.has_value());

@@ -222,12 +222,12 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather, a2a"));
 }
 
-TEST_CASE("plan_keys lists the 33 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 34 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
-      "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
+      "moe_ep_overlap", "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
       "embedding_in_split", "loss_in_split", "layout", "post_validation"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
@@ -236,7 +236,7 @@ TEST_CASE("plan_keys lists the 33 documented keys and every one of them is accep
     std::string value = "2";
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
         key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" ||
-        key == "moe_shared_expert_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation")
+        key == "moe_shared_expert_overlap" || key == "moe_ep_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation")
       value = "on";
     if (key == "layout") value = "Et|tL";
     if (key == "tp_grad_overlap" || key == "grad_accum_fusion") value = "off";
@@ -355,7 +355,7 @@ TEST_CASE("Parsing the canonical inline form gives back the same plan", "[config
 
 TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   const PlanSpec base;
-  std::vector<PlanSpec> variants(31, base);
+  std::vector<PlanSpec> variants(32, base);
   variants[0].tp = 2;
   variants[1].pp = 2;
   variants[2].vpp = 1;
@@ -387,6 +387,7 @@ TEST_CASE("Plans that differ in any one field compare unequal", "[config]") {
   variants[28].layout = "EtL";
   variants[29].post_validation = true;
   variants[30].microbatch_group = 4;
+  variants[31].moe_ep_overlap = true;
   CHECK(base == PlanSpec{});
   for (std::size_t i = 0; i < variants.size(); ++i) {
     INFO("variant " << i);

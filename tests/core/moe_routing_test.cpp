@@ -206,3 +206,32 @@ TEST_CASE("Cluster rule: the GPUs a job uses of each scale-up domain are whole n
     CHECK_THAT(r.error().message, Catch::Contains("whole number of nodes (4 devices each) and at most scale_up_domain (72)"));
   }
 }
+
+TEST_CASE("EP all-to-all overlap follows Megatron-Core's rules: EP, alltoall or flex, 1F1B or interleaved, no full "
+          "recomputation, not with the shared experts' overlap",
+          "[core]") {
+  const ModelSpec mix = shipped_model("mixtral-8x7b");
+  CHECK(try_setup(mix, "dgx-h100", "tp=1,ep=8,moe_ep_overlap=on", 16, 16));
+  CHECK(try_setup(mix, "dgx-h100", "tp=1,ep=8,pp=2,vpp=2,schedule=interleaved,moe_ep_overlap=on", 16, 16));
+  struct Case {
+    const char* plan;
+    const char* words;
+  };
+  const Case cases[] = {
+      {"tp=1,moe_ep_overlap=on", "needs expert parallelism"},
+      {"tp=1,ep=8,moe_dispatcher=allgather,moe_ep_overlap=on", "alltoall or flex"},
+      {"tp=1,ep=8,pp=2,moe_ep_overlap=on", "needs virtual stages"},
+      {"tp=1,ep=8,pp=2,schedule=zb-v,moe_ep_overlap=on", "1f1b or interleaved"},
+      {"tp=1,ep=8,recompute=full,recompute_method=uniform,recompute_layers=1,moe_ep_overlap=on", "full recomputation"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.plan);
+    const auto s = try_setup(mix, "dgx-h100", c.plan, 16, 16);
+    REQUIRE_FALSE(s);
+    CHECK(s.error().field == "plan.moe_ep_overlap");
+    CHECK_THAT(s.error().message, Catch::Contains(c.words));
+  }
+  const auto dense = try_setup(shipped_model("tiny-gpt"), "dgx-h100", "tp=1,moe_ep_overlap=on", 8, 8);
+  REQUIRE_FALSE(dense);
+  CHECK(dense.error().field == "plan.moe_ep_overlap");
+}
