@@ -107,6 +107,16 @@ std::string moe_section(const std::string& ref) {
   for (const auto& [gpu, s] : by_gpu)
     add(fmt::format("- {}: {:.1f}% mean absolute error over {} rows.", gpu, 100 * s.first / s.second, s.second));
   add("");
+  add("What moves these rows: the routed experts run as one GEMM per local expert (small experts run less");
+  add("efficiently than one merged GEMM would); a GB200 job uses 64 GPUs of each 72-GPU rack, so EP groups up to 64");
+  add("stay on NVLink; a dropless layer's ops wait for the host's launches (below), which is what separates the");
+  add("dropless and token-dropping runs of Qwen3-30B-A3B at one sequence per micro-batch. Not explained yet: the");
+  add("H100 dropless Qwen3-30B-A3B runs publish the same throughput at one and two sequences per micro-batch, half");
+  add("the token-dropping run's, which host pacing cannot give (it would double with the micro-batch); Qwen3-235B-A22B");
+  add("and DeepSeek-V3 on 256-1,024 H100s come out 25-33% slow (the runs' dispatcher backends, EP all-to-all overlap");
+  add("and recomputed modules are not published per row and are left at the plain alltoall settings); the");
+  add("token-dropping runs are priced with balanced experts padded to capacity.");
+  add("");
   add("Ranking: for each model on each GPU, its published runs in published order and in predicted order, and the");
   add("pairs of them the simulator orders as published (target: 85% of all pairs).");
   add("");
