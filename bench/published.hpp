@@ -228,9 +228,8 @@ inline std::string deepseek_v3_layout(int stages, bool mtp) {
 }
 
 // The mixture-of-experts rows of the same summaries that Megascope can
-// express: Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 on DGX H100, DGX
-// B200 and GB200 NVL72, BF16 or FP8 (not NVFP4; GPT-OSS is left out: its
-// sliding-window attention is not modelled). Plans: the published tp, pp,
+// express: Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3 and gpt-oss-120b on
+// DGX H100, DGX B200 and GB200 NVL72, BF16 or FP8 (not NVFP4). Plans: the published tp, pp,
 // vp, ep and batch, expert tensor parallelism 1, the alltoall dispatcher,
 // routing balanced (the runs force it) and dropless unless the row says
 // "tokendrop" (capacity factor 1, experts padded to it, as Megatron-Bridge's
@@ -240,7 +239,8 @@ inline std::string deepseek_v3_layout(int stages, bool mtp) {
 // mla_up_proj), the MTP layer unless the row says "w/o MTP".
 inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
   const std::map<std::string, std::string> models = {
-      {"Qwen3_30B_a3B", "qwen3-30b-a3b"}, {"Qwen3_235B_a22B", "qwen3-235b-a22b"}, {"DeepSeekV3", "deepseek-v3"}};
+      {"Qwen3_30B_a3B", "qwen3-30b-a3b"}, {"Qwen3_235B_a22B", "qwen3-235b-a22b"}, {"DeepSeekV3", "deepseek-v3"},
+      {"GPT-OSS-120B", "gpt-oss-120b"}};
   const std::map<std::string, std::pair<std::string, std::string>> systems = {
       {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
   std::vector<PublishedRun> out;

@@ -71,8 +71,8 @@ std::string moe_section(const std::string& ref) {
   add("## Megatron-Bridge performance summaries, mixture-of-experts rows (H100, B200, GB200)");
   add("");
   add("Tokens/s per GPU as published. Every MoE row of a shipped model (Qwen3-30B-A3B, Qwen3-235B-A22B,");
-  add("DeepSeek-V3) on a shipped cluster, BF16 or FP8 (not NVFP4; GPT-OSS left out: sliding-window attention is not");
-  add("modelled; B300/GB300 rows: no shipped cluster). Plans: the published tp, pp, vp, ep, micro-batch and batch,");
+  add("DeepSeek-V3, gpt-oss-120b with its sliding-window layers) on a shipped cluster, BF16 or FP8 (not NVFP4;");
+  add("B300/GB300 rows: no shipped cluster). Plans: the published tp, pp, vp, ep, micro-batch and batch,");
   add("expert tensor parallelism 1, the alltoall dispatcher, balanced routing (the runs force it), dropless unless");
   add("the row says tokendrop (capacity factor 1, experts padded to it), with what every recipe turns on (as for the");
   add("dense rows); DeepSeek-V3 with its recipes' pipeline layouts, MLA up-projections recomputed, and its MTP layer");

@@ -131,6 +131,8 @@ Result<ModelSpec> model_from_toml(const toml::table& root, const std::string& fi
   m.add_qkv_bias = r.opt_boolean("add_qkv_bias").value_or(false);
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.qk_layernorm = r.opt_boolean("qk_layernorm").value_or(false);
+  if (auto w = r.opt_integer("window_size")) m.window_size = *w;
+  if (auto f = r.opt_integer("window_skip_freq")) m.window_skip_freq = to_int(r, "window_skip_freq", *f);
   m.hidden_dropout = r.number("hidden_dropout");
   m.attention_dropout = r.number("attention_dropout");
   m.mtp_num_layers = to_int(r, "mtp_num_layers", r.opt_integer("mtp_num_layers").value_or(0));

@@ -8,6 +8,12 @@
 
 namespace megascope {
 
+bool ModelSpec::is_window_layer(int layer) const {
+  if (window_size <= 0) return false;
+  if (layer >= num_layers) layer = num_layers - 1;   // MTP layers are shaped like the last one
+  return window_skip_freq <= 0 || (layer + 1) % window_skip_freq != 0;
+}
+
 bool ModelSpec::is_moe_layer(int layer) const {
   // MTP layers (numbered num_layers + depth) are shaped like the last layer.
   if (layer >= num_layers && layer < num_layers + mtp_num_layers) layer = num_layers - 1;
@@ -59,6 +65,10 @@ Result<ModelSpec> validate_model(ModelSpec m) {
                 fmt::format("num_attention_heads ({}) must be a multiple of num_query_groups ({}): "
                             "each KV head serves a whole number of query heads",
                             m.num_attention_heads, m.num_query_groups));
+  if (m.window_size < 0)
+    return fail("model.window_size", fmt::format("must be >= 0 (0: no sliding window), found {}", m.window_size));
+  if (m.window_skip_freq < 0)
+    return fail("model.window_skip_freq", fmt::format("must be >= 0 (0: every layer windowed), found {}", m.window_skip_freq));
   if (m.mtp_num_layers < 0)
     return fail("model.mtp_num_layers", fmt::format("must be >= 0, found {}", m.mtp_num_layers));
   if (m.add_bias_linear) m.add_qkv_bias = true;

@@ -92,6 +92,13 @@ struct ModelSpec {
   double hidden_dropout = 0.0;            // dropout after attention/MLP and on the embedding
   double attention_dropout = 0.0;         // dropout on attention probabilities
   int mtp_num_layers = 0;                 // DeepSeek-V3 multi-token-prediction layers
+  // Sliding-window attention (Megatron's --window-size W,0 and
+  // --window-attn-skip-freq N; GPT-OSS: 128 and 2): a query attends to the
+  // W keys up to itself, on every layer but each N-th (1-based layer
+  // numbers divisible by N attend to the whole sequence; 0: every layer
+  // windowed). window_size 0: no windows.
+  std::int64_t window_size = 0;
+  int window_skip_freq = 0;
   std::optional<MoeSpec> moe;
   std::optional<MlaSpec> mla;
 
@@ -101,6 +108,7 @@ struct ModelSpec {
   // Layers num_layers .. num_layers + mtp_num_layers - 1 are the MTP layers
   // (shaped like the last one).
   [[nodiscard]] bool is_moe_layer(int layer) const;
+  [[nodiscard]] bool is_window_layer(int layer) const;   // sliding-window attention (0-based layer)
   [[nodiscard]] int num_moe_layers() const;
   // Megatron's padded vocabulary for a tensor-parallel size.
   [[nodiscard]] std::int64_t padded_vocab(int tp) const;

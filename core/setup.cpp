@@ -279,6 +279,10 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   if (p.cp > 1 && s.seq_length % (2 * p.cp) != 0)
     return fail("plan.cp", fmt::format("seq_length ({}) must be a multiple of 2 x cp = {} (load-balanced causal CP)",
                                        s.seq_length, 2 * p.cp));
+  if (p.cp > 1 && m.window_size > 0 && m.window_size < s.seq_length)
+    return fail("plan.cp", fmt::format("context parallelism with sliding-window attention ('{}', window {}) is not "
+                                       "modelled: the CP ranks' windowed work is not priced",
+                                       m.name, m.window_size));
   if (p.cp > 1 && p.cp_comm == CpCommType::a2a) {
     // Transformer Engine's all-to-all CP scatters the heads of Q, K and V over the CP group.
     const std::int64_t heads = m.num_attention_heads / p.tp;

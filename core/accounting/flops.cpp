@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/program/work.hpp"
+
 namespace megascope {
 
 ForwardFlops layer_forward_flops(const ModelSpec& m, int layer, std::int64_t s_in, bool causal) {
@@ -9,7 +11,15 @@ ForwardFlops layer_forward_flops(const ModelSpec& m, int layer, std::int64_t s_i
   const double s = static_cast<double>(s_in);
   const double h = static_cast<double>(m.hidden_size);
   const double a = m.num_attention_heads;
-  const double half = causal ? 0.5 : 1.0;
+  // The query-key pairs over s^2: half when causal; on a sliding-window
+  // layer (causal) the window's pairs (AttentionShape's count).
+  double half = causal ? 0.5 : 1.0;
+  if (causal && m.is_window_layer(layer) && m.window_size < s_in) {
+    AttentionShape w;
+    w.seq_q = w.seq_kv = s_in;
+    w.window = m.window_size;
+    half = attention_pairs(w) / (s * s);
+  }
   if (m.mla) {
     const MlaSpec& l = *m.mla;
     const double dqk = static_cast<double>(l.qk_head_dim + l.qk_rope_head_dim);

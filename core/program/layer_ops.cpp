@@ -185,13 +185,18 @@ std::vector<AttentionShape> cp_attention_calls(const Setup& s) {
 // unfused_attention (priced at the profile's unfused efficiency). In BF16
 // whatever the linear layers' precision, as fused attention is (Megatron's
 // FP8 recipes keep attention out of FP8).
-std::vector<Kernel> attention_kernels(const Setup& s, bool backward) {
+// A layer with sliding-window attention (ModelSpec::is_window_layer): the
+// fused kernels skip the blocks outside the window (AttentionShape::window);
+// unfused attention computes the whole score matrix and masks it.
+std::vector<Kernel> attention_kernels(const Setup& s, bool backward, int layer) {
   constexpr Precision p = Precision::bf16;
   const AttentionShape a = attention_shape(s);
   if (s.plan.attention == AttentionKernel::flash) {
     std::vector<Kernel> k;
-    for (const AttentionShape& call : cp_attention_calls(s))
+    for (AttentionShape call : cp_attention_calls(s)) {
+      if (s.model.is_window_layer(layer)) call.window = s.model.window_size;
       k.push_back(attention(backward ? KernelKind::attention_bwd : KernelKind::attention_fwd, call));
+    }
     return k;
   }
   const std::int64_t rows_q = a.batch * a.heads * a.seq_q;
@@ -378,7 +383,8 @@ std::uint32_t compute_then_reduce(StageWriter& w, const Setup& s, OpLabel label,
 template <class Emit>
 std::uint32_t LayerEmitter::memo(Pass pass, int layer, bool flag, const OpContext& ctx,
                                  std::optional<std::uint32_t> input_dep, Emit emit) {
-  Memo& m = memo_[static_cast<std::size_t>(pass) * 8 + (s.model.is_moe_layer(layer) ? 4 : 0) + (flag ? 2 : 0) +
+  Memo& m = memo_[static_cast<std::size_t>(pass) * 16 + (s.model.is_window_layer(layer) ? 8 : 0) +
+                  (s.model.is_moe_layer(layer) ? 4 : 0) + (flag ? 2 : 0) +
                   (input_dep ? 1 : 0)];
   if (m.ops) return w.replay(*m.ops, ctx, input_dep);
   const std::uint32_t first = w.size();
@@ -436,7 +442,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     if (m.mla && g.k == d.h) push_fp8_cast(qkv, s, static_cast<double>(g.m) * static_cast<double>(g.k));
     qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
   }
-  const std::vector<Kernel> core = attention_kernels(s, false);
+  const std::vector<Kernel> core = attention_kernels(s, false, layer);
   std::vector<Kernel> proj;   // the projection, its input quantised first in FP8
   push_fp8_cast(proj, s, d.T * static_cast<double>(d.core_out));
   proj.push_back(gemm(d.Ti, d.h, d.core_out, d.prec));
@@ -680,8 +686,8 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     k.clear();
   }
   if (recomputed_core)
-    for (const Kernel& kk : attention_kernels(s, false)) k.push_back(kk);
-  for (const Kernel& kk : attention_kernels(s, true)) k.push_back(kk);
+    for (const Kernel& kk : attention_kernels(s, false, layer)) k.push_back(kk);
+  for (const Kernel& kk : attention_kernels(s, true, layer)) k.push_back(kk);
   if (a2a) {   // and the gradients of Q, K and V trade back
     dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});
     dep = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_a2a_bytes(s, d, true), {*dep});

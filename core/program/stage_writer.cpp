@@ -13,7 +13,7 @@ bool same(const Kernel& a, const Kernel& b) {
          a.unfused_attention == b.unfused_attention && a.backward == b.backward && a.precision == b.precision &&
          x.batch == y.batch &&
          x.heads == y.heads && x.kv_heads == y.kv_heads && x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
-         x.causal == y.causal && x.dropout == y.dropout;
+         x.causal == y.causal && x.dropout == y.dropout && x.window == y.window && a.groups == b.groups;
 }
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
@@ -35,6 +35,7 @@ std::uint64_t hash_of(std::span<const Kernel> kernels) {
     h = mix(h, std::bit_cast<std::uint64_t>(k.bytes));
     h = mix(h, static_cast<std::uint64_t>(a.batch ^ (a.heads << 16) ^ (a.kv_heads << 32)));
     h = mix(h, static_cast<std::uint64_t>(a.seq_q ^ (a.seq_kv << 24) ^ (a.head_dim << 48) ^ (a.head_dim_v << 56)));
+    h = mix(h, static_cast<std::uint64_t>(a.window) ^ (static_cast<std::uint64_t>(k.groups) << 40));
   }
   return h;
 }

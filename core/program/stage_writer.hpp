@@ -171,7 +171,7 @@ class LayerEmitter {
 
   const Setup& s;
   StageWriter& w;
-  std::array<Memo, 24> memo_{};   // by (pass, MoE layer, flag, has input)
+  std::array<Memo, 48> memo_{};   // by (pass, sliding-window layer, MoE layer, flag, has input)
 };
 
 }  // namespace megascope::detail

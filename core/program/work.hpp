@@ -19,15 +19,24 @@ struct AttentionShape {
   std::int64_t head_dim_v = 0;        // value head dim (MLA); 0 means head_dim
   bool causal = true;
   bool dropout = false;               // dropout on the attention probabilities, inside the fused kernel
+  std::int64_t window = 0;            // causal sliding window: each query's keys up to itself, at most this many (0: none)
 };
 
 // Query-key pairs an attention call computes: all of them, or the causal
 // (bottom-right aligned) part, s_q s_kv - s_q^2 / 2 when s_q <= s_kv (half
 // when equal), s_kv^2 / 2 otherwise. The program's FLOPs and the cost
 // model's attention times both count these.
+// With a sliding window of w, the query at position p (bottom-right
+// aligned) takes min(p, w) keys: F(kv) - F(kv - s_q) pairs, F(n) = n^2 / 2
+// up to w and w^2 / 2 + (n - w) w beyond (the causal count when w >= s_kv).
 inline double attention_pairs(const AttentionShape& a) {
   const double q = static_cast<double>(a.seq_q), kv = static_cast<double>(a.seq_kv);
   if (!a.causal) return q * kv;
+  if (a.window > 0 && a.window < a.seq_kv && q <= kv) {
+    const double w = static_cast<double>(a.window);
+    const auto F = [w](double n) { return n <= w ? n * n / 2 : w * w / 2 + (n - w) * w; };
+    return F(kv) - F(kv - q);
+  }
   return q <= kv ? q * kv - q * q / 2 : kv * kv / 2;
 }
 

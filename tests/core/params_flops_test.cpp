@@ -3,8 +3,11 @@
 // FLOPs counter in its 2024 and current forms (megatron_formulas.md 2.1-2.3).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 
 #include "core/accounting/flops.hpp"
+#include "core/program/builder.hpp"
+#include "core/program/stage_writer.hpp"
 #include "core/accounting/params.hpp"
 #include "models.hpp"
 #include "support.hpp"
@@ -145,4 +148,52 @@ TEST_CASE("DeepSeek-V3 has 671B parameters of which 37B are active, plus its MTP
   CHECK(p.mtp.total() / 1e9 == Approx(11.7).epsilon(0.05));
   m.mtp_num_layers = 0;
   CHECK(active_params(m) / 1e9 == Approx(37).epsilon(0.03));
+}
+
+TEST_CASE("Sliding-window attention: each query's pairs are min(position, window), the accounting and the program's "
+          "fused kernels count the same, and full layers keep causal attention",
+          "[core]") {
+  // Hand count: 8 queries, window 3: 1 + 2 + 3 x 6 = 21 pairs, against the continuous
+  // count F(8) = 3^2/2 + 5 x 3 = 19.5 (the causal count's s^2/2 convention: 32 for 8).
+  AttentionShape a;
+  a.seq_q = a.seq_kv = 8;
+  a.window = 3;
+  CHECK(attention_pairs(a) == Approx(19.5));
+  a.window = 8;   // a window as long as the sequence is plain causal attention
+  CHECK(attention_pairs(a) == Approx(32.0));
+  a.window = 0;
+  CHECK(attention_pairs(a) == Approx(32.0));
+
+  const ModelSpec m = shipped_model("gpt-oss-120b");
+  REQUIRE(m.window_size == 128);
+  CHECK(m.is_window_layer(0));
+  CHECK_FALSE(m.is_window_layer(1));   // 1-based layer 2: full attention
+  CHECK(m.is_window_layer(34));
+  CHECK_FALSE(m.is_window_layer(35));
+  const std::int64_t s = 4096;
+  const double q = static_cast<double>(m.q_width());
+  // Windowed layer: 2 GEMMs x 2 FLOPs x q x (s w - w^2 / 2); full layer: x s^2 / 2.
+  CHECK(layer_forward_flops(m, 0, s, true).attention_core == Approx(4.0 * q * (4096.0 * 128 - 128.0 * 128 / 2)));
+  CHECK(layer_forward_flops(m, 1, s, true).attention_core == Approx(4.0 * q * 4096.0 * 4096 / 2));
+  // The program's fused attention kernels count the same FLOPs as the accounting, layer by layer.
+  const Setup st = make_setup(m, "dgx-h100", "tp=1,ep=8", 8, 8, s);
+  const auto p = build_program(st);
+  REQUIRE(p);
+  std::map<int, double> core_by_layer;
+  for (const Op& op : p->stages[0].ops) {
+    if (op.kind != OpKind::compute || op.phase != Phase::forward || !op.layer || op.microbatch != 0) continue;
+    for (std::uint32_t k = op.kernel_begin; k < op.kernel_begin + op.kernel_count; ++k)
+      if (p->stages[0].kernels[k].kind == KernelKind::attention_fwd)
+        core_by_layer[*op.layer] += detail::kernel_flops(p->stages[0].kernels[k]);
+  }
+  REQUIRE(core_by_layer.size() == 36);
+  for (const auto& [layer, f] : core_by_layer) {
+    INFO("layer " << layer);
+    CHECK(f == Approx(layer_forward_flops(m, layer, s, true).attention_core).epsilon(1e-12));
+  }
+  // Context parallelism does not price windowed work: refused.
+  const auto cp = try_setup(m, "dgx-h100", "tp=1,cp=2,ep=8", 8, 8, s);
+  REQUIRE_FALSE(cp);
+  CHECK(cp.error().field == "plan.cp");
+  CHECK_THAT(cp.error().message, Catch::Contains("sliding-window"));
 }
