@@ -152,6 +152,23 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
   return out;
 }
 
+// The rows of megatron_bridge_nemo_perf_summary.csv of a model in `models`
+// (the summary's name -> the shipped model) on a shipped system (DGX H100,
+// DGX B200, GB200 NVL72), not NVFP4 and without FSDP (not modelled): each
+// passed to `use` with its shipped model, cluster and GPU name.
+template <class Use>
+void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std::string>& models, Use use) {
+  const std::map<std::string, std::pair<std::string, std::string>> systems = {
+      {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
+  for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
+    const auto m = models.find(row.at("model"));
+    const auto sys = systems.find(row.at("system"));
+    if (m == models.end() || sys == systems.end() || row.at("precision") == "NVFP4") continue;
+    if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
+    use(row, m->second, sys->second.first, sys->second.second);
+  }
+}
+
 // Megatron-Bridge / NeMo performance summaries
 // (megatron_bridge_nemo_perf_summary.csv), their dense rows that Megascope can
 // express: a shipped model (Llama 2 and 3, NeMo's GPT-3) on a shipped cluster
@@ -171,28 +188,23 @@ inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
       {"LLAMA3-70B", "llama3-70b"},     {"LLAMA3.1_405B", "llama3-405b"}, {"LLAMA2-7B", "llama2-7b"},
       {"LLAMA2-13B", "llama2-13b"},     {"LLAMA2-70B", "llama2-70b"},     {"GPT3-5B", "nemo-gpt3-5b"},
       {"GPT3-20B", "nemo-gpt3-20b"},    {"GPT3-175B", "nemo-gpt3-175b"}};
-  const std::map<std::string, std::pair<std::string, std::string>> systems = {
-      {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
   std::vector<PublishedRun> out;
-  for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
-    const auto m = models.find(row.at("model"));
-    const auto sys = systems.find(row.at("system"));
+  for_bridge_rows(ref_dir, models, [&](const auto& row, const std::string& model, const std::string& cluster,
+                                       const std::string& gpu) {
     const std::string& prec = row.at("precision");
-    if (m == models.end() || sys == systems.end() || prec == "NVFP4") continue;
-    if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
     const int tp = int_cell(row, "tp", 1), pp = int_cell(row, "pp", 1), cp = int_cell(row, "cp", 1),
               vp = int_cell(row, "vp", 1);
     std::string plan = fmt::format("tp={},pp={},cp={},mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on",
                                    tp, pp, cp, int_cell(row, "mbs", 1));
     if (tp > 1) plan += ",sp=on,tp_comm_overlap=on";
     if (vp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vp);
-    if (m->second == "llama3-405b") plan += ",embedding_in_split=on,loss_in_split=on";
+    if (model == "llama3-405b") plan += ",embedding_in_split=on,loss_in_split=on";
     PublishedRun r;
     r.table = "bridge-nemo";
     r.label = fmt::format("{} {} {}", row.at("source"), row.at("model"), prec);
-    r.model = m->second;
-    r.cluster = sys->second.first;
-    r.gpu = sys->second.second;
+    r.model = model;
+    r.cluster = cluster;
+    r.gpu = gpu;
     r.plan = plan;
     r.gpus = int_cell(row, "gpus", 0);
     r.batch = int_cell(row, "gbs", 0);
@@ -207,7 +219,7 @@ inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
                                                           : Fp8Recipe::tensorwise;
     }
     out.push_back(std::move(r));
-  }
+  });
   return out;
 }
 
@@ -241,15 +253,10 @@ inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
   const std::map<std::string, std::string> models = {
       {"Qwen3_30B_a3B", "qwen3-30b-a3b"}, {"Qwen3_235B_a22B", "qwen3-235b-a22b"}, {"DeepSeekV3", "deepseek-v3"},
       {"GPT-OSS-120B", "gpt-oss-120b"}};
-  const std::map<std::string, std::pair<std::string, std::string>> systems = {
-      {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
   std::vector<PublishedRun> out;
-  for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
-    const auto m = models.find(row.at("model"));
-    const auto sys = systems.find(row.at("system"));
+  for_bridge_rows(ref_dir, models, [&](const auto& row, const std::string& model, const std::string& cluster,
+                                       const std::string& gpu) {
     const std::string& prec = row.at("precision");
-    if (m == models.end() || sys == systems.end() || prec == "NVFP4") continue;
-    if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
     const int tp = int_cell(row, "tp", 1), pp = int_cell(row, "pp", 1), vp = int_cell(row, "vp", 1),
               ep = int_cell(row, "ep", 1);
     const auto note = row.find("notes");
@@ -260,19 +267,19 @@ inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
     if (vp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vp);
     PublishedRun r;
     r.token_drop = notes.find("tokendrop") != std::string::npos;
-    if (m->second == "deepseek-v3") {
+    if (model == "deepseek-v3") {
       r.mtp_layers = notes.find("w/o MTP") != std::string::npos ? 0 : 1;
       if (pp > 1) plan += ",layout=" + deepseek_v3_layout(pp * vp, r.mtp_layers > 0);
       plan += ",recompute=selective,recompute_modules=mla_up_proj";
-    } else if (m->second == "qwen3-235b-a22b" && pp > 1) {
+    } else if (model == "qwen3-235b-a22b" && pp > 1) {
       plan += ",embedding_in_split=on,loss_in_split=on";   // Megatron-Bridge's Qwen3-235B recipes
     }
     r.table = "bridge-nemo-moe";
     r.label = fmt::format("{} {} {}{} (tp{} pp{} vp{} ep{} mbs{})", row.at("source"), row.at("model"), prec,
                           r.token_drop ? " tokendrop" : "", tp, pp, vp, ep, int_cell(row, "mbs", 1));
-    r.model = m->second;
-    r.cluster = sys->second.first;
-    r.gpu = sys->second.second;
+    r.model = model;
+    r.cluster = cluster;
+    r.gpu = gpu;
     r.plan = plan;
     r.gpus = int_cell(row, "gpus", 0);
     r.batch = int_cell(row, "gbs", 0);
@@ -286,7 +293,7 @@ inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
                                                           : Fp8Recipe::tensorwise;
     }
     out.push_back(std::move(r));
-  }
+  });
   return out;
 }
 

@@ -449,12 +449,24 @@ namespace megascope::bench {
 // leave-one-model-out cross-validation (each model's rows predicted at the
 // value fitted without them). Each row is simulated at three clocks and its
 // log throughput interpolated by the parabola through them.
-struct ClockFit {
-  std::string generation;
+// A fit's errors over its rows: in sample and leave-one-model-out, summed
+// row by row, then averaged.
+struct FitErrors {
   int rows = 0;
-  double clock = 1;                  // fitted on every row
-  double mean_abs = 0, signed_mean = 0;          // in sample, at `clock`
+  double mean_abs = 0, signed_mean = 0;          // in sample
   double lomo_mean_abs = 0, lomo_signed_mean = 0;
+  void average() {
+    const double n = static_cast<double>(rows);
+    mean_abs /= n;
+    signed_mean /= n;
+    lomo_mean_abs /= n;
+    lomo_signed_mean /= n;
+  }
+};
+
+struct ClockFit : FitErrors {
+  std::string generation;
+  double clock = 1;                  // fitted on every row
   std::vector<std::pair<std::string, double>> lomo_clock_by_model;   // the clock fitted without each model
   std::string error;                 // a simulation failed
 };
@@ -528,11 +540,7 @@ inline ClockFit fit_sustained_clock(const std::string& ref_dir, const std::strin
     fit.mean_abs += std::abs(err(r, fit.clock));
     fit.signed_mean += err(r, fit.clock);
   }
-  const double n = static_cast<double>(rows.size());
-  fit.mean_abs /= n;
-  fit.signed_mean /= n;
-  fit.lomo_mean_abs /= n;
-  fit.lomo_signed_mean /= n;
+  fit.average();
   return fit;
 }
 
@@ -547,12 +555,9 @@ namespace megascope::bench {
 // least squared log error of their throughput, with leave-one-model-out
 // cross-validation (each model's rows predicted at the value fitted without
 // them).
-struct HostFit {
+struct HostFit : FitErrors {
   std::string generation;
-  int rows = 0;
   double host_us = 0;                                // fitted on every row
-  double mean_abs = 0, signed_mean = 0;              // in sample
-  double lomo_mean_abs = 0, lomo_signed_mean = 0;
   std::vector<std::pair<std::string, double>> lomo_by_model;   // the value fitted without each model
   std::string error;
 };
@@ -620,11 +625,7 @@ inline HostFit fit_host_launch(const std::string& ref_dir, const std::string& ge
     fit.mean_abs += std::abs(r.err[static_cast<std::size_t>(all)]);
     fit.signed_mean += r.err[static_cast<std::size_t>(all)];
   }
-  const double n = static_cast<double>(rows.size());
-  fit.mean_abs /= n;
-  fit.signed_mean /= n;
-  fit.lomo_mean_abs /= n;
-  fit.lomo_signed_mean /= n;
+  fit.average();
   return fit;
 }
 

@@ -93,11 +93,16 @@ TEST_CASE("Replay: each Program kernel is replayed with its shape or its bytes, 
         CHECK(ro.elements == std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(op.bytes / 2))));
         continue;
       }
-      REQUIRE(ro.kernels.size() == op.kernel_count);
+      // A grouped GEMM (the routed experts) is replayed once per group, its one shape each time.
+      std::size_t launches = 0;
+      for (std::uint32_t k = 0; k < op.kernel_count; ++k) launches += std::max<std::uint32_t>(1, sp.kernels[op.kernel_begin + k].groups);
+      REQUIRE(ro.kernels.size() == launches);
       const bool bwd = op.phase == Phase::backward_input || op.phase == Phase::backward_weight;
-      for (std::uint32_t k = 0; k < op.kernel_count; ++k) {
+      std::size_t next = 0;
+      for (std::uint32_t k = 0; k < op.kernel_count; ++k)
+      for (std::uint32_t g = 0; g < std::max<std::uint32_t>(1, sp.kernels[op.kernel_begin + k].groups); ++g) {
         const Kernel& pk = sp.kernels[op.kernel_begin + k];
-        const RK& rk = r->kernels.at(ro.kernels[k]);
+        const RK& rk = r->kernels.at(ro.kernels[next++]);
         switch (pk.kind) {
           case KernelKind::gemm:
             REQUIRE(rk.type == RK::Type::gemm);
