@@ -288,22 +288,6 @@ ExpertExchange expert_exchange(const Setup& s, double routed, double hb, double 
   return x;
 }
 
-// Megatron-Core's token permutations around the expert exchange (its token
-// dispatchers and moe_utils.py), each a gather or a scatter that reads and
-// writes the tokens it moves; their backwards move the same bytes.
-// - `first`: with the alltoall dispatcher, permute-1 sorts this rank's
-//   routed copies by expert before the dispatch, whatever ep is (the
-//   grouped GEMMs need them sorted; its inverse after the combine, weighted
-//   by the gate, is the layer's `unpermute` kernel). The flex dispatcher's
-//   DeepEP kernels send the tokens unsorted, once per destination; the
-//   allgather dispatcher sends every token unsorted.
-// - `second`: permute-2 sorts what arrived by local expert when the rank
-//   holds more than one (sort_chunks_by_idxs, a copy even when one rank
-//   sent everything), and unpermute-2 restores the order before the
-//   combine; the flex dispatcher permutes what DeepEP delivered into its
-//   experts' copies and back, and the allgather dispatcher picks its local
-//   experts' tokens out of the gathered buffer and puts them back, however
-//   many experts the rank holds.
 // A routed experts' GEMM over `tokens` routed copies (rows m, or the
 // reduction k of a weight gradient when `tokens_in_k`): one GEMM per local
 // expert on its share of the tokens, as Transformer Engine's GroupedLinear
@@ -327,6 +311,22 @@ bool host_paced(const Setup& s, int layer) {
   return s.model.moe && !s.model.moe->pad_to_capacity && s.model.is_moe_layer(layer);
 }
 
+// Megatron-Core's token permutations around the expert exchange (its token
+// dispatchers and moe_utils.py), each a gather or a scatter that reads and
+// writes the tokens it moves; their backwards move the same bytes.
+// - `first`: with the alltoall dispatcher, permute-1 sorts this rank's
+//   routed copies by expert before the dispatch, whatever ep is (the
+//   grouped GEMMs need them sorted; its inverse after the combine, weighted
+//   by the gate, is the layer's `unpermute` kernel). The flex dispatcher's
+//   DeepEP kernels send the tokens unsorted, once per destination; the
+//   allgather dispatcher sends every token unsorted.
+// - `second`: permute-2 sorts what arrived by local expert when the rank
+//   holds more than one (sort_chunks_by_idxs, a copy even when one rank
+//   sent everything), and unpermute-2 restores the order before the
+//   combine; the flex dispatcher permutes what DeepEP delivered into its
+//   experts' copies and back, and the allgather dispatcher picks its local
+//   experts' tokens out of the gathered buffer and puts them back, however
+//   many experts the rank holds.
 struct Permutes {
   double first = 0, second = 0;   // bytes read + written by each
 };
