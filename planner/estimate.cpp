@@ -341,11 +341,34 @@ struct Estimator::Impl {
     const auto [dense, moe] = kind_layers();
     const TimeEntry* shared = nullptr;   // an entry of the same split, any recomputation
     if (auto it = time_bases.find(base); it != time_bases.end()) shared = it->second;
-    const auto fill = [&](int layer, LayerTime& out, const LayerTime* from) {
-      if (layer < 0) return;
+    const auto fill_one = [&](int layer, LayerTime& out, const LayerTime* from) {
       out.f = from ? from->f : run_probe(probe_layer(*s, layer, LayerPass::forward), c.gpus, grid);
       out.b = run_probe(probe_layer(*s, layer, LayerPass::backward_input), c.gpus, grid);
       out.w = from ? from->w : run_probe(probe_layer(*s, layer, LayerPass::backward_weight), c.gpus, grid);
+    };
+    // A model with sliding-window layers: each kind's time is the mean of
+    // its windowed and its full layers', weighted by how many it has of each
+    // (exact over a chunk that holds the model's mix, as alternating layers do).
+    const auto fill = [&](int layer, LayerTime& out, const LayerTime* from) {
+      if (layer < 0) return;
+      fill_one(layer, out, from);
+      const ModelSpec& m = in.model;
+      if (m.window_size <= 0) return;
+      const bool moe_kind = m.is_moe_layer(layer);
+      int other = -1, same = 0, total = 0;
+      for (int l = 0; l < m.num_layers; ++l) {
+        if (m.is_moe_layer(l) != moe_kind) continue;
+        ++total;
+        if (m.is_window_layer(l) == m.is_window_layer(layer)) ++same;
+        else if (other < 0) other = l;
+      }
+      if (other < 0) return;
+      LayerTime o;
+      fill_one(other, o, from);   // with `from`, f and w are its (already the mix's)
+      const double a = static_cast<double>(same) / total, b = 1 - a;
+      out.f = a * out.f + b * o.f;
+      out.b = a * out.b + b * o.b;
+      out.w = a * out.w + b * o.w;
     };
     fill(dense, e.dense, shared ? &shared->dense : nullptr);
     fill(moe, e.moe, shared ? &shared->moe : nullptr);

@@ -323,6 +323,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     bool ok = m.num_attention_heads % tp == 0 &&
                               (m.num_query_groups % tp == 0 || tp % m.num_query_groups == 0) &&
                               m.ffn_hidden_size % tp == 0 && (cp == 1 || seq % (2 * cp) == 0) &&
+                              (cp == 1 || m.window_size <= 0 || m.window_size >= seq) &&   // CP with windows: refused
                               gbs % (static_cast<std::int64_t>(mbs) * dp) == 0;
                     if (ok && moe) {
                       const MoeSpec& e = *m.moe;

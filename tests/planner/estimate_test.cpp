@@ -212,6 +212,15 @@ TEST_CASE("Stage-1 time follows the simulator on selective plans with recompute 
   sample("mixtral-8x7b", "dgx-h100", 64, 128, 1999, "Mixtral module plans");
 }
 
+TEST_CASE("Stage-1 time follows the simulator on a model with sliding-window and full layers (gpt-oss-120b, 64 H100s)") {
+  SearchInputs in = inputs(test::shipped_model("gpt-oss-120b"), "dgx-h100", 64, 256);
+  in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.recompute_modules = false;
+  int i = 0;
+  check_stage1_time(in, 64, 10, "gpt-oss plans", [&](const Candidate& c) { return c.ep > 1 && i++ % 97 == 0; });
+}
+
 TEST_CASE("Stage-1 time follows the simulator on plans with uneven first/last stages (Llama 3 70B, 128 H100s)") {
   SearchInputs in = inputs(test::shipped_model("llama3-70b"), "dgx-h100", 128, 256);
   in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
