@@ -365,10 +365,10 @@ struct Estimator::Impl {
       if (other < 0) return;
       LayerTime o;
       fill_one(other, o, from);   // with `from`, f and w are its (already the mix's)
-      const double a = static_cast<double>(same) / total, b = 1 - a;
-      out.f = a * out.f + b * o.f;
-      out.b = a * out.b + b * o.b;
-      out.w = a * out.w + b * o.w;
+      const double own = static_cast<double>(same) / total, rest = 1 - own;
+      out.f = own * out.f + rest * o.f;
+      out.b = own * out.b + rest * o.b;
+      out.w = own * out.w + rest * o.w;
     };
     fill(dense, e.dense, shared ? &shared->dense : nullptr);
     fill(moe, e.moe, shared ? &shared->moe : nullptr);
