@@ -155,7 +155,16 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
 // The rows of megatron_bridge_nemo_perf_summary.csv of a model in `models`
 // (the summary's name -> the shipped model) on a shipped system (DGX H100,
 // DGX B200, GB200 NVL72), not NVFP4 and without FSDP (not modelled): each
-// passed to `use` with its shipped model, cluster and GPU name.
+// passed to `use` with a run holding what every row states (model, cluster,
+// GPU, GPUs, batch, sequence length, cp, throughputs, number formats) and
+// the plan every recipe shares (the published tp, pp, vp and micro-batch,
+// sequence parallelism and TP communication overlap with tp > 1, the
+// distributed optimizer, overlapped gradient reduce and parameter gather,
+// interleaving with vp > 1), to which `use` adds its table, label and the
+// rest of the plan. FP8 recipes: NeMo 24.07's FP8 is Transformer Engine's
+// delayed scaling (its default then); Megatron-Bridge's "FP8" and "FP8-CS"
+// are current (tensorwise) scaling, the performance scripts' default;
+// MXFP8/FP8-MX is mxfp8; FP8-blockwise is blockwise.
 template <class Use>
 void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std::string>& models, Use use) {
   const std::map<std::string, std::pair<std::string, std::string>> systems = {
@@ -163,25 +172,41 @@ void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std
   for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
     const auto m = models.find(row.at("model"));
     const auto sys = systems.find(row.at("system"));
-    if (m == models.end() || sys == systems.end() || row.at("precision") == "NVFP4") continue;
+    const std::string& prec = row.at("precision");
+    if (m == models.end() || sys == systems.end() || prec == "NVFP4") continue;
     if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
-    use(row, m->second, sys->second.first, sys->second.second);
+    PublishedRun r;
+    r.model = m->second;
+    r.cluster = sys->second.first;
+    r.gpu = sys->second.second;
+    r.gpus = int_cell(row, "gpus", 0);
+    r.batch = int_cell(row, "gbs", 0);
+    r.seq_len = int_cell(row, "seq_len", 0);
+    r.cp = int_cell(row, "cp", 1);
+    r.tflops_per_gpu = std::stod(row.at("tflops_per_gpu"));
+    r.tokens_per_s_per_gpu = std::stod(row.at("tokens_per_s_per_gpu"));
+    if (prec != "BF16") {
+      r.precision = Precision::fp8;
+      r.fp8_recipe = prec == "MXFP8" || prec == "FP8-MX"  ? Fp8Recipe::mxfp8
+                     : prec == "FP8-blockwise"             ? Fp8Recipe::blockwise
+                     : row.at("source") == "NEMO_24.07"    ? Fp8Recipe::delayed
+                                                           : Fp8Recipe::tensorwise;
+    }
+    const int tp = int_cell(row, "tp", 1), vp = int_cell(row, "vp", 1);
+    r.plan = fmt::format("tp={},pp={},mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on", tp,
+                         int_cell(row, "pp", 1), int_cell(row, "mbs", 1));
+    if (tp > 1) r.plan += ",sp=on,tp_comm_overlap=on";
+    if (vp > 1) r.plan += fmt::format(",vpp={},schedule=interleaved", vp);
+    use(row, r);
   }
 }
 
 // Megatron-Bridge / NeMo performance summaries
 // (megatron_bridge_nemo_perf_summary.csv), their dense rows that Megascope can
 // express: a shipped model (Llama 2 and 3, NeMo's GPT-3) on a shipped cluster
-// (DGX H100, DGX B200, GB200 NVL72), BF16 or FP8, without FSDP (not modelled)
-// and not NVFP4. Plans: the published tp, pp, cp, vp, micro-batch and batch
-// with what every recipe turns on (sequence parallelism and TP communication
-// overlap with tp > 1, the distributed optimizer, overlapped gradient reduce
-// and parameter gather, the interleaved schedule with vp > 1, no
-// recomputation), Llama 3.1 405B counting the embedding and the loss in the
-// pipeline split as its recipe does. FP8 recipes: NeMo 24.07's FP8 is
-// Transformer Engine's delayed scaling (its default then); Megatron-Bridge's
-// "FP8" and "FP8-CS" are current (tensorwise) scaling, the performance
-// scripts' default FP8 recipe; MXFP8/FP8-MX is mxfp8.
+// (for_bridge_rows), with the published cp and no recomputation, Llama 3.1
+// 405B counting the embedding and the loss in the pipeline split as its
+// recipe does.
 inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
   const std::map<std::string, std::string> models = {
       {"LLAMA3_8B", "llama3-8b"},       {"LLAMA3-8B", "llama3-8b"},       {"LLAMA3_70B", "llama3-70b"},
@@ -189,35 +214,11 @@ inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
       {"LLAMA2-13B", "llama2-13b"},     {"LLAMA2-70B", "llama2-70b"},     {"GPT3-5B", "nemo-gpt3-5b"},
       {"GPT3-20B", "nemo-gpt3-20b"},    {"GPT3-175B", "nemo-gpt3-175b"}};
   std::vector<PublishedRun> out;
-  for_bridge_rows(ref_dir, models, [&](const auto& row, const std::string& model, const std::string& cluster,
-                                       const std::string& gpu) {
-    const std::string& prec = row.at("precision");
-    const int tp = int_cell(row, "tp", 1), pp = int_cell(row, "pp", 1), cp = int_cell(row, "cp", 1),
-              vp = int_cell(row, "vp", 1);
-    std::string plan = fmt::format("tp={},pp={},cp={},mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on",
-                                   tp, pp, cp, int_cell(row, "mbs", 1));
-    if (tp > 1) plan += ",sp=on,tp_comm_overlap=on";
-    if (vp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vp);
-    if (model == "llama3-405b") plan += ",embedding_in_split=on,loss_in_split=on";
-    PublishedRun r;
+  for_bridge_rows(ref_dir, models, [&](const auto& row, PublishedRun& r) {
     r.table = "bridge-nemo";
-    r.label = fmt::format("{} {} {}", row.at("source"), row.at("model"), prec);
-    r.model = model;
-    r.cluster = cluster;
-    r.gpu = gpu;
-    r.plan = plan;
-    r.gpus = int_cell(row, "gpus", 0);
-    r.batch = int_cell(row, "gbs", 0);
-    r.seq_len = int_cell(row, "seq_len", 0);
-    r.tflops_per_gpu = std::stod(row.at("tflops_per_gpu"));
-    r.tokens_per_s_per_gpu = std::stod(row.at("tokens_per_s_per_gpu"));
-    r.cp = cp;
-    if (prec != "BF16") {
-      r.precision = Precision::fp8;
-      r.fp8_recipe = prec == "MXFP8" || prec == "FP8-MX" ? Fp8Recipe::mxfp8
-                     : row.at("source") == "NEMO_24.07"   ? Fp8Recipe::delayed
-                                                          : Fp8Recipe::tensorwise;
-    }
+    r.label = fmt::format("{} {} {}", row.at("source"), row.at("model"), row.at("precision"));
+    if (r.cp > 1) r.plan += fmt::format(",cp={}", r.cp);
+    if (r.model == "llama3-405b") r.plan += ",embedding_in_split=on,loss_in_split=on";
     out.push_back(std::move(r));
   });
   return out;
@@ -254,44 +255,23 @@ inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
       {"Qwen3_30B_a3B", "qwen3-30b-a3b"}, {"Qwen3_235B_a22B", "qwen3-235b-a22b"}, {"DeepSeekV3", "deepseek-v3"},
       {"GPT-OSS-120B", "gpt-oss-120b"}};
   std::vector<PublishedRun> out;
-  for_bridge_rows(ref_dir, models, [&](const auto& row, const std::string& model, const std::string& cluster,
-                                       const std::string& gpu) {
-    const std::string& prec = row.at("precision");
-    const int tp = int_cell(row, "tp", 1), pp = int_cell(row, "pp", 1), vp = int_cell(row, "vp", 1),
-              ep = int_cell(row, "ep", 1);
+  for_bridge_rows(ref_dir, models, [&](const auto& row, PublishedRun& r) {
+    const int pp = int_cell(row, "pp", 1), vp = int_cell(row, "vp", 1), ep = int_cell(row, "ep", 1);
     const auto note = row.find("notes");
     const std::string notes = note == row.end() ? "" : note->second;
-    std::string plan = fmt::format("tp={},pp={},ep={},etp=1,mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on",
-                                   tp, pp, ep, int_cell(row, "mbs", 1));
-    if (tp > 1) plan += ",sp=on,tp_comm_overlap=on";
-    if (vp > 1) plan += fmt::format(",vpp={},schedule=interleaved", vp);
-    PublishedRun r;
+    r.plan += fmt::format(",ep={},etp=1", ep);
     r.token_drop = notes.find("tokendrop") != std::string::npos;
-    if (model == "deepseek-v3") {
+    if (r.model == "deepseek-v3") {
       r.mtp_layers = notes.find("w/o MTP") != std::string::npos ? 0 : 1;
-      if (pp > 1) plan += ",layout=" + deepseek_v3_layout(pp * vp, r.mtp_layers > 0);
-      plan += ",recompute=selective,recompute_modules=mla_up_proj";
-    } else if (model == "qwen3-235b-a22b" && pp > 1) {
-      plan += ",embedding_in_split=on,loss_in_split=on";   // Megatron-Bridge's Qwen3-235B recipes
+      if (pp > 1) r.plan += ",layout=" + deepseek_v3_layout(pp * vp, r.mtp_layers > 0);
+      r.plan += ",recompute=selective,recompute_modules=mla_up_proj";
+    } else if (r.model == "qwen3-235b-a22b" && pp > 1) {
+      r.plan += ",embedding_in_split=on,loss_in_split=on";   // Megatron-Bridge's Qwen3-235B recipes
     }
     r.table = "bridge-nemo-moe";
-    r.label = fmt::format("{} {} {}{} (tp{} pp{} vp{} ep{} mbs{})", row.at("source"), row.at("model"), prec,
-                          r.token_drop ? " tokendrop" : "", tp, pp, vp, ep, int_cell(row, "mbs", 1));
-    r.model = model;
-    r.cluster = cluster;
-    r.gpu = gpu;
-    r.plan = plan;
-    r.gpus = int_cell(row, "gpus", 0);
-    r.batch = int_cell(row, "gbs", 0);
-    r.seq_len = int_cell(row, "seq_len", 0);
-    r.tflops_per_gpu = std::stod(row.at("tflops_per_gpu"));
-    r.tokens_per_s_per_gpu = std::stod(row.at("tokens_per_s_per_gpu"));
-    if (prec != "BF16") {
-      r.precision = Precision::fp8;
-      r.fp8_recipe = prec == "MXFP8" || prec == "FP8-MX" ? Fp8Recipe::mxfp8
-                     : prec == "FP8-blockwise"            ? Fp8Recipe::blockwise
-                                                          : Fp8Recipe::tensorwise;
-    }
+    r.label = fmt::format("{} {} {}{} (tp{} pp{} vp{} ep{} mbs{})", row.at("source"), row.at("model"),
+                          row.at("precision"), r.token_drop ? " tokendrop" : "", int_cell(row, "tp", 1), pp, vp, ep,
+                          int_cell(row, "mbs", 1));
     out.push_back(std::move(r));
   });
   return out;

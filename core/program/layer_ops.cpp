@@ -398,7 +398,6 @@ std::uint32_t LayerEmitter::memo(Pass pass, int layer, bool flag, const OpContex
 std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
-  ctx.host_paced = host_paced(s, layer);
   return memo(Pass::forward, layer, false, ctx, input_dep, [&] { return emit_forward(layer, ctx_in, input_dep); });
 }
 
@@ -406,7 +405,6 @@ std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, s
                                            bool selective) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
-  ctx.host_paced = host_paced(s, layer);
   ctx.phase = Phase::backward_input;
   return memo(Pass::backward_input, layer, selective, ctx, input_dep,
               [&] { return emit_backward_input(layer, ctx_in, input_dep, selective); });
@@ -415,7 +413,6 @@ std::uint32_t LayerEmitter::backward_input(int layer, const OpContext& ctx_in, s
 std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
   OpContext ctx = ctx_in;
   ctx.layer = layer;
-  ctx.host_paced = host_paced(s, layer);
   ctx.phase = Phase::backward_weight;
   return memo(Pass::backward_weight, layer, false, ctx, input_dep,
               [&] { return emit_backward_weight(layer, ctx_in, input_dep); });
