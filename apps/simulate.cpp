@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "apps/expected_error.hpp"
@@ -10,6 +11,7 @@
 #include "core/program/builder.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/network.hpp"
+#include "sim/timed_program.hpp"
 
 namespace megascope::cli {
 
@@ -41,16 +43,17 @@ Result<sim::CostModel> cost_model_for(const Setup& s, const std::optional<std::s
 Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions& o) {
   const Setup& s = sc.setup;
   const auto t0 = std::chrono::steady_clock::now();
-  auto program = build_program(s);
-  if (!program) return tl::unexpected(program.error());
   auto cost = cost_model_for(s, o.calibration);
   if (!cost) return tl::unexpected(cost.error());
   const sim::Topology topo = sim::Topology::build(s.cluster, s.world);
+  auto timed = sim::build_timed_program(s, *cost, topo);
+  if (!timed) return tl::unexpected(timed.error());
   sim::SimOptions so;
   so.mode = o.mode;
-  auto result = sim::simulate(*program, topo, *cost, so);
+  auto result = sim::simulate(timed->program, topo, *cost, so);
   if (!result) return tl::unexpected(result.error());
-  SimulateOutcome out{std::move(*program), std::move(*result), {}, cost->profile().source, 0};
+  SimulateOutcome out{std::move(timed->program), std::move(*result), {}, cost->profile().source, 0,
+                      std::move(timed->inputs), std::move(timed->chosen)};
   out.report = sim::make_report(s, out.program, out.result);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.trace)
@@ -93,6 +96,12 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
   j["mfu_no_causal_halving"] = r.mfu_no_causal;
   j["expected_error"] = expected_error_json(expected_error(s, r.mfu, shipped_regimes()));
   j["hardware_tflops_per_gpu_no_causal_halving"] = r.hardware_tflops_per_gpu_no_causal;
+  if (!out.auto_chosen.empty()) {
+    const StageTimes& it = out.auto_inputs.times;
+    j["auto_schedule"] = {{"memory_limit_microbatches", out.auto_inputs.memory_limit},
+                          {"f_s", it.f}, {"b_s", it.b}, {"w_s", it.w}, {"transfer_s", it.comm},
+                          {"w_memory", out.auto_inputs.w_memory}, {"chosen", out.auto_chosen}};
+  }
   j["bubble_fraction"] = r.bubble_fraction;
   j["busiest_bubble_fraction"] = r.busiest_bubble_fraction;
   j["exposed_comm_s"] = exposed;
@@ -139,6 +148,16 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
   addl(t, "             {:.1f} TFLOP/s with recomputation counted (Narayanan et al.'s convention)",
        r.hardware_tflops_per_gpu_no_causal);
   addl(t, "  expected   {}", expected_error_text(expected_error(s, r.mfu, shipped_regimes())));
+  if (!out.auto_chosen.empty()) {
+    const StageTimes& it = out.auto_inputs.times;
+    const auto ms = [](const std::vector<double>& v) {
+      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      return fmt::format("{:.2f}-{:.2f}", 1e3 * *lo, 1e3 * *hi);
+    };
+    addl(t, "  order      {} within {} micro-batches' activations, from the stages' times F {} ms, B {} ms, W {} ms, "
+         "transfer {:.3f} ms: {}", to_string(s.plan.schedule), out.auto_inputs.memory_limit, ms(it.f),
+         ms(it.b), ms(it.w), 1e3 * it.comm, out.auto_chosen);
+  }
   addl(t, "  bubble     {:.1f}% of the step (mean idle over stages); {:.1f}% at the busiest stage (the zero-bubble "
        "paper's bubble rate)", 100 * r.bubble_fraction, 100 * r.busiest_bubble_fraction);
   std::string ex;

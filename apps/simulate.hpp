@@ -8,6 +8,7 @@
 
 #include "apps/scenario.hpp"
 #include "core/program/program.hpp"
+#include "core/schedule/schedule.hpp"
 #include "sim/engine.hpp"
 #include "sim/report.hpp"
 
@@ -25,6 +26,9 @@ struct SimulateOutcome {
   sim::SimReport report;
   std::string profile_source;
   double wall_s = 0;
+  // zb-1p / zb-2p: the stage times their order was placed from, and the candidate kept.
+  AutoScheduleInputs auto_inputs;
+  std::string auto_chosen;
 };
 
 // The device's shipped cost model, with `calibration` laid over it when given.

@@ -150,6 +150,11 @@ int main(int argc, char** argv) {
     fmt::print("{}", moe_section(ref));
     return 0;
   }
+  // `validation_report REF - schedules`: the pipeline-schedule section alone.
+  if (argc > 3 && std::string(argv[3]) == "schedules") {
+    fmt::print("{}", schedules_section(ref));
+    return 0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::string md;
   auto add = [&](const std::string& s) { md += s + "\n"; };
@@ -357,6 +362,8 @@ int main(int argc, char** argv) {
     add(fmt::format("(from {:.1f}%).", 100 * mae_t2));
     add("");
   }
+
+  md += schedules_section(ref);
 
   // --- Ablations ---
   add("## Published ablations (directions)");

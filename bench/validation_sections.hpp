@@ -36,4 +36,8 @@ struct MoeValidation {
 MoeValidation moe_validation(const std::string& ref_dir);
 std::string moe_section(const std::string& ref_dir);
 
+// Every pipeline schedule on the zero-bubble paper's setups: throughput and
+// bubble rate per schedule, and their order (markdown).
+std::string schedules_section(const std::string& ref_dir);
+
 }  // namespace megascope

@@ -12,15 +12,18 @@ const char* to_string(Schedule s) {
     case Schedule::dualpipe: return "dualpipe";
     case Schedule::dualpipev: return "dualpipev";
     case Schedule::zb_h2: return "zb-h2";
+    case Schedule::zb_1p: return "zb-1p";
+    case Schedule::zb_2p: return "zb-2p";
   }
   return "?";
 }
-const char* schedule_names() { return "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipe, dualpipev"; }
+const char* schedule_names() { return "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-1p, zb-2p, zb-v, dualpipe, dualpipev"; }
 
 const std::vector<Schedule>& all_schedules() {
   static const std::vector<Schedule> all = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::gpipe,
-                                            Schedule::zb_h1,       Schedule::zb_h2,       Schedule::zb_v,
-                                            Schedule::dualpipe,    Schedule::dualpipev};
+                                            Schedule::zb_h1,       Schedule::zb_h2,       Schedule::zb_1p,
+                                            Schedule::zb_2p,       Schedule::zb_v,        Schedule::dualpipe,
+                                            Schedule::dualpipev};
   return all;
 }
 

@@ -13,7 +13,10 @@
 
 namespace megascope {
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe, dualpipev, zb_h2 };
+// zb_1p and zb_2p: Qi et al.'s automatic zero-bubble schedules, placed from
+// the stages' pass times under a memory limit of pp and 2 pp micro-batches'
+// activations (core/schedule/zb_auto.cpp).
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipe, dualpipev, zb_h2, zb_1p, zb_2p };
 enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 enum class AttentionKernel { flash, unfused };      // fused (flash/cuDNN) or score matrices kept

@@ -28,7 +28,8 @@ QSpinBox* spin(int lo, int hi, const QString& special = {}) {
 }
 
 const Schedule kSchedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1,
-                               Schedule::zb_h2, Schedule::zb_v,        Schedule::dualpipe,    Schedule::dualpipev};
+                               Schedule::zb_h2, Schedule::zb_1p,       Schedule::zb_2p,       Schedule::zb_v,
+                               Schedule::dualpipe, Schedule::dualpipev};
 
 }  // namespace
 

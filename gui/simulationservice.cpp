@@ -8,6 +8,7 @@
 #include "core/program/builder.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/network.hpp"
+#include "sim/timed_program.hpp"
 
 namespace megascope::gui {
 
@@ -15,13 +16,13 @@ Result<std::shared_ptr<SimulationOutcome>> simulateSetup(const Setup& setup, sim
   const auto t0 = std::chrono::steady_clock::now();
   auto out = std::make_shared<SimulationOutcome>();
   out->setup = setup;
-  auto program = build_program(setup);
-  if (!program) return tl::unexpected(program.error());
-  out->program = std::move(*program);
   auto cost = sim::CostModel::for_device(setup.cluster.device);
   if (!cost) return tl::unexpected(cost.error());
   out->profileSource = cost->profile().source;
   const sim::Topology topo = sim::Topology::build(setup.cluster, setup.world);
+  auto program = sim::build_timed_program(setup, *cost, topo);   // zb-1p/zb-2p: placed from the stages' times
+  if (!program) return tl::unexpected(program.error());
+  out->program = std::move(program->program);
   sim::SimOptions so;
   so.mode = mode;
   auto result = sim::simulate(out->program, topo, *cost, so);

@@ -539,11 +539,15 @@ struct Estimator::Impl {
       case Schedule::gpipe:
       case Schedule::one_f_one_b: bubble = csum - cmax; break;
       case Schedule::interleaved: bubble = (csum - cmax) / c.vpp; break;
+      // ZB-1p and ZB-2p keep the faster of their heuristic's order and ZB-H1's
+      // (ZB-H2's), which fit their limits: the handcrafted forms bound them.
+      case Schedule::zb_1p:
       case Schedule::zb_h1: bubble = (p - 1) * std::max(0.0, fm + bm - wm); break;
       // ZB-H2: rank 0's own gap is (p - 1)(F + B - 2W) (Qi et al. Table 2);
       // without post-validation the last rank also starts (p - 1) F late.
       // Fewer than 2p - 1 micro-batches cannot fill the warm-up: about one
       // pass time per missing micro-batch stays idle.
+      case Schedule::zb_2p:
       case Schedule::zb_h2:
         bubble = (p - 1) * std::max(c.post_validation ? 0.0 : fm, fm + bm - 2 * wm) +
                  std::max(0, 2 * p - 1 - m) * (fm + bm + wm) / 3;

@@ -16,6 +16,7 @@
 #include "core/program/builder.hpp"
 #include "sim/engine.hpp"
 #include "sim/network.hpp"
+#include "sim/timed_program.hpp"
 
 namespace megascope::planner {
 
@@ -54,9 +55,10 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
                                     Topologies* shared = nullptr) {
   auto s = validate_setup(in.model, in.cluster, in.training, plan, gpus);
   if (!s) return tl::unexpected(s.error());
-  auto program = build_program(*s);
-  if (!program) return tl::unexpected(program.error());
   const sim::Topology topo = shared ? shared->get(s->cluster, s->world) : sim::Topology::build(s->cluster, s->world);
+  auto timed = sim::build_timed_program(*s, cost, topo);
+  if (!timed) return tl::unexpected(timed.error());
+  const Program* program = &timed->program;
   sim::SimOptions so;
   so.mode = sim::Mode::reduced;
   so.record_trace = false;   // the report only: the engine gathers what it reads

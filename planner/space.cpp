@@ -370,7 +370,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.embedding_in_split = split.embedding;
                     c.loss_in_split = split.loss;
                     c.schedule = s;
-                    c.post_validation = s == Schedule::zb_h2;
+                    c.post_validation = s == Schedule::zb_h2 || s == Schedule::zb_2p;
                     const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
                     for (int sp = 0; sp < 2; ++sp) {
                       if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;

@@ -100,7 +100,7 @@ struct Candidate {
   // --moe-shared-expert-overlap: not enumerated; set wherever it applies
   // (shared experts and an all-to-all to hide them behind), never slower here.
   bool shared_expert_overlap = false;
-  // Optimizer post-validation: set with zb-h2, whose parallelogram needs it,
+  // Optimizer post-validation: set with zb-h2 and zb-2p (Qi et al. run ZB-2p with it),
   // and nowhere else (no other schedule's iteration gets shorter with it here).
   bool post_validation = false;
 };

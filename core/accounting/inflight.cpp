@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/schedule/schedule.hpp"
+
 namespace megascope {
 
 void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* row, int chunks, int group) {
@@ -40,6 +42,13 @@ void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight*
       // just run).
       row[0].full = std::min(2 * (p - r) - 1, m);
       row[0].weight_grad_only = std::min(2 * r + 1, m - row[0].full);
+      break;
+    case Schedule::zb_1p:
+    case Schedule::zb_2p:
+      // Placed from the stages' times under a limit of p (2p) micro-batches'
+      // full activations, counting one awaiting its W at M_W <= M_B
+      // (core/schedule/zb_auto.cpp): charged at the limit.
+      row[0].full = std::min(auto_memory_limit(schedule, p), m);
       break;
     case Schedule::zb_v:
       row[0].full = std::min(2 * p - r - 1, m);

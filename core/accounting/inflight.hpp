@@ -11,6 +11,8 @@
 //                for their weight gradients (Qi et al. 2024, Table 2:
 //                (p - i + 1) M_B + (i - 1) M_W for worker i = r + 1)
 //   zb-h2        2(p - r) - 1, plus up to 2r + 1 awaiting W (core/schedule/zb_h2.cpp)
+//   zb-1p, zb-2p at their memory limit: p (2p) micro-batches, an awaiting W
+//                counted as a full one (core/schedule/zb_auto.cpp)
 //   zb-v         V shape: chunk 0 is stage r, chunk 1 stage 2p-1-r of a 2p-stage
 //                pipeline; 2p - r - 1 and r + 1 micro-batches (p M_B per rank)
 //   dualpipe     rank r is stage r of one direction and stage p-1-r of the

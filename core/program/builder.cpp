@@ -118,7 +118,11 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   prog.grid = RankGrid{s.plan.tp, s.plan.cp, s.dp, pp, s.etp, s.plan.ep, s.edp};
   prog.schedule = s.plan.schedule;
   prog.microbatches = m;
-  std::vector<RankSchedule> schedule = make_schedule(s.plan.schedule, pp, s.vpp, m, s.microbatch_group);
+  std::vector<RankSchedule> schedule =
+      options.order ? *options.order : make_schedule(s.plan.schedule, pp, s.vpp, m, s.microbatch_group);
+  if (schedule.size() != static_cast<std::size_t>(pp))
+    return tl::unexpected(
+        Error{fmt::format("an order of {} pipeline ranks for pp {}", schedule.size(), pp), "plan.schedule", {}});
   // --overlap-moe-expert-parallel-comm: each backward that follows a forward
   // runs with it as one overlapped unit (below, the F&B units).
   if (s.plan.moe_ep_overlap)

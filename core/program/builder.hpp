@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/program/program.hpp"
+#include "core/schedule/schedule.hpp"
 #include "core/setup.hpp"
 
 namespace megascope {
@@ -11,8 +12,13 @@ namespace megascope {
 Result<Program> build_program(const Setup& s);
 // fb_overlap false: DualPipe(V)'s F&B units run their forward, then their
 // backward, one after the other (no interleaving; for comparisons).
+// order: the schedule's steps per pipeline rank to build instead of
+// make_schedule's (the automatic zero-bubble schedules placed from priced
+// times, sim/timed_program.hpp); they must be a valid order of the Setup's
+// schedule, pp and micro-batches.
 struct BuildOptions {
   bool fb_overlap = true;
+  const std::vector<RankSchedule>* order = nullptr;
 };
 Result<Program> build_program(const Setup& s, const BuildOptions& options);
 

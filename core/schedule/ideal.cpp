@@ -1,5 +1,6 @@
-// The ideal-cluster evaluator behind run_ideal(): fixed per-rank orders, no
-// communication cost, every step as early as possible.
+// The ideal-cluster evaluator behind run_ideal() and run_stage_times(): fixed
+// per-rank orders, every step as early as possible; no communication cost, or
+// (run_stage_times) a fixed transfer time between ranks.
 //
 // Steps are identified by (pass, micro-batch, virtual stage); a step's
 // dependencies (schedule.hpp) are looked up by that key, so DualPipe's two
@@ -51,7 +52,7 @@ struct Loc {
 }  // namespace
 
 IdealTimeline ideal_timeline(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
-                             IdealTimes t) {
+                             IdealTimes t, const StageTimes* per_rank) {
   const int m = microbatches;
   if (static_cast<int>(schedule.size()) != pp || m < 1)
     throw InternalError(fmt::format("run_ideal: a schedule of {} ranks for pp {} and {} micro-batches",
@@ -109,7 +110,15 @@ IdealTimeline ideal_timeline(const std::vector<RankSchedule>& schedule, Schedule
       case Pass::W: need(Pass::B, vs); break;
     }
   };
-  auto duration = [&](Pass p) { return p == Pass::F ? t.f : p == Pass::B ? t.b : t.w; };
+  if (per_rank)
+    for (const auto* v : {&per_rank->f, &per_rank->b, &per_rank->w})
+      if (static_cast<int>(v->size()) != pp)
+        throw InternalError(fmt::format("run_stage_times: times for {} ranks, pp {}", v->size(), pp));
+  const double comm = per_rank ? per_rank->comm : 0.0;
+  auto duration = [&](Pass p, int r) {
+    if (per_rank) return at(p == Pass::F ? per_rank->f : p == Pass::B ? per_rank->b : per_rank->w, r);
+    return p == Pass::F ? t.f : p == Pass::B ? t.b : t.w;
+  };
 
   IdealTimeline out;
   out.steps.resize(static_cast<std::size_t>(pp));
@@ -139,17 +148,18 @@ IdealTimeline ideal_timeline(const std::vector<RankSchedule>& schedule, Schedule
           waits.push_back({Loc{r, k}, d});
           return false;
         }
-        ready = std::max(ready, at(at(out.steps, d.rank), d.index).end);
+        ready = std::max(ready, at(at(out.steps, d.rank), d.index).end + (d.rank != r ? comm : 0.0));
       }
     }
     double length = 0;
     int forwards = 0, backwards = 0;
     for (int k = begin; k < end; ++k) {
-      length += duration(step(r, k).pass);
+      length += duration(step(r, k).pass, r);
       forwards += step(r, k).pass == Pass::F;
       backwards += step(r, k).pass == Pass::B;
     }
-    if (forwards == 1 && backwards == 1 && t.fb_overlapped >= 0) length += t.fb_overlapped - t.f - t.b;
+    if (forwards == 1 && backwards == 1 && t.fb_overlapped >= 0)
+      length += t.fb_overlapped - duration(Pass::F, r) - duration(Pass::B, r);
     for (int k = begin; k < end; ++k) {
       at(at(out.steps, r), k) = {ready, ready + length};
       at(at(done, r), k) = 1;
@@ -209,6 +219,11 @@ namespace megascope {
 IdealResult run_ideal(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
                       IdealTimes t) {
   return schedule_detail::ideal_timeline(schedule, s, pp, vpp, microbatches, t).result;
+}
+
+IdealResult run_stage_times(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
+                            const StageTimes& t) {
+  return schedule_detail::ideal_timeline(schedule, s, pp, vpp, microbatches, {}, &t).result;
 }
 
 }  // namespace megascope

@@ -18,7 +18,9 @@ int schedule_chunks(Schedule s, int vpp) {
     case Schedule::gpipe:
     case Schedule::one_f_one_b:
     case Schedule::zb_h1:
-    case Schedule::zb_h2: return 1;
+    case Schedule::zb_h2:
+    case Schedule::zb_1p:
+    case Schedule::zb_2p: return 1;
   }
   return 1;
 }
@@ -67,6 +69,16 @@ std::vector<RankSchedule> make_schedule(Schedule s, int pp, int vpp, int microba
       return interleaved_order(pp, vpp, m, group);
     case Schedule::zb_h1: return zb_h1_order(pp, m);
     case Schedule::zb_h2: return zb_h2_order(pp, m);
+    case Schedule::zb_1p:
+    case Schedule::zb_2p: {
+      // Without the stages' times: equal unit passes, no transfer time, and
+      // M_W = M_B (sim/timed_program.cpp places the order from priced times).
+      AutoScheduleInputs in;
+      in.times = {std::vector<double>(static_cast<std::size_t>(pp), 1.0), std::vector<double>(static_cast<std::size_t>(pp), 1.0),
+                  std::vector<double>(static_cast<std::size_t>(pp), 1.0), 0.0};
+      in.memory_limit = auto_memory_limit(s, pp);
+      return auto_zero_bubble(pp, m, in).order;
+    }
     case Schedule::zb_v: return zb_v_order(pp, m);
     case Schedule::dualpipe:
       if (pp % 2 != 0) precondition(s, fmt::format("pp must be even, found {}", pp));

@@ -102,4 +102,45 @@ struct IdealResult {
 IdealResult run_ideal(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
                       IdealTimes t = {});
 
+// The same with each pipeline rank's own pass times (a stage of its own
+// layers; the first and last stages with the embedding and the loss) and a
+// transfer time between a pass on one rank and the pass on another rank that
+// waits for it (a pipeline send of one micro-batch; none within a rank).
+struct StageTimes {
+  std::vector<double> f, b, w;   // per pipeline rank
+  double comm = 0;
+};
+IdealResult run_stage_times(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
+                            const StageTimes& t);
+
+// The automatic zero-bubble schedules (zb-1p, zb-2p; Qi et al. 2024, Sec. 3):
+// the order that finishes first under per-rank pass times and a memory limit.
+// A micro-batch holds 1 (its full activations, M_B) on a rank from its F to
+// its B, and w_memory (M_W / M_B) from its B to its W; a rank never holds more
+// than memory_limit. Candidates: the paper's heuristic (warm-up forwards up to
+// the limit, then F and B in turn, W where a gap would be longer than W or
+// would become the largest accumulated bubble, or where memory must be freed),
+// over its binary choices, and the handcrafted ZB-H1 and ZB-H2 orders where
+// they fit the limit; each is timed with run_ideal and the fastest kept (the
+// paper refines its heuristic with an ILP instead). `objective_span`: minimise
+// the longest rank's span (optimizer post-validation) rather than the makespan.
+struct AutoScheduleInputs {
+  StageTimes times;                // per rank, and the transfer time
+  double memory_limit = 0;         // in M_B; at least 1
+  std::vector<double> w_memory;    // per rank, M_W / M_B in [0, 1]; empty: 1
+  bool objective_span = false;
+};
+struct AutoSchedule {
+  std::vector<RankSchedule> order;
+  std::string chosen;              // which candidate: "heuristic (...)", "zb-h1", "zb-h2"
+  double time = 0;                 // its objective under the inputs' times
+};
+AutoSchedule auto_zero_bubble(int pp, int microbatches, const AutoScheduleInputs& in);
+
+// The memory limit, in M_B, of zb-1p (pp) and zb-2p (2 pp).
+int auto_memory_limit(Schedule s, int pp);
+
+// Peak of (F run, B not) + w_memory x (B run, W not) along one rank's order.
+double order_peak_memory(const RankSchedule& order, double w_memory);
+
 }  // namespace megascope

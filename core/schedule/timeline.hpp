@@ -22,7 +22,8 @@ struct IdealTimeline {
 // and its data dependencies allow; see run_ideal() in schedule.hpp. Throws
 // InternalError on a malformed schedule (a step outside the model, a pass
 // listed twice, a dependency no rank runs) and on a deadlock.
+// `per_rank`: per-rank times and the transfer time instead of t's (run_stage_times).
 IdealTimeline ideal_timeline(const std::vector<RankSchedule>& schedule, Schedule s, int pp, int vpp, int microbatches,
-                             IdealTimes t = {});
+                             IdealTimes t = {}, const StageTimes* per_rank = nullptr);
 
 }  // namespace megascope::schedule_detail

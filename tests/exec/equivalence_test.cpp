@@ -74,6 +74,8 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {2, "pp=2,schedule=zb-h1"},
       {2, "pp=2,schedule=zb-v"},
       {2, "pp=2,schedule=zb-h2"},
+      {2, "pp=2,schedule=zb-1p"},   // placed from the CPU profile's priced stage times
+      {2, "pp=2,schedule=zb-2p"},
       {2, "pp=2,vpp=2,schedule=interleaved,microbatch_group=4"},
       // Stages holding only the embedding or only the loss: 4 + 2 layers, one per virtual stage.
       {2, "pp=2,vpp=3,schedule=interleaved,embedding_in_split=on,loss_in_split=on"},
