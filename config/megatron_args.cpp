@@ -446,6 +446,9 @@ Result<MegatronLaunch> interpret(Args& args) {
   // keeps the schedule's default: today's.
   if (args.has("--no-overlap-p2p-communication")) p.overlap_p2p_comm = false;
   else if (args.has("--overlap-p2p-communication") && p.schedule == Schedule::interleaved) p.overlap_p2p_comm = true;
+  // Read by the interleaved schedule only; Megatron-Core's 1f1b never looks at it.
+  if (args.has("--overlap-p2p-communication-warmup-flush") && p.schedule == Schedule::interleaved)
+    p.overlap_p2p_warmup_flush = true;
   // pp_scatter_gather stays off: a launch line runs on Megatron-Core, which
   // sends whole tensors whatever --no-scatter-gather-tensors-in-pipeline says.
 
@@ -688,6 +691,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (!p.tp_grad_overlap) sw("--no-async-tensor-model-parallel-allreduce");
   if (!p.grad_accum_fusion) sw("--no-gradient-accumulation-fusion");
   if (p.schedule == Schedule::interleaved && !setup.overlap_p2p_comm) sw("--no-overlap-p2p-communication");
+  if (p.overlap_p2p_warmup_flush) sw("--overlap-p2p-communication-warmup-flush");
   if (p.moe_shared_expert_overlap) sw("--moe-shared-expert-overlap");
   if (p.moe_ep_overlap) sw("--overlap-moe-expert-parallel-comm");
   // Always named: Megatron-LM's default (allgather) is not Megascope's.

@@ -127,6 +127,7 @@ constexpr Entry kUsed[] = {
     {"--overlap-param-gather", Arity::none},
     {"--tp-comm-overlap", Arity::none},
     {"--overlap-p2p-communication", Arity::none},      // plan overlap_p2p_comm (interleaved only)
+    {"--overlap-p2p-communication-warmup-flush", Arity::none},   // plan overlap_p2p_warmup_flush (interleaved only)
     {"--no-overlap-p2p-communication", Arity::none},
     {"--no-async-tensor-model-parallel-allreduce", Arity::none},
     {"--no-gradient-accumulation-fusion", Arity::none},
@@ -378,7 +379,6 @@ constexpr Entry kIgnored[] = {
     {"--no-pin-cpu-grads", Arity::none},
     {"--no-pin-cpu-params", Arity::none},
     // communication tuning
-    {"--overlap-p2p-communication-warmup-flush", Arity::none},
     {"--defer-embedding-wgrad-compute", Arity::none},
     {"--wgrad-deferral-limit", Arity::one},
     {"--no-align-grad-reduce", Arity::none},

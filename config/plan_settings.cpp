@@ -77,7 +77,8 @@ const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap", "moe_ep_overlap",
+      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
+      "moe_shared_expert_overlap", "moe_ep_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
       "embedding_in_split", "loss_in_split", "layout", "post_validation"};
   return keys;
@@ -136,6 +137,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
   if (key == "pp_scatter_gather") return set_bool(plan.pp_scatter_gather);
   if (key == "moe_shared_expert_overlap") return set_bool(plan.moe_shared_expert_overlap);
   if (key == "moe_ep_overlap") return set_bool(plan.moe_ep_overlap);
+  if (key == "overlap_p2p_warmup_flush") return set_bool(plan.overlap_p2p_warmup_flush);
   if (key == "overlap_p2p_comm") {
     auto v = boolean(key, value);
     if (!v) return tl::unexpected(v.error());
@@ -281,6 +283,8 @@ std::string format_inline_plan(const PlanSpec& plan) {
       add_bool(key, plan.moe_shared_expert_overlap, d.moe_shared_expert_overlap);
     else if (key == "moe_ep_overlap")
       add_bool(key, plan.moe_ep_overlap, d.moe_ep_overlap);
+    else if (key == "overlap_p2p_warmup_flush")
+      add_bool(key, plan.overlap_p2p_warmup_flush, d.overlap_p2p_warmup_flush);
     else if (key == "overlap_p2p_comm") {
       if (plan.overlap_p2p_comm) add(key, on_off(*plan.overlap_p2p_comm));
     }
@@ -326,6 +330,7 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.overlap_param_gather == b.overlap_param_gather && a.tp_comm_overlap == b.tp_comm_overlap &&
          a.tp_grad_overlap == b.tp_grad_overlap && a.grad_accum_fusion == b.grad_accum_fusion &&
          a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&
+         a.overlap_p2p_warmup_flush == b.overlap_p2p_warmup_flush &&
          a.moe_shared_expert_overlap == b.moe_shared_expert_overlap && a.moe_ep_overlap == b.moe_ep_overlap &&
          a.schedule == b.schedule && a.attention == b.attention &&
          a.cp_comm == b.cp_comm && a.moe_dispatcher == b.moe_dispatcher &&

@@ -113,6 +113,13 @@ struct PlanSpec {
   // schedule, off for gpipe and 1f1b (their p2p calls always wait) and on for
   // the others (--overlap-p2p-communication, the interleaved default).
   std::optional<bool> overlap_p2p_comm;
+  // The interleaved schedule's warm-up and flush transfers overlapped too
+  // (--overlap-p2p-communication-warmup-flush, off by default in Megatron-
+  // Core). Off, with overlap_p2p_comm on: after each warm-up forward the rank
+  // sends its output and receives the next input and waits for both, and
+  // after each flush backward likewise for the gradients; only the steady
+  // state overlaps. Needs the interleaved schedule and overlap_p2p_comm.
+  bool overlap_p2p_warmup_flush = false;
   // MoE shared experts computed beside the EP all-to-alls
   // (--moe-shared-expert-overlap): their fc1 during the dispatch, their fc2
   // during the combine, on a stream of their own. No effect without shared

@@ -501,6 +501,13 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
                 fmt::format("overlap_p2p_comm=off (Megatron-LM's synchronous pipeline communication) is modelled for "
                             "the gpipe, 1f1b and interleaved schedules, not {}",
                             to_string(sch)));
+  if (p.overlap_p2p_warmup_flush && sch != Schedule::interleaved)
+    return fail("plan.overlap_p2p_warmup_flush",
+                fmt::format("overlaps the interleaved schedule's warm-up and flush transfers; schedule {} has none "
+                            "of its own (its transfers follow overlap_p2p_comm)", to_string(sch)));
+  if (p.overlap_p2p_warmup_flush && !s.overlap_p2p_comm)
+    return fail("plan.overlap_p2p_warmup_flush", "needs overlap_p2p_comm=on (Megatron-Core: overlapping in warm-up and "
+                                                 "flush is only compatible with overlap_p2p_comm)");
   if (pipelined && p.pp < 2)
     return fail("plan.schedule", fmt::format("schedule {} needs pp >= 2", to_string(sch)));
   if (sch == Schedule::dualpipe) {

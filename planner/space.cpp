@@ -116,6 +116,7 @@ PlanSpec to_plan(const Candidate& c) {
   p.overlap_param_gather = c.overlap_param_gather;
   p.tp_comm_overlap = c.tp_comm_overlap;
   p.moe_shared_expert_overlap = c.shared_expert_overlap;
+  p.overlap_p2p_warmup_flush = c.p2p_warmup_flush;
   p.schedule = c.schedule;
   p.post_validation = c.post_validation;
   return p;
@@ -154,6 +155,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.overlap_param_gather = p.overlap_param_gather;
   c.tp_comm_overlap = p.tp_comm_overlap;
   c.shared_expert_overlap = p.moe_shared_expert_overlap;
+  c.p2p_warmup_flush = p.overlap_p2p_warmup_flush;
   c.post_validation = p.post_validation;
   return c;
 }
@@ -371,6 +373,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.loss_in_split = split.loss;
                     c.schedule = s;
                     c.post_validation = s == Schedule::zb_h2 || s == Schedule::zb_2p;
+                    c.p2p_warmup_flush = s == Schedule::interleaved;
                     const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
                     for (int sp = 0; sp < 2; ++sp) {
                       if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;

@@ -100,6 +100,9 @@ struct Candidate {
   // --moe-shared-expert-overlap: not enumerated; set wherever it applies
   // (shared experts and an all-to-all to hide them behind), never slower here.
   bool shared_expert_overlap = false;
+  // --overlap-p2p-communication-warmup-flush: set with the interleaved
+  // schedule (its warm-up and flush transfers overlapped, never slower).
+  bool p2p_warmup_flush = false;
   // Optimizer post-validation: set with zb-h2 and zb-2p (Qi et al. run ZB-2p with it),
   // and nowhere else (no other schedule's iteration gets shorter with it here).
   bool post_validation = false;

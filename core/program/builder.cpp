@@ -254,10 +254,32 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     // W); the interleaved schedule's steady state pairs a forward with the
     // backward after it and sends the forward's output only after that
     // backward (send_forward_backward_recv_forward_backward).
-    const bool sync_p2p = !s.overlap_p2p_comm && pp > 1;
-    const bool pair_fb = sync_p2p && s.plan.schedule == Schedule::interleaved;
+    //
+    // The interleaved schedule with overlap_p2p_comm but without
+    // overlap_p2p_warmup_flush (Megatron-Core's default) is synchronous in
+    // its warm-up (each forward's output sent and the next input received,
+    // both waited for) and its flush (likewise each backward's gradient),
+    // and overlapped in the steady state between them.
+    const bool all_sync = !s.overlap_p2p_comm && pp > 1;
+    const bool ends_sync = !all_sync && pp > 1 && s.plan.schedule == Schedule::interleaved && !s.plan.overlap_p2p_warmup_flush;
+    const bool sync_p2p = all_sync || ends_sync;
+    const bool pair_fb = all_sync && s.plan.schedule == Schedule::interleaved;
     std::vector<int> group_of(steps.size(), 0);
-    const int warmup = pair_fb ? interleaved_warmup(pp, s.vpp, m, r, s.microbatch_group) : 0;
+    const int warmup = s.plan.schedule == Schedule::interleaved && sync_p2p
+                           ? interleaved_warmup(pp, s.vpp, m, r, s.microbatch_group)
+                           : 0;
+    // Which steps communicate synchronously: every step, or the warm-up's
+    // forwards and the backwards after the last forward.
+    std::vector<char> sync_step(steps.size(), all_sync ? 1 : 0);
+    if (ends_sync) {
+      std::size_t last_f = 0;
+      for (std::size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].pass == Pass::F) last_f = i;
+      for (std::size_t i = 0, forwards = 0; i < steps.size(); ++i) {
+        if (steps[i].pass == Pass::F) ++forwards;
+        sync_step[i] = (steps[i].pass == Pass::F && static_cast<int>(forwards) <= warmup) || i > last_f;
+      }
+    }
     for (std::size_t i = 1, forwards = !steps.empty() && steps[0].pass == Pass::F ? 1 : 0; i < steps.size(); ++i) {
       const ScheduleStep& a = steps[i - 1];
       const ScheduleStep& b = steps[i];
@@ -296,13 +318,15 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     };
     std::vector<HeldSend> held;                 // synchronous: this group's sends, posted at its end
     std::vector<std::uint32_t> sent;            // synchronous: the last group's sends
+    std::size_t cur = 0;   // the step being written
     const auto send = [&](OpLabel label, const OpContext& ctx, int to, std::uint64_t tag, Deps deps) {
-      if (sync_p2p) held.push_back({label, ctx, to, tag, deps});
+      if (sync_step[cur]) held.push_back({label, ctx, to, tag, deps});
       else w.p2p(OpKind::send, label, ctx, to, tag, p2p_bytes, deps);
     };
 
     std::vector<std::uint32_t> step_begin(steps.size() + 1, 0);   // each step's first op
     for (std::size_t i = 0; i < steps.size(); ++i) {
+      cur = i;
       step_begin[i] = w.size();
       const ScheduleStep& st = steps[i];
       const ChunkLayers& ch = chunks[static_cast<std::size_t>(st.chunk)];
@@ -310,7 +334,10 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
       const int dir = dualpipe ? st.chunk : 0;
       OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
       const auto peer = [&](int stage) { return peer_of(st, stage); };
-      if (sync_p2p && (i == 0 || group_of[i] != group_of[i - 1])) {
+      // The first overlapped step after a synchronous one still waits at the
+      // point that ends it (Megatron-Core's last warm-up exchange receives
+      // the next forward's input too).
+      if ((sync_step[i] && (i == 0 || group_of[i] != group_of[i - 1])) || (i > 0 && !sync_step[i] && sync_step[i - 1])) {
         // A communication point: the group's receives are posted with the
         // last group's sends, and its first compute waits for all of them.
         Deps gate;
@@ -326,7 +353,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         Deps first_deps;
         if (vs > 0 && peer(vs - 1) != r) {
           // Synchronous: the communication point's gate has waited for it.
-          if (!sync_p2p) first_deps.push(*receive(i, {}));
+          if (!posted[i]) first_deps.push(*receive(i, {}));
         } else if (vs > 0) {
           if (auto it = f_out.find({dir, st.microbatch, vs - 1}); it != f_out.end()) first_deps.push(it->second);
         }
@@ -412,7 +439,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         };
         std::optional<std::uint32_t> dep;
         if (vs < last_vs && peer(vs + 1) != r)
-          dep = sync_p2p ? posted[i] : receive(i, {});
+          dep = posted[i] ? posted[i] : receive(i, {});
         else if (vs < last_vs)
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
         if (ch.loss) {
@@ -502,7 +529,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         if (overlap) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
         else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));
       }
-      if (sync_p2p && (i + 1 == steps.size() || group_of[i + 1] != group_of[i])) {
+      if (sync_step[i] && (i + 1 == steps.size() || group_of[i + 1] != group_of[i])) {
         // The group's sends go when its last compute has ended.
         const std::optional<std::uint32_t> end = w.last_compute();
         for (HeldSend& hs : held) {

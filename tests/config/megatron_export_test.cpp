@@ -185,6 +185,15 @@ TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives ba
   const Setup sync = validated(m, t, p);
   check_round_trip(sync);
   CHECK_THAT(*export_megatron_args(sync), Catch::Contains("--no-overlap-p2p-communication"));
+  CHECK_THAT(*export_megatron_args(sync), !Catch::Contains("warmup-flush"));
+
+  // Overlapped warm-up and flush (Megatron-Core's --overlap-p2p-communication-warmup-flush).
+  p.overlap_p2p_comm.reset();
+  p.overlap_p2p_warmup_flush = true;
+  const Setup flushed = validated(m, t, p);
+  check_round_trip(flushed);
+  CHECK_THAT(*export_megatron_args(flushed), Catch::Contains("--overlap-p2p-communication-warmup-flush"));
+  p.overlap_p2p_warmup_flush = false;
 
   // Megatron-LM's 1f1b cannot overlap its transfers: no line for it.
   p.vpp.reset();

@@ -593,6 +593,10 @@ TEST_CASE("Pipeline communication flags: off where the line says so, overlap onl
   // Megatron-LM's 1f1b always waits: the flag changes nothing.
   CHECK_FALSE(import_ok(base + "--overlap-p2p-communication").plan.overlap_p2p_comm.has_value());
   CHECK(import_ok(base + "--no-overlap-p2p-communication").plan.overlap_p2p_comm == false);
+  // Warm-up and flush overlapped: read by the interleaved schedule only.
+  CHECK_FALSE(import_ok(base + vpp).plan.overlap_p2p_warmup_flush);
+  CHECK(import_ok(base + vpp + "--overlap-p2p-communication-warmup-flush").plan.overlap_p2p_warmup_flush);
+  CHECK_FALSE(import_ok(base + "--overlap-p2p-communication-warmup-flush").plan.overlap_p2p_warmup_flush);
 }
 
 TEST_CASE("A launch line runs Megatron-Core's pipeline transfers: no scatter-gather, whatever its flag says", "[config]") {

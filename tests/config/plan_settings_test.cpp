@@ -222,12 +222,12 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather, a2a"));
 }
 
-TEST_CASE("plan_keys lists the 34 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 35 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "moe_shared_expert_overlap",
-      "moe_ep_overlap", "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
+      "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
+      "moe_shared_expert_overlap", "moe_ep_overlap", "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
       "embedding_in_split", "loss_in_split", "layout", "post_validation"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
@@ -235,7 +235,7 @@ TEST_CASE("plan_keys lists the 34 documented keys and every one of them is accep
     INFO(key);
     std::string value = "2";
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
-        key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" ||
+        key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" || key == "overlap_p2p_warmup_flush" ||
         key == "moe_shared_expert_overlap" || key == "moe_ep_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation")
       value = "on";
     if (key == "layout") value = "Et|tL";

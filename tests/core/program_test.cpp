@@ -526,7 +526,7 @@ TEST_CASE("Synchronous pipeline communication: each group's compute waits for th
     else CHECK(deferred == 0);
   }
   // Overlapped: sends gate nothing and receives wait for nothing.
-  for (const char* plan : {"tp=1,pp=4,overlap_p2p_comm=on", "tp=1,pp=2,vpp=2,schedule=interleaved"}) {
+  for (const char* plan : {"tp=1,pp=4,overlap_p2p_comm=on", "tp=1,pp=2,vpp=2,schedule=interleaved,overlap_p2p_warmup_flush=on"}) {
     INFO(plan);
     auto p = build_program(make_setup(m, "dgx-a100", plan, 8, std::string(plan).find("vpp") != std::string::npos ? 2 : 4));
     REQUIRE(p);
@@ -536,6 +536,65 @@ TEST_CASE("Synchronous pipeline communication: each group's compute waits for th
         if (st.ops[i].kind == OpKind::recv) CHECK(st.ops[i].dep_count == 0);
       }
   }
+}
+
+TEST_CASE("Interleaved without overlap_p2p_warmup_flush: the warm-up's and the flush's transfers are waited for, the "
+          "steady state's overlapped", "[core]") {
+  // Megatron-Core's default: after each warm-up forward the output is sent
+  // and the next input received, both waited for; likewise after each flush
+  // backward; the steady state between them overlaps.
+  const ModelSpec m = gpt_no_bias(8, 512, 8);
+  const auto gated = [](const StageProgram& st, std::size_t i) {
+    for (std::size_t j = i + 1; j < st.ops.size(); ++j)
+      for (std::uint32_t d = st.ops[j].dep_begin; d < st.ops[j].dep_begin + st.ops[j].dep_count; ++d)
+        if (st.deps[d] == i && st.ops[j].kind == OpKind::compute && st.ops[j].kernel_count == 0) return true;
+    return false;
+  };
+  const int pp = 4, vpp = 2, micro = 8;
+  for (const bool flush : {false, true}) {
+    INFO("overlap_p2p_warmup_flush " << flush);
+    const Setup s = make_setup(m, "dgx-a100", fmt::format("tp=1,pp={},vpp={},schedule=interleaved,overlap_p2p_warmup_flush={}",
+                                                          pp, vpp, flush ? "on" : "off"), micro, pp);
+    auto p = build_program(s);
+    REQUIRE(p);
+    for (int r = 0; r < pp; ++r) {
+      INFO("rank " << r);
+      const StageProgram& st = p->stages[static_cast<std::size_t>(r)];
+      // Forward sends in order: the first `warmup` belong to warm-up forwards.
+      const int warmup = interleaved_warmup(pp, vpp, micro, r);
+      int forward_sends = 0, gated_warmup = 0, gated_steady = 0, warmup_sends = 0, steady_sends = 0;
+      for (std::size_t i = 0; i < st.ops.size(); ++i) {
+        const Op& op = st.ops[i];
+        if (op.kind != OpKind::send || op.label != OpLabel::pp_activation) continue;
+        const bool in_warmup = forward_sends < warmup;
+        ++forward_sends;
+        (in_warmup ? warmup_sends : steady_sends) += 1;
+        if (gated(st, i)) (in_warmup ? gated_warmup : gated_steady) += 1;
+      }
+      CHECK(gated_steady == 0);
+      if (flush) CHECK(gated_warmup == 0);
+      else CHECK(gated_warmup == warmup_sends);
+      // Backward sends after the last forward (the flush) are waited for likewise.
+      std::size_t last_forward = 0;
+      for (std::size_t i = 0; i < st.ops.size(); ++i)
+        if (st.ops[i].kind == OpKind::compute && st.ops[i].phase == Phase::forward) last_forward = i;
+      int flush_sends = 0, flush_gated = 0;
+      for (std::size_t i = last_forward; i < st.ops.size(); ++i)
+        if (st.ops[i].kind == OpKind::send && st.ops[i].label == OpLabel::pp_gradient) {
+          ++flush_sends;
+          flush_gated += gated(st, i);
+        }
+      if (r > 0) CHECK(flush_sends > 0);
+      // The last send has no step after it to gate; the others do without the flag.
+      if (flush) CHECK(flush_gated == 0);
+      else CHECK(flush_gated >= flush_sends - 1);
+    }
+  }
+  expect_error(try_setup(m, "dgx-a100", "tp=1,pp=2,overlap_p2p_warmup_flush=on", 8, 2), "plan.overlap_p2p_warmup_flush",
+               "interleaved");
+  expect_error(try_setup(m, "dgx-a100", "tp=1,pp=2,vpp=2,schedule=interleaved,overlap_p2p_comm=off,overlap_p2p_warmup_flush=on",
+                         8, 2),
+               "plan.overlap_p2p_warmup_flush", "overlap_p2p_comm");
 }
 
 TEST_CASE("Pipeline transfers carry the SP shard, Megatron-Core's whole activation, or a scattered slice gathered over TP",

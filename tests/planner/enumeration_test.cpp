@@ -131,6 +131,7 @@ TEST_CASE("Every structural plan of a small dense model: enumerated exactly when
                   PlanSpec canon = p;
                   canon.dp = setup->dp;
                   if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
+                  canon.overlap_p2p_warmup_flush = s == Schedule::interleaved;
                   legal.insert(format_inline_plan(canon));
                 }
   check_same(legal, got);
@@ -238,6 +239,7 @@ TEST_CASE("Uneven first/last stages: every split within the depth, and only lega
                 PlanSpec canon = p;
                 canon.dp = setup->dp;
                 if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
+                  canon.overlap_p2p_warmup_flush = s == Schedule::interleaved;
                 legal.insert(format_inline_plan(canon));
               }
       INFO("mode " << to_string(mode) << ", depth " << depth);
@@ -300,12 +302,13 @@ TEST_CASE("Embedding and loss counted in the split: every legal split, with inte
               PlanSpec canon = p;
               canon.dp = setup->dp;
               if (canon.vpp == default_vpp(s) && s != Schedule::interleaved) canon.vpp.reset();
+                  canon.overlap_p2p_warmup_flush = s == Schedule::interleaved;
               legal.insert(format_inline_plan(canon));
             }
     INFO("mode " << to_string(mode));
     check_same(legal, got);
     // 10 + 2 = 12 over pp 4: 3 a rank, interleaved with vpp 3; auto takes it (4 does not divide 10).
-    CHECK(got.count("pp=4,vpp=3,dp=4,schedule=interleaved,embedding_in_split=on,loss_in_split=on") ==
+    CHECK(got.count("pp=4,vpp=3,dp=4,overlap_p2p_warmup_flush=on,schedule=interleaved,embedding_in_split=on,loss_in_split=on") ==
           (mode == UnevenStages::off ? 0u : 1u));
     CHECK(got.empty() == (mode == UnevenStages::off));
   }
