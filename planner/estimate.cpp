@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -122,6 +124,16 @@ struct Estimator::Impl {
   std::unordered_map<TimeKey, TimeEntry, KeyHash, KeyEq> times;
   std::unordered_map<TimeKey, const TimeEntry*, KeyHash, KeyEq> time_bases;   // layer_times
   std::map<std::array<int, 3>, std::vector<int>> units;   // fb_units
+  // inflight_candidates by (schedule, pp, vpp, m, rank), with each one's total.
+  struct Peaks {
+    std::vector<std::vector<int>> counts;
+    std::vector<int> totals;
+  };
+  std::map<std::array<int, 5>, Peaks> peaks;
+  std::vector<int> odd_chunks;   // scratch: chunks whose bytes differ from the rank's common value
+  const Peaks* last_peaks = nullptr;   // the last key's entry of `peaks`
+  std::array<int, 5> last_peaks_key{};
+  std::vector<double> chunk_bytes;   // scratch: per chunk of a rank, one micro-batch's activations
   std::map<int, sim::Topology> topologies;
   std::unordered_map<CommKey, CommTable, KeyHash, KeyEq> comm;
   LastEntry<Key, Layout> last_layout;
@@ -443,6 +455,59 @@ struct Estimator::Impl {
       const int nch = static_cast<int>(rl.chunks.size());
       if (inflight.size() < rl.chunks.size()) inflight.resize(rl.chunks.size());   // vpp is not bounded
       rank_inflight(c.schedule, c.pp, c.vpp, m, r, inflight.data(), nch);
+      // One micro-batch's full activations of chunk ci (memory_report's terms).
+      const auto per_microbatch = [&](const ChunkInfo& ch) {
+        const int rec = !full ? 0 : (uniform ? ch.count : std::min<int>(ch.count, c.recompute_layers));
+        const int rec_moe = ch.moe_prefix[static_cast<std::size_t>(rec)];
+        const int rec_dense = rec - rec_moe;
+        const int st_moe = ch.moe_prefix.back() - rec_moe, st_dense = ch.count - rec - st_moe;
+        double b = st_dense * A.dense.stored + st_moe * A.moe.stored + rec_dense * A.dense.checkpoint +
+                   rec_moe * A.moe.checkpoint;
+        if (ch.embedding) b += A.embedding;
+        if (ch.loss) b += A.output + (mtp > 0 ? mtp * (last.stored + A.output) : 0.0);
+        return b;
+      };
+      chunk_bytes.assign(static_cast<std::size_t>(nch), 0.0);
+      for (int ci = 0; ci < nch; ++ci)
+        chunk_bytes[static_cast<std::size_t>(ci)] = per_microbatch(rl.chunks[static_cast<std::size_t>(ci)]);
+      // Chunks that keep different bytes: the heaviest step of the order (memory_report does the same).
+      if (nch > 1 &&
+          std::adjacent_find(chunk_bytes.begin(), chunk_bytes.end(), std::not_equal_to<>()) != chunk_bytes.end()) {
+        const std::array<int, 5> key{static_cast<int>(c.schedule), c.pp, c.vpp, m, r};
+        if (!last_peaks || last_peaks_key != key) {
+          auto it = peaks.find(key);
+          if (it == peaks.end()) {
+            Peaks pk;
+            pk.counts = inflight_candidates(c.schedule, c.pp, c.vpp, m, r);
+            for (const std::vector<int>& v : pk.counts) pk.totals.push_back(std::accumulate(v.begin(), v.end(), 0));
+            it = peaks.emplace(key, std::move(pk)).first;
+          }
+          last_peaks = &it->second;
+          last_peaks_key = key;
+        }
+        // heaviest_inflight, with most chunks at one common value a: the sum
+        // is a x total plus the other chunks' excess (a rank's embedding or
+        // loss chunk), a few terms instead of one per chunk.
+        const double a = chunk_bytes[static_cast<std::size_t>(nch / 2)];
+        odd_chunks.clear();
+        for (int ci = 0; ci < nch; ++ci)
+          if (chunk_bytes[static_cast<std::size_t>(ci)] != a) odd_chunks.push_back(ci);
+        const std::vector<int>* heaviest = nullptr;
+        double most = -1;
+        for (std::size_t k = 0; k < last_peaks->counts.size(); ++k) {
+          const std::vector<int>& v = last_peaks->counts[k];
+          double sum = a * last_peaks->totals[k];
+          for (const int ci : odd_chunks)
+            sum += (chunk_bytes[static_cast<std::size_t>(ci)] - a) * v[static_cast<std::size_t>(ci)];
+          if (sum > most) {
+            most = sum;
+            heaviest = &v;
+          }
+        }
+        if (heaviest)
+          for (int ci = 0; ci < nch && ci < static_cast<int>(heaviest->size()); ++ci)
+            inflight[static_cast<std::size_t>(ci)].full = (*heaviest)[static_cast<std::size_t>(ci)];
+      }
       double act = 0, working = 0;
       for (int ci = 0; ci < nch; ++ci) {
         const ChunkInfo& ch = rl.chunks[static_cast<std::size_t>(ci)];
@@ -451,18 +516,11 @@ struct Estimator::Impl {
         const int rec_moe = ch.moe_prefix[static_cast<std::size_t>(rec)];
         const int rec_dense = rec - rec_moe;
         const int moe_all = ch.moe_prefix.back();
-        const int st_moe = moe_all - rec_moe, st_dense = ch.count - rec - st_moe;
-        act += in_c.full * (st_dense * A.dense.stored + st_moe * A.moe.stored);
-        act += in_c.full * (rec_dense * A.dense.checkpoint + rec_moe * A.moe.checkpoint);
+        act += in_c.full * chunk_bytes[static_cast<std::size_t>(ci)];
         if (in_c.weight_grad_only > 0)
           act += in_c.weight_grad_only * ((ch.count - moe_all) * A.dense.wgs + moe_all * A.moe.wgs);
         if (rec_dense > 0) working = std::max(working, A.dense.stored);
         if (rec_moe > 0) working = std::max(working, A.moe.stored);
-        if (ch.embedding) act += in_c.full * A.embedding;
-        if (ch.loss) {
-          act += in_c.full * A.output;
-          if (mtp > 0) act += in_c.full * mtp * (last.stored + A.output);
-        }
       }
       act += working;
       total += act + fixed_other + o.fragmentation_fraction * (act + grads);

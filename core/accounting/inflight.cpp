@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/schedule/builders.hpp"
 #include "core/schedule/schedule.hpp"
 
 namespace megascope {
@@ -64,6 +65,71 @@ void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight*
       row[1].full = std::min(r + 1, m);
       break;
   }
+}
+
+std::vector<std::vector<int>> inflight_candidates(Schedule schedule, int p, int v, int m, int r, int group) {
+  const auto chunks = static_cast<std::size_t>(schedule_chunks(schedule, v));
+  std::vector<std::vector<int>> kept;
+  std::vector<int> now(chunks, 0);
+  // Called after the last of a run of forwards (forwards only add, so those
+  // counts cover the run's others): keeps `now` unless a kept one covers it.
+  const auto covers = [&](const std::vector<int>& a, const std::vector<int>& b) {   // a >= b in every chunk
+    for (std::size_t c = 0; c < chunks; ++c)
+      if (a[c] < b[c]) return false;
+    return true;
+  };
+  const auto record = [&]() {
+    if (std::any_of(kept.begin(), kept.end(), [&](const std::vector<int>& k) { return covers(k, now); })) return;
+    std::erase_if(kept, [&](const std::vector<int>& k) { return covers(now, k); });
+    kept.push_back(now);
+  };
+  if (schedule == Schedule::interleaved) {
+    // schedule_detail::interleaved_order's steps of rank r: the warm-up's
+    // forwards, then (forward warmup + i, backward i) pairs, then backwards.
+    if (group <= 0) group = p;
+    const std::vector<std::pair<int, int>> table = schedule_detail::interleaved_table(v, m, group);
+    const int total = m * v;
+    const int warmup = interleaved_warmup(p, v, m, r, group);
+    for (int k = 0; k < warmup; ++k) ++now[static_cast<std::size_t>(table[static_cast<std::size_t>(k)].second)];
+    if (warmup == total) record();
+    // The table repeats every period = g v entries (a group on each chunk),
+    // so while both the forward (warmup + i) and the backward (i) index are
+    // in whole groups, the counts at i + period equal those at i: only the
+    // first period and the steps from a period before the partial last
+    // group onwards can add a new vector.
+    const int steady = total - warmup;
+    const int period = group * v;
+    const int whole = (m - m % group) * v;   // entries in whole groups
+    const int tail = std::max(period, whole - warmup - period);
+    for (int i = 0; i < steady; ++i) {
+      ++now[static_cast<std::size_t>(table[static_cast<std::size_t>(warmup + i)].second)];
+      if (i < period || i >= tail) record();
+      --now[static_cast<std::size_t>(v - 1 - table[static_cast<std::size_t>(i)].second)];
+    }
+    return kept;
+  }
+  const std::vector<RankSchedule> order = make_schedule(schedule, p, v, m, group);
+  const RankSchedule& steps = order[static_cast<std::size_t>(r)];
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const ScheduleStep& st = steps[i];
+    now[static_cast<std::size_t>(st.chunk)] += st.pass == Pass::F ? 1 : st.pass == Pass::B ? -1 : 0;
+    if (st.pass == Pass::F && (i + 1 == steps.size() || steps[i + 1].pass != Pass::F)) record();
+  }
+  return kept;
+}
+
+const std::vector<int>* heaviest_inflight(const std::vector<std::vector<int>>& candidates, const double* bytes) {
+  const std::vector<int>* best = nullptr;
+  double most = -1;
+  for (const std::vector<int>& v : candidates) {
+    double sum = 0;
+    for (std::size_t c = 0; c < v.size(); ++c) sum += v[c] * bytes[c];
+    if (sum > most) {
+      most = sum;
+      best = &v;
+    }
+  }
+  return best;
 }
 
 std::vector<std::vector<ChunkInflight>> inflight_microbatches(const Setup& s) {

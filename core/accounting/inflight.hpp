@@ -42,4 +42,19 @@ std::vector<std::vector<ChunkInflight>> inflight_microbatches(const Setup& s);
 // `group`: the interleaved schedule's micro-batch group (0: p).
 void rank_inflight(Schedule schedule, int p, int v, int m, int r, ChunkInflight* out, int chunks, int group = 0);
 
+// Where a rank's chunks keep different bytes per micro-batch (a layout, the
+// embedding or the loss counted in the split), its activations peak at the
+// step of its order that maximises sum over chunks of in-flight x bytes,
+// which need not be the closed form's step. The full in-flight counts per
+// chunk of rank r after each forward of its order (make_schedule's; the
+// interleaved one walked from Megatron-Core's schedule table without
+// building it), reduced to the maximal ones (none is at most another in
+// every chunk): the peak of any non-negative weighting is at one of them.
+// Their largest total is the closed form's (tests/core/schedule_inflight_test.cpp).
+std::vector<std::vector<int>> inflight_candidates(Schedule schedule, int p, int v, int m, int r, int group = 0);
+
+// Of `candidates`, the counts with the largest sum of count x bytes[c]
+// (the first of equal ones); nullptr when there are none.
+const std::vector<int>* heaviest_inflight(const std::vector<std::vector<int>>& candidates, const double* bytes);
+
 }  // namespace megascope

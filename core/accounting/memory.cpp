@@ -1,6 +1,7 @@
 #include "core/accounting/memory.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -108,10 +109,9 @@ MemoryReport memory_report(const Setup& s) {
     std::vector<std::string> order;
     double working_set = 0;   // full recompute: activations of the group being recomputed
     const auto& chunks = s.chunks[static_cast<std::size_t>(r)];
-    for (std::size_t c = 0; c < chunks.size(); ++c) {
-      const ChunkLayers& ch = chunks[c];
-      const ChunkInflight in = inflight[static_cast<std::size_t>(r)][c];
-      st.inflight_microbatches += in.full;
+    // One chunk's activations with `in` micro-batches in flight, added to (acc, order).
+    const auto add_chunk = [&](const ChunkLayers& ch, const ChunkInflight in, std::map<std::string, double>& into,
+                               std::vector<std::string>& keys) {
       const int recomputed = !full ? 0 : (*rc.method == RecomputeMethod::uniform ? ch.count
                                                                                   : std::min(ch.count, *rc.num_layers));
       double group = 0;
@@ -141,20 +141,43 @@ MemoryReport memory_report(const Setup& s) {
       for (auto [count, moe] : {std::pair<int, bool>{stored_dense, false}, {stored_moe, true}}) {
         if (count == 0) continue;
         const LayerActivations& la = moe ? *moe_layer : *dense_layer;
-        for (const ActivationTerm& t : la.terms) add_term(acc, order, t.name, in.full * count * t.bytes);
+        for (const ActivationTerm& t : la.terms) add_term(into, keys, t.name, in.full * count * t.bytes);
       }
-      if (checkpoints > 0) add_term(acc, order, "recompute_checkpoints", in.full * checkpoints);
-      if (in.weight_grad_only > 0) add_term(acc, order, "weight_grad_state", in.weight_grad_only * weight_grad);
+      if (checkpoints > 0) add_term(into, keys, "recompute_checkpoints", in.full * checkpoints);
+      if (in.weight_grad_only > 0) add_term(into, keys, "weight_grad_state", in.weight_grad_only * weight_grad);
       if (ch.embedding)
-        for (const ActivationTerm& t : edges.embedding) add_term(acc, order, t.name, in.full * t.bytes);
+        for (const ActivationTerm& t : edges.embedding) add_term(into, keys, t.name, in.full * t.bytes);
       if (ch.loss) {
-        for (const ActivationTerm& t : edges.output) add_term(acc, order, t.name, in.full * t.bytes);
+        for (const ActivationTerm& t : edges.output) add_term(into, keys, t.name, in.full * t.bytes);
         if (s.model.mtp_num_layers > 0) {
           const LayerActivations& last = activations_of(s.model.num_layers - 1);
-          add_term(acc, order, "mtp_layers",
+          add_term(into, keys, "mtp_layers",
                    in.full * s.model.mtp_num_layers * (last.stored + edges.output_bytes()));
         }
       }
+    };
+    std::vector<ChunkInflight> counts = inflight[static_cast<std::size_t>(r)];
+    if (chunks.size() > 1) {
+      // Chunks that keep different bytes per micro-batch: the heaviest step
+      // of the order (inflight_candidates), not the closed form's.
+      std::vector<double> per_mb(chunks.size(), 0.0);
+      for (std::size_t c = 0; c < chunks.size(); ++c) {
+        std::map<std::string, double> one;
+        std::vector<std::string> names;
+        add_chunk(chunks[c], ChunkInflight{1, 0}, one, names);
+        for (const auto& [name, bytes] : one) per_mb[c] += bytes;
+      }
+      if (std::adjacent_find(per_mb.begin(), per_mb.end(), std::not_equal_to<>()) != per_mb.end()) {
+        const std::vector<std::vector<int>> walked =
+            inflight_candidates(s.plan.schedule, s.plan.pp, s.vpp, s.num_microbatches, r, s.microbatch_group);
+        if (const std::vector<int>* heaviest = heaviest_inflight(walked, per_mb.data()))
+          for (std::size_t c = 0; c < chunks.size() && c < heaviest->size(); ++c) counts[c].full = (*heaviest)[c];
+      }
+    }
+    working_set = 0;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      st.inflight_microbatches += counts[c].full;
+      add_chunk(chunks[c], counts[c], acc, order);
     }
     if (working_set > 0) add_term(acc, order, "recompute_working_set", working_set);
     for (const std::string& name : order) {

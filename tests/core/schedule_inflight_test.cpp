@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "core/accounting/activations.hpp"
 #include "core/accounting/inflight.hpp"
+#include "core/accounting/memory.hpp"
 #include "core/schedule/schedule.hpp"
 #include "models.hpp"
 #include "support.hpp"
@@ -161,4 +163,81 @@ TEST_CASE("ZB-V's chunk 0 alone holds 2p - r micro-batches at times, one more th
       CHECK(closed[static_cast<std::size_t>(r)][1].full == r + 1);
     }
   }
+}
+
+TEST_CASE("inflight_candidates: maximal per-chunk counts along each rank's order, whose largest total is the closed "
+          "form's", "[core]") {
+  for (const Case& c : cases()) {
+    if (schedule_chunks(c.s, c.vpp) < 2) continue;
+    INFO(label(c));
+    const Setup s = setup_for(c);
+    const auto closed = inflight_microbatches(s);
+    const auto order = make_schedule(c.s, c.pp, c.vpp, c.m, c.group);
+    for (int r = 0; r < c.pp; ++r) {
+      const auto cands = inflight_candidates(c.s, c.pp, c.vpp, c.m, r, c.group);
+      // Every step of the order (after each pass) is covered by some candidate,
+      // and every candidate is a step of the order.
+      std::vector<int> now(static_cast<std::size_t>(schedule_chunks(c.s, c.vpp)), 0);
+      std::vector<std::vector<int>> steps;
+      for (const ScheduleStep& st : order[static_cast<std::size_t>(r)]) {
+        now[static_cast<std::size_t>(st.chunk)] += st.pass == Pass::F ? 1 : st.pass == Pass::B ? -1 : 0;
+        steps.push_back(now);
+      }
+      for (const auto& x : steps) {
+        bool covered = false;
+        for (const auto& k : cands) {
+          bool all = true;
+          for (std::size_t i = 0; i < k.size(); ++i) all = all && k[i] >= x[i];
+          covered = covered || all;
+        }
+        CHECK(covered);
+      }
+      for (const auto& k : cands) CHECK(std::find(steps.begin(), steps.end(), k) != steps.end());
+      REQUIRE_FALSE(cands.empty());
+      int most = 0, want = 0;
+      for (const auto& v : cands) {
+        int total = 0;
+        for (int x : v) total += x;
+        most = std::max(most, total);
+      }
+      for (const ChunkInflight& in : closed[static_cast<std::size_t>(r)]) want += in.full;
+      CHECK(most == want);
+      // None covers another.
+      for (std::size_t i = 0; i < cands.size(); ++i)
+        for (std::size_t j = 0; j < cands.size(); ++j) {
+          if (i == j) continue;
+          bool below = true;
+          for (std::size_t k = 0; k < cands[i].size(); ++k) below = below && cands[i][k] <= cands[j][k];
+          CHECK_FALSE(below);
+        }
+    }
+  }
+}
+
+TEST_CASE("A rank whose chunks keep different bytes is charged at the heaviest step of its order", "[core]") {
+  // pp 2, vpp 2, m 6, micro-batch group 3: rank 0 runs F of micro-batches
+  // 0-2 on chunk 0, then 0-2 on chunk 1, then 3-5 on chunk 0 before the
+  // backwards of chunk 0 return, so chunk 0 alone holds more than the closed
+  // form's split at times. With chunk 0 four times as heavy as chunk 1 that
+  // step is the peak.
+  const ModelSpec m = gpt(10, 1024, 16);
+  const Setup s =
+      make_setup(m, "dgx-a100", "pp=2,schedule=interleaved,microbatch_group=3,layout=Etttt|tttt|t|tL", 6, 2);
+  const MemoryReport rep = memory_report(s);
+  const double layer = layer_activations(s, 0).stored;
+  const EdgeActivations edges = edge_activations(s);
+  // Walk rank 0's order: chunk 0 holds 4 layers and the embedding's inputs, chunk 1 one layer.
+  const std::vector<double> per_mb = {4 * layer + edges.embedding_bytes(), layer};
+  const auto order = make_schedule(Schedule::interleaved, 2, 2, 6, 3);
+  std::vector<int> now(2, 0);
+  double heaviest = 0;
+  for (const ScheduleStep& st : order[0]) {
+    if (st.pass == Pass::F) ++now[static_cast<std::size_t>(st.chunk)];
+    if (st.pass == Pass::B) --now[static_cast<std::size_t>(st.chunk)];
+    heaviest = std::max(heaviest, now[0] * per_mb[0] + now[1] * per_mb[1]);
+  }
+  const auto closed = inflight_microbatches(s);
+  const double closed_bytes = closed[0][0].full * per_mb[0] + closed[0][1].full * per_mb[1];
+  CHECK(heaviest > closed_bytes);
+  CHECK(rep.stages[0].activations_bytes == Approx(heaviest).epsilon(1e-12));
 }
