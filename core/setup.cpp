@@ -123,13 +123,28 @@ Result<std::vector<LayoutStage>> stage_layout(const ModelSpec& m, const PlanSpec
     if (!parsed->back().loss)
       return fail("plan.layout", fmt::format("the loss (L) must be in the last stage, {}; stages after it hold nothing "
                                              "to run", stage_name(sch, pp, chunks_per_rank, stages - 1)));
+    // Megatron-Core's rules (PipelineParallelLayerLayout.validate_layer_layout):
+    // every MTP layer in one stage, the last model chunk of its rank. MTP on a
+    // rank before the last is its "standalone" MTP: the stages after it pass
+    // the main and the MTP hidden states on together to the loss.
     for (int vs = 0; vs < stages; ++vs) {
       const LayoutStage& st = (*parsed)[static_cast<std::size_t>(vs)];
-      if (st.mtp > 0 && !st.loss)
-        return fail("plan.layout",
-                    fmt::format("{} holds MTP layers apart from the loss (Megatron-Core's standalone MTP); "
-                                "standalone MTP stages are not modelled: put the m layers in the stage with L",
-                                stage_name(sch, pp, chunks_per_rank, vs)));
+      if (st.mtp == 0) continue;
+      if (st.mtp != m.mtp_num_layers)
+        return fail("plan.layout", fmt::format("{} holds {} of the {} MTP layers (m); all of them must sit in one stage",
+                                               stage_name(sch, pp, chunks_per_rank, vs), st.mtp, m.mtp_num_layers));
+      if (st.loss) continue;
+      if (sch == Schedule::zb_v || sch == Schedule::dualpipev || sch == Schedule::dualpipe)
+        return fail("plan.layout", fmt::format("{} holds the MTP layers apart from the loss (standalone MTP); Megatron-"
+                                               "Core places that stage by its interleaving, not {}'s",
+                                               stage_name(sch, pp, chunks_per_rank, vs), to_string(sch)));
+      if (vs / pp != chunks_per_rank - 1)
+        return fail("plan.layout", fmt::format("{} holds the MTP layers apart from the loss; Megatron-Core puts them in "
+                                               "the last model chunk of a rank", stage_name(sch, pp, chunks_per_rank, vs)));
+      if (vs % pp == 0)
+        return fail("plan.layout", fmt::format("{} holds the MTP layers apart from the loss on the embedding's rank; "
+                                               "a standalone MTP stage on the first pipeline rank is not modelled",
+                                               stage_name(sch, pp, chunks_per_rank, vs)));
     }
     return std::move(*parsed);
   }

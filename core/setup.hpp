@@ -29,7 +29,7 @@ struct ChunkLayers {
   int virtual_stage = 0;        // position of the chunk in the forward order of the model
   bool embedding = false;       // holds the embedding (virtual stage 0)
   bool loss = false;            // holds the output layer and the loss (the last virtual stage)
-  int mtp = 0;                  // MTP layers it holds (with the loss)
+  int mtp = 0;                  // MTP layers it holds (with the loss, or standalone before it)
 };
 
 struct Setup {

@@ -147,13 +147,14 @@ MemoryReport memory_report(const Setup& s) {
       if (in.weight_grad_only > 0) add_term(into, keys, "weight_grad_state", in.weight_grad_only * weight_grad);
       if (ch.embedding)
         for (const ActivationTerm& t : edges.embedding) add_term(into, keys, t.name, in.full * t.bytes);
-      if (ch.loss) {
+      if (ch.loss)
         for (const ActivationTerm& t : edges.output) add_term(into, keys, t.name, in.full * t.bytes);
-        if (s.model.mtp_num_layers > 0) {
-          const LayerActivations& last = activations_of(s.model.num_layers - 1);
-          add_term(into, keys, "mtp_layers",
-                   in.full * s.model.mtp_num_layers * (last.stored + edges.output_bytes()));
-        }
+      // MTP depths: their layers where they run, their heads with the loss
+      // (one stage, or a standalone MTP stage before the loss's).
+      if (const int k = s.model.mtp_num_layers; k > 0 && (ch.mtp > 0 || ch.loss)) {
+        const LayerActivations& last = activations_of(s.model.num_layers - 1);
+        const double per = (ch.mtp > 0 ? last.stored : 0.0) + (ch.loss ? edges.output_bytes() : 0.0);
+        add_term(into, keys, ch.mtp > 0 ? "mtp_layers" : "mtp_heads", in.full * k * per);
       }
     };
     std::vector<ChunkInflight> counts = inflight[static_cast<std::size_t>(r)];

@@ -117,6 +117,12 @@ RankParamParts rank_param_parts(const Setup& s, int pp_rank) {
   const double word = static_cast<double>(s.padded_vocab) * h / s.plan.tp;   // vocab-parallel
   const bool first = s.holds_embedding(pp_rank);
   const bool last = s.holds_output(pp_rank);
+  // Standalone MTP (its layers on a stage before the loss's): that rank holds
+  // them and its own copy of the word embedding to look the tokens ahead up in.
+  bool standalone = false, mtp_here = false;
+  for (const auto& rank_chunks : s.chunks)
+    for (const ChunkLayers& c : rank_chunks) standalone = standalone || (c.mtp > 0 && !c.loss);
+  for (const ChunkLayers& c : s.chunks.at(static_cast<std::size_t>(pp_rank))) mtp_here = mtp_here || c.mtp > 0;
   if (first) {
     r.embedding = word;
     if (m.position_embedding == PositionEmbedding::learned) r.embedding += static_cast<double>(m.seq_length) * h;
@@ -127,9 +133,14 @@ RankParamParts rank_param_parts(const Setup& s, int pp_rank) {
     // of the word embedding (synchronised by the embedding group), unless the
     // same rank already holds it. MTP on the last stage also needs the embedding.
     if (!m.tied_embeddings) r.output += word;
-    const bool needs_copy = (m.tied_embeddings || m.mtp_num_layers > 0) && !first;
+    const bool needs_copy = (m.tied_embeddings || (m.mtp_num_layers > 0 && !standalone)) && !first;
     if (needs_copy) r.output += word;
+    if (!standalone)
+      for (int i = 0; i < m.mtp_num_layers; ++i) r.mtp += mtp_layer_params(m, sh);
+  }
+  if (standalone && mtp_here) {
     for (int i = 0; i < m.mtp_num_layers; ++i) r.mtp += mtp_layer_params(m, sh);
+    if (!first) r.mtp.dense += word;
   }
   return r;
 }

@@ -33,8 +33,12 @@ using detail::OpContext;
 using detail::StageWriter;
 using detail::embedding_forward;
 using detail::embedding_weight;
+using detail::heads_backward;
+using detail::heads_forward;
 using detail::last_stage_backward;
 using detail::last_stage_forward;
+using detail::mtp_stage_backward;
+using detail::mtp_stage_forward;
 using detail::mtp_weight;
 using detail::output_weight;
 using detail::tokens_of;
@@ -54,6 +58,13 @@ struct ChunkParams {
   double expert = 0;
 };
 
+// Whether a chunk with the MTP layers keeps a copy of the word embedding to
+// look the tokens ahead up in: untied, or (tied) on a standalone MTP stage,
+// whose loss stage's copy is elsewhere; never on a one-stage model.
+bool mtp_embedding_copy(const Setup& s, const ChunkLayers& ch) {
+  return ch.mtp > 0 && s.virtual_stages > 1 && (!s.model.tied_embeddings || !ch.loss);
+}
+
 ChunkParams chunk_params(const Setup& s, const ChunkLayers& ch) {
   const Sharding sh{s.plan.tp, s.etp, s.plan.ep};
   ParamSplit p;
@@ -61,11 +72,9 @@ ChunkParams chunk_params(const Setup& s, const ChunkLayers& ch) {
   const double word = word_params(s);
   if (ch.embedding) p.dense += word;
   if (ch.loss && (!s.model.tied_embeddings || s.virtual_stages > 1)) p.dense += word;
-  if (ch.loss) {
+  if (ch.mtp > 0) {
     for (int k = 0; k < ch.mtp; ++k) p += mtp_layer_params(s.model, sh);
-    // MTP looks up the tokens ahead in the last stage's copy of the word
-    // embedding: its own table when untied and the first stage is elsewhere.
-    if (s.model.mtp_num_layers > 0 && !s.model.tied_embeddings && s.virtual_stages > 1) p.dense += word;
+    if (mtp_embedding_copy(s, ch)) p.dense += word;
   }
   return {p.dense, p.expert};
 }
@@ -86,13 +95,13 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
   // The output layer's weight: its own (untied) or the last stage's copy of
   // the embedding; tied on a rank that also holds the embedding, the
   // embedding piece carries it.
-  if (ch.loss) {
-    out.push_back({Piece::Kind::output, 0, (!s.model.tied_embeddings || s.virtual_stages > 1) ? word : 0.0, 0});
+  if (ch.loss) out.push_back({Piece::Kind::output, 0, (!s.model.tied_embeddings || s.virtual_stages > 1) ? word : 0.0, 0});
+  if (ch.mtp > 0) {
     // MTP layers, deepest first; the first depth's piece also completes the
     // embedding copy they look the tokens up in (chunk_params).
     for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) {
       const ParamSplit p = mtp_layer_params(s.model, sh);
-      const double copy = k == 0 && !s.model.tied_embeddings && s.virtual_stages > 1 ? word : 0.0;
+      const double copy = k == 0 && mtp_embedding_copy(s, ch) ? word : 0.0;
       out.push_back({Piece::Kind::mtp, s.model.num_layers + k, p.dense + copy, p.expert});
     }
   }
@@ -147,10 +156,19 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   // all-gathered it over TP after the receive, before the compute that needs it.
   const bool scatter_gather = s.plan.pp_scatter_gather && s.plan.tp > 1 && !s.sequence_parallel;
   const double p2p_bytes = 2.0 * tokens * h / (s.sequence_parallel || scatter_gather ? s.plan.tp : 1);
-  const auto gathered = [&](StageWriter& w, std::uint32_t recv, const OpContext& ctx) {
+  // Standalone MTP (its stage before the loss's): from that stage on, a
+  // transfer carries the main and every depth's hidden states together.
+  int mtp_vs = -1;
+  for (std::size_t vs = 0; vs < s.layout.size(); ++vs)
+    if (s.layout[vs].mtp > 0 && !s.layout[vs].loss) mtp_vs = static_cast<int>(vs);
+  // The bytes crossing the boundary between virtual stages `lower` and lower + 1.
+  const auto boundary_bytes = [&](int lower) {
+    return mtp_vs >= 0 && lower >= mtp_vs ? p2p_bytes * (1 + s.model.mtp_num_layers) : p2p_bytes;
+  };
+  const auto gathered = [&](StageWriter& w, std::uint32_t recv, const OpContext& ctx, double bytes) {
     if (!scatter_gather) return recv;
     const OpLabel label = w.program().ops[recv].label;
-    return w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, label, ctx, p2p_bytes * s.plan.tp, {recv});
+    return w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, label, ctx, bytes * s.plan.tp, {recv});
   };
   const double grad_bytes = bytes_of(s.training.grad_dtype);
   const double param_bytes = bytes_of(s.training.params_dtype);
@@ -299,13 +317,13 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
       OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
       if (st.pass == Pass::F && vs > 0 && peer_of(st, vs - 1) != r)
         return gathered(w, w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer_of(st, vs - 1),
-                                 p2p_tag(Pass::F, st.microbatch, vs, dir), p2p_bytes, deps),
-                        ctx);
+                                 p2p_tag(Pass::F, st.microbatch, vs, dir), boundary_bytes(vs - 1), deps),
+                        ctx, boundary_bytes(vs - 1));
       ctx.phase = Phase::backward_input;
       if (st.pass == Pass::B && vs < last_vs && peer_of(st, vs + 1) != r)
         return gathered(w, w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer_of(st, vs + 1),
-                                 p2p_tag(Pass::B, st.microbatch, vs, dir), p2p_bytes, deps),
-                        ctx);
+                                 p2p_tag(Pass::B, st.microbatch, vs, dir), boundary_bytes(vs), deps),
+                        ctx, boundary_bytes(vs));
       return std::nullopt;
     };
     std::vector<std::optional<std::uint32_t>> posted(steps.size());   // synchronous: receives posted ahead
@@ -314,14 +332,15 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
       OpContext ctx;
       int peer;
       std::uint64_t tag;
+      double bytes;
       Deps deps;
     };
     std::vector<HeldSend> held;                 // synchronous: this group's sends, posted at its end
     std::vector<std::uint32_t> sent;            // synchronous: the last group's sends
     std::size_t cur = 0;   // the step being written
-    const auto send = [&](OpLabel label, const OpContext& ctx, int to, std::uint64_t tag, Deps deps) {
-      if (sync_step[cur]) held.push_back({label, ctx, to, tag, deps});
-      else w.p2p(OpKind::send, label, ctx, to, tag, p2p_bytes, deps);
+    const auto send = [&](OpLabel label, const OpContext& ctx, int to, std::uint64_t tag, double bytes, Deps deps) {
+      if (sync_step[cur]) held.push_back({label, ctx, to, tag, bytes, deps});
+      else w.p2p(OpKind::send, label, ctx, to, tag, bytes, deps);
     };
 
     std::vector<std::uint32_t> step_begin(steps.size() + 1, 0);   // each step's first op
@@ -378,11 +397,16 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           }
           dep = layers.forward(l, ctx, dep);
         }
-        if (ch.loss) {
-          dep = last_stage_forward(w, layers, s, ctx, dep,
-                                   first_pass ? &layer_gate[static_cast<std::size_t>(st.chunk)] : nullptr);
+        const std::map<int, std::uint32_t>* gates = first_pass ? &layer_gate[static_cast<std::size_t>(st.chunk)] : nullptr;
+        // Standalone MTP: the depths on their own stage, the heads on the loss's.
+        if (ch.mtp > 0 && !ch.loss) dep = mtp_stage_forward(w, layers, s, ctx, dep, gates);
+        if (ch.loss && ch.mtp == 0 && s.model.mtp_num_layers > 0) {
+          dep = heads_forward(w, s, ctx, dep);
+        } else if (ch.loss) {
+          dep = last_stage_forward(w, layers, s, ctx, dep, gates);
         } else if (peer(vs + 1) != r) {
-          send(OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir), dep);
+          send(OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir),
+               boundary_bytes(vs), dep);
         } else if (dep) {
           f_out[{dir, st.microbatch, vs}] = *dep;
         }
@@ -442,16 +466,18 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           dep = posted[i] ? posted[i] : receive(i, {});
         else if (vs < last_vs)
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
-        if (ch.loss) {
-          dep = last_stage_backward(w, layers, s, ctx, dep, [&](int k, std::uint32_t input_grad) {
-            if (k < 0)
-              weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(input_grad)); });
-            else
-              weight_of(Piece::Kind::mtp,
-                        [&](const Piece&) { return mtp_weight(w, layers, s, wctx, k, w_waits(input_grad)); });
-            return *after_weights(input_grad);
-          });
-        }
+        const auto edge_weights = [&](int k, std::uint32_t input_grad) {
+          if (k < 0)
+            weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(input_grad)); });
+          else
+            weight_of(Piece::Kind::mtp, [&](const Piece&) { return mtp_weight(w, layers, s, wctx, k, w_waits(input_grad)); });
+          return *after_weights(input_grad);
+        };
+        if (ch.loss && (ch.mtp > 0 || s.model.mtp_num_layers == 0))
+          dep = last_stage_backward(w, layers, s, ctx, dep, edge_weights);
+        else if (ch.loss)   // standalone MTP: the heads here, the depths on their own stage
+          dep = heads_backward(w, s, ctx, dep, edge_weights);
+        if (ch.mtp > 0 && !ch.loss) dep = mtp_stage_backward(w, layers, s, ctx, dep, edge_weights);
         const Recompute& rc = s.plan.recompute;
         const bool selective = rc.granularity == RecomputeGranularity::selective;
         const bool full = rc.granularity == RecomputeGranularity::full;
@@ -476,7 +502,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         if (w_follows) carried_w = CarriedW{true, i + 1, dense, expert, dep, wdep};
         if (vs > 0 && peer(vs - 1) == r && dep) b_out[{dir, st.microbatch, vs}] = *dep;
         if (vs > 0 && peer(vs - 1) != r && !w_follows)
-          send(OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir), dep);
+          send(OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
+               boundary_bytes(vs - 1), dep);
       } else {
         ctx.phase = Phase::backward_weight;
         // Weight gradients in backward order; with overlap_grad_reduce the last
@@ -524,7 +551,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           OpContext bctx = ctx;
           bctx.phase = Phase::backward_input;
           if (dep) send_deps.push(*dep);
-          send(OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir), send_deps);
+          send(OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
+               boundary_bytes(vs - 1), send_deps);
         }
         if (overlap) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
         else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));
@@ -534,7 +562,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         const std::optional<std::uint32_t> end = w.last_compute();
         for (HeldSend& hs : held) {
           if (end) hs.deps.push(*end);
-          sent.push_back(w.p2p(OpKind::send, hs.label, hs.ctx, hs.peer, hs.tag, p2p_bytes, hs.deps));
+          sent.push_back(w.p2p(OpKind::send, hs.label, hs.ctx, hs.peer, hs.tag, hs.bytes, hs.deps));
         }
         held.clear();
       }

@@ -216,4 +216,27 @@ std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Set
   return output_forward(w, s, ctx, w.compute(OpLabel::output_loss, ctx, {}, both));   // the main head
 }
 
+std::uint32_t mtp_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                                std::optional<std::uint32_t> dep, const std::map<int, std::uint32_t>* gates) {
+  const std::optional<std::uint32_t> decoder = dep;
+  for (int k = 0; k < s.model.mtp_num_layers; ++k) {
+    if (gates)
+      if (auto g = gates->find(mtp_layer(s, k)); g != gates->end()) {
+        Deps join;
+        if (dep) join.push(*dep);
+        join.push(g->second);
+        dep = w.compute(OpLabel::attention, ctx, {}, join);   // wait for this bucket's parameters
+      }
+    dep = mtp_forward(w, layers, s, ctx, k, dep);
+  }
+  Deps both{*dep};
+  if (decoder) both.push(*decoder);
+  return w.compute(OpLabel::output_loss, ctx, {}, both);   // the hidden states of every depth, sent together
+}
+
+std::uint32_t heads_forward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep) {
+  for (int head = 0; head < s.model.mtp_num_layers; ++head) dep = output_forward(w, s, ctx, dep);
+  return output_forward(w, s, ctx, dep);   // the main head
+}
+
 }  // namespace megascope::detail

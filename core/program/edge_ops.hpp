@@ -55,4 +55,34 @@ std::uint32_t last_stage_backward(StageWriter& w, LayerEmitter& layers, const Se
   return x;
 }
 
+// Standalone MTP (Megatron-Core's MTP in a stage before the loss's): that
+// stage runs the depths after its decoder layers and returns the op the
+// send of the main and the MTP hidden states together waits for; the loss's
+// stage runs every head on what it receives (the MTP depths' heads, then
+// the main one, as last_stage_forward). Their backwards split
+// last_stage_backward the same way.
+std::uint32_t mtp_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                                std::optional<std::uint32_t> dep, const std::map<int, std::uint32_t>* gates = nullptr);
+std::uint32_t heads_forward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep);
+
+template <class Weights>
+std::uint32_t heads_backward(StageWriter& w, const Setup& s, const OpContext& ctx, std::optional<std::uint32_t> dep,
+                             Weights&& weights) {
+  std::uint32_t x = output_backward(w, s, ctx, dep);
+  for (int head = 0; head < s.model.mtp_num_layers; ++head) x = output_backward(w, s, ctx, x);
+  return weights(-1, x);   // the output layer's
+}
+
+template <class Weights>
+std::uint32_t mtp_stage_backward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                                 std::optional<std::uint32_t> dep, Weights&& weights) {
+  std::optional<std::uint32_t> x = dep;
+  for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) {
+    x = layers.backward_input(mtp_layer(s, k), ctx, x, false);
+    x = weights(k, *x);
+    x = mtp_projection_backward(w, s, ctx, *x);
+  }
+  return *x;
+}
+
 }  // namespace megascope::detail

@@ -435,16 +435,19 @@ TEST_CASE("A DeepSeek-V3 pipeline layout string round-trips through import and e
     CHECK_THAT(line, Catch::Contains("--pipeline-model-parallel-layout '" + layout + "'"));
     CHECK_THAT(line, !Catch::Contains("--num-virtual-stages-per-pipeline-rank"));
   }
-  // The standalone-MTP layout of Megatron-Core's docs imports as written;
-  // the Setup refuses it (not modelled), naming the stage.
+  // The standalone-MTP layout of Megatron-Core's docs: MTP on virtual stage
+  // 30 (rank 14's last chunk), the loss on stage 31.
+  const std::string standalone_layout = "Et*3|(tt|)*29,m|L";
   const MegatronLaunch standalone = import_ok(model + "--pipeline-model-parallel-size 16 "
-                                                      "--pipeline-model-parallel-layout \"Et*3|(tt|)*29,m|L\"");
-  CHECK(*standalone.plan.layout == "Et*3|(tt|)*29,m|L");
+                                                      "--pipeline-model-parallel-layout '" + standalone_layout + "'");
+  CHECK(*standalone.plan.layout == standalone_layout);
   CHECK(standalone.plan.vpp == 2);
   CHECK(standalone.plan.schedule == Schedule::interleaved);
-  auto refused = validate_setup(standalone.model, test_cluster(), standalone.training, standalone.plan);
-  REQUIRE_FALSE(refused);
-  CHECK_THAT(refused.error().message, Catch::Contains("virtual stage 30 (pipeline rank 14, chunk 1)"));
+  const Setup sa = validated(standalone.model, standalone.training, standalone.plan);
+  CHECK(sa.layout[30] == LayoutStage{0, false, false, 1});
+  CHECK(sa.layout[31] == LayoutStage{0, false, true, 0});
+  check_round_trip(sa);
+  CHECK_THAT(*export_megatron_args(sa), Catch::Contains("--pipeline-model-parallel-layout '" + standalone_layout + "'"));
   // Megatron-LM's rules on the layout flag.
   CHECK_THAT(import_error(model + "--pipeline-model-parallel-size 16 --pipeline-model-parallel-layout 'Et*4|(t*4|)*14,tmL' "
                                   "--num-virtual-stages-per-pipeline-rank 2").message,

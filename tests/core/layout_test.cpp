@@ -203,8 +203,14 @@ TEST_CASE("Layouts: a layout string places what it says, and only valid ones pas
   expect_error(try_setup(m, "dgx-a100", "pp=2,layout=Et*6|t*6|t*6|t*6L", 4, 2), "plan.layout",
                "schedule 1f1b runs one model chunk per rank");
   ModelSpec ds = shipped_model("deepseek-v3");
-  expect_error(try_setup(ds, "dgx-h100", "pp=16,vpp=2,schedule=interleaved,ep=8,sp=on,layout=Et*3|(tt|)*29,m|L", 512, 128),
-               "plan.layout", "virtual stage 30 (pipeline rank 14, chunk 1) holds MTP layers apart from the loss");
+  // Megatron-Core's standalone MTP: rank 14's last chunk holds the MTP layer, rank 15's the loss.
+  const Setup sa = make_setup(ds, "dgx-h100", "pp=16,vpp=2,schedule=interleaved,ep=8,sp=on,layout=Et*3|(tt|)*29,m|L", 512, 128);
+  CHECK(sa.chunks[14][1].mtp == 1);
+  CHECK_FALSE(sa.chunks[14][1].loss);
+  CHECK(sa.chunks[15][1].loss);
+  CHECK(sa.chunks[15][1].mtp == 0);
+  expect_error(try_setup(ds, "dgx-h100", "pp=16,vpp=2,schedule=zb-v,ep=8,sp=on,layout=Et*3|(tt|)*29,m|L", 512, 128),
+               "plan.layout", "virtual stage 30");
   expect_error(try_setup(ds, "dgx-h100", "pp=16,ep=8,layout=Et*4|(t*4|)*14,tL", 512, 128), "plan.layout",
                "holds 0 MTP layers (m); the model has 1");
   const Setup d = make_setup(ds, "dgx-h100", "pp=16,ep=8,layout=Et*4|(t*4|)*14,tmL", 512, 128);

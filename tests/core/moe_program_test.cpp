@@ -9,6 +9,7 @@
 
 #include "core/accounting/activations.hpp"
 #include "core/accounting/flops.hpp"
+#include "core/accounting/memory.hpp"
 #include "core/accounting/params.hpp"
 #include "core/program/builder.hpp"
 #include "core/program/stage_writer.hpp"
@@ -209,6 +210,65 @@ TEST_CASE("MTP layers on the last stage carry the accounting's FLOPs and their g
   const double per_layer = mtp_layer_params(m, Sharding{2, 2, 1}).total() * 4.0;   // fp32 main gradients
   CHECK(b1 - b0 == Approx(per_layer).epsilon(1e-12));
   CHECK(b2 - b1 == Approx(per_layer).epsilon(1e-12));
+}
+
+TEST_CASE("Standalone MTP: the depths on their own stage, every head with the loss, the hidden states of every depth "
+          "sent between them", "[core]") {
+  // 8 layers and 2 MTP depths over pp 4 x vpp 2 (Megatron-Core's standalone
+  // layout): the MTP stage is the last chunk of rank 2 (virtual stage 6),
+  // the loss the last chunk of rank 3 (virtual stage 7).
+  ModelSpec m = gpt_no_bias(8, 512, 8);
+  m.mtp_num_layers = 2;
+  m.tied_embeddings = false;
+  const Setup merged = make_setup(m, "dgx-a100", "tp=1,pp=4,schedule=interleaved,layout=Et|t|t|t|t|t|tt|mmL", 8, 4);
+  const Setup standalone = make_setup(m, "dgx-a100", "tp=1,pp=4,schedule=interleaved,layout=Et|t|t|t|t|t|ttmm|L", 8, 4);
+  REQUIRE(standalone.chunks[2][1].mtp == 2);
+  REQUIRE_FALSE(standalone.chunks[2][1].loss);
+  auto pm = build_program(merged), ps = build_program(standalone);
+  REQUIRE(pm);
+  REQUIRE(ps);
+  // The same work and parameters, placed differently.
+  CHECK(program_flops(*ps) == Approx(iteration_flops(standalone).hardware).epsilon(1e-9));
+  CHECK(program_flops(*ps) == Approx(program_flops(*pm)).epsilon(1e-12));
+  double params_m = 0, params_s = 0;
+  for (int r = 0; r < 4; ++r) {
+    params_m += rank_params(merged, r).total();
+    params_s += rank_params(standalone, r).total();
+  }
+  CHECK(params_s == Approx(params_m).epsilon(1e-12));
+  // MTP layers (numbered num_layers + k) run on rank 2 only.
+  for (int r = 0; r < 4; ++r) {
+    bool has_mtp = false;
+    for (const Op& op : ps->stages[static_cast<std::size_t>(r)].ops)
+      has_mtp = has_mtp || (op.layer && *op.layer >= m.num_layers);
+    CHECK(has_mtp == (r == 2));
+  }
+  // Transfers: (1 + k) x the activation from the MTP stage to the loss's, 1 x elsewhere.
+  const double act = 2.0 * 2048 * 512;   // bf16, seq 2048, mbs 1
+  for (int r = 0; r < 4; ++r)
+    for (const Op& op : ps->stages[static_cast<std::size_t>(r)].ops) {
+      if (op.kind != OpKind::send) continue;
+      const bool mtp_boundary = (r == 2 && op.peer_stage == 3 && op.label == OpLabel::pp_activation && *op.chunk == 1) ||
+                                (r == 3 && op.peer_stage == 2 && op.label == OpLabel::pp_gradient && *op.chunk == 1);
+      INFO("rank " << r << " to " << op.peer_stage << " chunk " << *op.chunk);
+      CHECK(op.bytes == Approx(mtp_boundary ? 3 * act : act));
+    }
+  // Memory: the depths' activations on the MTP stage, their heads' with the loss.
+  const MemoryReport mm = memory_report(merged), ms = memory_report(standalone);
+  const auto term = [](const StageMemory& st, const std::string& name) {
+    for (const ActivationTerm& t : st.activation_terms)
+      if (t.name == name) return t.bytes;
+    return 0.0;
+  };
+  CHECK(term(ms.stages[2], "mtp_layers") > 0);
+  CHECK(term(ms.stages[3], "mtp_heads") > 0);
+  CHECK(term(ms.stages[3], "mtp_layers") == 0);
+  CHECK(term(mm.stages[3], "mtp_layers") > 0);
+  // Megatron-Core's rules: every depth in one stage, in the last chunk of its rank.
+  expect_error(try_setup(m, "dgx-a100", "tp=1,pp=4,schedule=interleaved,layout=Et|t|t|t|t|t|ttm|mL", 8, 4),
+               "plan.layout", "all of them must sit in one stage");
+  expect_error(try_setup(m, "dgx-a100", "tp=1,pp=4,schedule=interleaved,layout=Etttt|tttt|mm|||||L", 8, 4),
+               "plan.layout", "last model chunk");
 }
 
 TEST_CASE("Recompute modules: the Program recomputes the norms, MLA's up-projections and the experts' activation in backward, "
