@@ -193,12 +193,13 @@ std::uint32_t mtp_weight(StageWriter& w, LayerEmitter& layers, const Setup& s, c
   return embedding_weight(w, s, ctx, {x});
 }
 
-// After the decoder on the last virtual stage: the MTP depths, then every
-// head (the MTP depths' and the main one).
-std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
-                                 std::optional<std::uint32_t> dep, const std::map<int, std::uint32_t>* gates) {
-  if (s.model.mtp_num_layers == 0) return output_forward(w, s, ctx, dep);
-  const std::optional<std::uint32_t> decoder = dep;
+namespace {
+
+// The MTP depths in order after `dep` (the decoder's output), each first
+// waiting for its bucket's parameter gather where `gates` has one; returns
+// the last depth's output.
+std::uint32_t mtp_depths(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                         std::optional<std::uint32_t> dep, const std::map<int, std::uint32_t>* gates) {
   for (int k = 0; k < s.model.mtp_num_layers; ++k) {
     if (gates)
       if (auto g = gates->find(mtp_layer(s, k)); g != gates->end()) {
@@ -209,7 +210,18 @@ std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Set
       }
     dep = mtp_forward(w, layers, s, ctx, k, dep);
   }
-  std::uint32_t out = *dep;
+  return *dep;
+}
+
+}  // namespace
+
+// After the decoder on the last virtual stage: the MTP depths, then every
+// head (the MTP depths' and the main one).
+std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
+                                 std::optional<std::uint32_t> dep, const std::map<int, std::uint32_t>* gates) {
+  if (s.model.mtp_num_layers == 0) return output_forward(w, s, ctx, dep);
+  const std::optional<std::uint32_t> decoder = dep;
+  std::uint32_t out = mtp_depths(w, layers, s, ctx, dep, gates);
   for (int head = 0; head < s.model.mtp_num_layers; ++head) out = output_forward(w, s, ctx, out);
   Deps both{out};
   if (decoder) both.push(*decoder);
@@ -218,19 +230,8 @@ std::uint32_t last_stage_forward(StageWriter& w, LayerEmitter& layers, const Set
 
 std::uint32_t mtp_stage_forward(StageWriter& w, LayerEmitter& layers, const Setup& s, const OpContext& ctx,
                                 std::optional<std::uint32_t> dep, const std::map<int, std::uint32_t>* gates) {
-  const std::optional<std::uint32_t> decoder = dep;
-  for (int k = 0; k < s.model.mtp_num_layers; ++k) {
-    if (gates)
-      if (auto g = gates->find(mtp_layer(s, k)); g != gates->end()) {
-        Deps join;
-        if (dep) join.push(*dep);
-        join.push(g->second);
-        dep = w.compute(OpLabel::attention, ctx, {}, join);   // wait for this bucket's parameters
-      }
-    dep = mtp_forward(w, layers, s, ctx, k, dep);
-  }
-  Deps both{*dep};
-  if (decoder) both.push(*decoder);
+  Deps both{mtp_depths(w, layers, s, ctx, dep, gates)};
+  if (dep) both.push(*dep);   // the decoder's output
   return w.compute(OpLabel::output_loss, ctx, {}, both);   // the hidden states of every depth, sent together
 }
 
