@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -207,6 +208,47 @@ Result<MegatronLaunch> interpret(Args& args) {
   m.hidden_dropout = hidden_dropout.value_or(0.1);
   m.attention_dropout = attention_dropout.value_or(0.1);
   m.mtp_num_layers = mtp.value_or(0);
+  // Sliding windows: --window-size "(W, 0)" (Megatron-LM's tuple_type; -1 an
+  // unbounded side) and --window-attn-skip-freq N (every N-th layer full).
+  if (const std::string* text = args.value("--window-size")) {
+    std::string t;
+    for (char c : *text)
+      if (c != '(' && c != ')' && c != ' ') t += c;
+    const auto comma = t.find(',');
+    long long left = 0, right = 0;
+    try {
+      std::size_t used = 0;
+      if (comma == std::string::npos) throw std::invalid_argument("no comma");
+      left = std::stoll(t.substr(0, comma), &used);
+      if (used != comma) throw std::invalid_argument("left");
+      right = std::stoll(t.substr(comma + 1), &used);
+      if (used != t.size() - comma - 1) throw std::invalid_argument("right");
+    } catch (const std::exception&) {
+      return fail("megatron.--window-size", fmt::format("expected two integers \"W,0\" (left and right of each "
+                                                        "query), found \"{}\"", *text));
+    }
+    if (right != 0)
+      return fail("megatron.--window-size", fmt::format("a window reaching {} keys right of the query is not modelled "
+                                                        "(causal attention: the right side is 0)", right));
+    if (left == 0 || left < -1)
+      return fail("megatron.--window-size", fmt::format("the left side must be a key count >= 1, or -1 for no bound; "
+                                                        "found {}", left));
+    if (left > 0) m.window_size = left;
+  }
+  if (const std::string* text = args.value("--window-attn-skip-freq")) {
+    std::size_t used = 0;
+    long long n = 0;
+    try {
+      n = std::stoll(*text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text->size() || n < 1 || n > 1'000'000)
+      return fail("megatron.--window-attn-skip-freq",
+                  fmt::format("expected an integer N >= 1 (every N-th layer attends to the whole sequence); a list "
+                              "pattern is not modelled; found \"{}\"", *text));
+    if (m.window_size > 0) m.window_skip_freq = static_cast<int>(n);
+  }
   m.make_vocab_size_divisible_by = divisor.value_or(128);
   m.seq_length = max_pos.value_or(*seq);
 
@@ -618,6 +660,10 @@ Result<std::string> export_megatron_args(const Setup& setup) {
     kv("--v-head-dim", l.v_head_dim);
   }
   if (m.mtp_num_layers > 0) kv("--mtp-num-layers", m.mtp_num_layers);
+  if (m.window_size > 0) {
+    kv("--window-size", fmt::format("{},0", m.window_size));
+    if (m.window_skip_freq > 0) kv("--window-attn-skip-freq", m.window_skip_freq);
+  }
 
   // ---- batch and precision
   kv("--micro-batch-size", p.micro_batch_size);

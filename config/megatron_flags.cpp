@@ -55,6 +55,8 @@ constexpr Entry kUsed[] = {
     {"--hidden-dropout", Arity::one},
     {"--attention-dropout", Arity::one},
     {"--mtp-num-layers", Arity::one},
+    {"--window-size", Arity::one},              // model window_size: "W,0" or "(W,0)"
+    {"--window-attn-skip-freq", Arity::one},    // model window_skip_freq: N (a list pattern is refused)
     // MoE
     {"--num-experts", Arity::one},
     {"--moe-router-topk", Arity::one},
@@ -503,8 +505,6 @@ constexpr Unmodelled kUnmodelled[] = {
     {"--optimizer-offload-fraction", Arity::one, "optimizer CPU offload is not modelled"},
     {"--squared-relu", Arity::none, "only GeLU and SwiGLU MLPs are modelled"},
     {"--quick-geglu", Arity::none, "only GeLU and SwiGLU MLPs are modelled"},
-    {"--window-size", Arity::one, "sliding-window attention is not modelled"},
-    {"--window-attn-skip-freq", Arity::one, "sliding-window attention is not modelled"},
     {"--padded-vocab-size", Arity::one,
      "give the unpadded --vocab-size (and --make-vocab-size-divisible-by) instead"},
     {"--decoder-num-layers", Arity::one, "encoder-decoder models are not modelled"},

@@ -61,6 +61,8 @@ void check_same_model(const ModelSpec& a, const ModelSpec& b) {
   CHECK(a.hidden_dropout == b.hidden_dropout);
   CHECK(a.attention_dropout == b.attention_dropout);
   CHECK(a.mtp_num_layers == b.mtp_num_layers);
+  CHECK(a.window_size == b.window_size);
+  CHECK(a.window_skip_freq == b.window_skip_freq);
   REQUIRE(a.moe.has_value() == b.moe.has_value());
   if (a.moe) {
     CHECK(a.moe->num_experts == b.moe->num_experts);
@@ -567,4 +569,26 @@ TEST_CASE("Exporting gradient dtypes Megatron cannot express fails on training.g
   auto r = export_megatron_args(s);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().field == "training.grad_dtype");
+}
+
+TEST_CASE("A model with sliding windows exports --window-size and --window-attn-skip-freq and round-trips", "[config]") {
+  ModelSpec m;
+  m.name = "gpt-windowed";
+  m.num_layers = 4;
+  m.hidden_size = 512;
+  m.ffn_hidden_size = 2048;
+  m.num_attention_heads = 8;
+  m.num_query_groups = 8;
+  m.kv_channels = 64;
+  m.vocab_size = 32000;
+  m.seq_length = 1024;
+  m.window_size = 128;
+  m.window_skip_freq = 2;
+  TrainingSpec t;
+  t.global_batch_size = 4096;
+  PlanSpec p;
+  const Setup s = validated(m, t, p);
+  const std::string line = *export_megatron_args(s);
+  CHECK_THAT(line, Catch::Contains("--window-size 128,0 --window-attn-skip-freq 2"));
+  check_round_trip(s);
 }

@@ -606,3 +606,19 @@ TEST_CASE("A launch line runs Megatron-Core's pipeline transfers: no scatter-gat
   const Error e = import_error(kSmall + "--scatter-gather-tensors-in-pipeline");
   REQUIRE_THAT(e.str(), Catch::Contains("--scatter-gather-tensors-in-pipeline"));
 }
+
+TEST_CASE("Sliding windows: --window-size W,0 and --window-attn-skip-freq N import, export and come back", "[config]") {
+  const std::string base = kSmall;
+  const MegatronLaunch l = import_ok(base + "--window-size '(128, 0)' --window-attn-skip-freq 2");
+  CHECK(l.model.window_size == 128);
+  CHECK(l.model.window_skip_freq == 2);
+  CHECK(import_ok(base + "--window-size 256,0").model.window_size == 256);
+  CHECK(import_ok(base + "--window-size 256,0").model.window_skip_freq == 0);
+  CHECK(import_ok(base + "--window-size '(-1,0)'").model.window_size == 0);   // unbounded: no window
+  CHECK(import_error(base + "--window-size 128,4").field == "megatron.--window-size");
+  CHECK_THAT(import_error(base + "--window-size 128,4").message, Catch::Contains("right"));
+  CHECK(import_error(base + "--window-size 128").field == "megatron.--window-size");
+  CHECK(import_error(base + "--window-size 0,0").field == "megatron.--window-size");
+  CHECK(import_error(base + "--window-size 128,0 --window-attn-skip-freq '[1,1,0]'").field ==
+        "megatron.--window-attn-skip-freq");
+}

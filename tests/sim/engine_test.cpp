@@ -281,7 +281,7 @@ TEST_CASE("Synchronous pipeline communication never deadlocks: every schedule th
   }
 }
 
-TEST_CASE("Interleaved warm-up and flush transfers waited for cost time; overlapped (warmup_flush) they hide", "[sim]") {
+TEST_CASE("Interleaved warm-up and flush transfers waited for cost time, overlapped (warmup_flush) they hide", "[sim]") {
   // tp 8 fills a node: the pipeline's transfers cross InfiniBand.
   const auto step = [&](const std::string& flag) {
     const Setup s = make_setup(megascope::test::gpt(16, 4096, 32, 1024, 2048), "dgx-h100",
