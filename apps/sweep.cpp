@@ -17,6 +17,7 @@
 #include "config/library.hpp"
 #include "apps/scenario.hpp"
 #include "config/plan_settings.hpp"
+#include "config/token_histogram.hpp"
 #include "exec/mpi_env.hpp"
 #include "planner/planner.hpp"
 
@@ -298,13 +299,19 @@ Result<Sweep> make_points(const SweepOptions& o) {
   for (const std::string& m : *model_names) {
     auto spec = resolve_model(m);
     if (!spec) return Err(spec.error());
-    // --moe-imbalance applies to the MoE models of the sweep; dense ones route nothing.
-    if (spec->moe)
+    // --moe-imbalance and --moe-histogram apply to the MoE models of the
+    // sweep; dense ones route nothing. A histogram must fit each MoE model's
+    // experts and layers (config/token_histogram.hpp names the mismatch).
+    if (spec->moe) {
       if (auto ok = override_moe_imbalance(*spec, so.moe_imbalance); !ok) return Err(ok.error());
+      if (so.moe_histogram)
+        if (auto ok = apply_token_histogram(*spec, *so.moe_histogram); !ok) return Err(ok.error());
+    }
     models.push_back(*spec);
   }
-  if (so.moe_imbalance && std::none_of(models.begin(), models.end(), [](const ModelSpec& m) { return m.moe.has_value(); }))
-    return Err(usage("--moe-imbalance", "no model of the sweep has experts"));
+  const bool any_moe = std::any_of(models.begin(), models.end(), [](const ModelSpec& m) { return m.moe.has_value(); });
+  if (so.moe_imbalance && !any_moe) return Err(usage("--moe-imbalance", "no model of the sweep has experts"));
+  if (so.moe_histogram && !any_moe) return Err(usage("--moe-histogram", "no model of the sweep has experts"));
   std::vector<ClusterSpec> clusters;
   auto cluster_names = names(so.cluster.value_or(""), "--cluster");
   if (!cluster_names) return Err(cluster_names.error());

@@ -1,4 +1,4 @@
-// --moe-histogram on simulate and plan: a measured per-expert token
+// --moe-histogram on simulate, plan and sweep: a measured per-expert token
 // distribution sets the busiest EP rank's load (config/token_histogram.hpp),
 // and a malformed file stops the command with its file and line.
 #include <catch2/catch.hpp>
@@ -67,4 +67,27 @@ TEST_CASE("A malformed --moe-histogram stops simulate and plan with the file, th
                         "16", "--moe-histogram", path});
   CHECK(plan.code != 0);
   CHECK_THAT(plan.err, Catch::Contains(path + ":2") && Catch::Contains("count 2 ('x')"));
+}
+
+TEST_CASE("sweep --moe-histogram: the measured skew slows every point as plan's does, and a sweep without experts "
+          "refuses it", "[apps]") {
+  const std::vector<std::string> base = {"sweep", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "8",
+                                         "--global-batch", "16", "--ep", "8", "--tp", "1", "--json", "--threads", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    const Run r = run(a);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out).at("points").at(0).at("tokens_per_s").get<double>();
+  };
+  const double balanced = with({});
+  CHECK(with({"--moe-histogram", histogram(100)}) == Approx(balanced).epsilon(1e-9));
+  const double skewed = with({"--moe-histogram", histogram(200)});
+  CHECK(skewed < 0.95 * balanced);
+  CHECK(skewed == Approx(with({"--moe-imbalance", std::to_string(16.0 * 200 / (14400.0 / 8))})).epsilon(1e-6));
+  const Run dense = run({"sweep", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "16",
+                         "--moe-histogram", histogram(100)});
+  CHECK(dense.code != 0);
+  CHECK_THAT(dense.err, Catch::Contains("--moe-histogram") && Catch::Contains("no model of the sweep has experts"));
 }
