@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <numeric>
 #include <tuple>
 
@@ -259,9 +260,26 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   }
 
   // World size and data parallelism (Megatron: world % (tp*pp*cp) == 0, dp = world / (tp*pp*cp)).
-  const int model_parallel = p.tp * p.pp * p.cp;
+  // No parallel size can exceed the cluster's devices; their products are
+  // formed in 64 bits and bounded by it before any 32-bit use.
   const int available = s.cluster.total_devices();
-  if (devices == 0) devices = p.dp ? *p.dp * model_parallel : available;
+  for (auto [field, v] : {std::pair<const char*, std::optional<int>>{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp},
+                          {"ep", p.ep}, {"dp", p.dp}, {"etp", p.etp}})
+    if (v && *v > available)
+      return fail(std::string("plan.") + field, fmt::format("{} exceeds the {} devices of cluster '{}'", *v, available,
+                                                             s.cluster.name));
+  const std::int64_t model_parallel64 = std::int64_t{p.tp} * p.pp * p.cp;
+  if (model_parallel64 > available)
+    return fail("plan.tp", fmt::format("tp x pp x cp = {} x {} x {} = {} exceeds the {} devices of cluster '{}'", p.tp,
+                                       p.pp, p.cp, model_parallel64, available, s.cluster.name));
+  const int model_parallel = static_cast<int>(model_parallel64);
+  if (devices == 0) {
+    const std::int64_t wanted = p.dp ? std::int64_t{*p.dp} * model_parallel : available;
+    if (wanted > available)
+      return fail("plan.dp", fmt::format("tp x pp x dp x cp = {} exceeds the {} devices of cluster '{}'", wanted,
+                                         available, s.cluster.name));
+    devices = static_cast<int>(wanted);
+  }
   if (devices > available)
     return fail("gpus", fmt::format("the plan needs {} devices but cluster '{}' has {} ({} nodes x {})", devices,
                                     s.cluster.name, available, s.cluster.num_nodes,
@@ -348,8 +366,8 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     if (e.shared_expert_ffn_hidden % p.tp != 0)
       return fail("plan.tp", fmt::format("shared-expert ffn size ({}) must be divisible by tp ({})",
                                          e.shared_expert_ffn_hidden, p.tp));
-    const int stage_ranks = p.tp * p.cp * s.dp;
-    if (stage_ranks % (s.etp * p.ep) != 0)
+    const int stage_ranks = p.tp * p.cp * s.dp;   // world / pp
+    if (stage_ranks % (std::int64_t{s.etp} * p.ep) != 0)
       return fail("plan.ep", fmt::format("etp x ep = {} x {} must divide the tp x cp x dp = {} ranks of a pipeline "
                                          "stage (experts live inside DP x CP)", s.etp, p.ep, stage_ranks));
     if (p.ep > 1 && p.tp > 1 && !s.sequence_parallel)

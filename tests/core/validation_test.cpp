@@ -55,6 +55,26 @@ TEST_CASE("The device count must fit the cluster and be divisible by tp x pp x c
   expect_error(try_setup(dense(), "dgx-a100", "tp=2,dp=3", 12, 8), "plan.dp", "must equal the device count 8");
 }
 
+TEST_CASE("Parallel sizes above the cluster's devices, and products that would overflow 32 bits, are one error each",
+          "[core]") {
+  // Each of these once overflowed tp x pp x cp in 32 bits: a division by
+  // zero, a negative size and an allocation failure, or a 14 s run.
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  const ClusterSpec c = shipped_cluster("dgx-a100");
+  const auto with = [&](const std::string& plan, int devices) {
+    return validate_setup(dense(), c, t, *parse_inline_plan(plan), devices);
+  };
+  expect_error(with("tp=65536,pp=65536", 8), "plan.tp", "65536 exceeds the");
+  expect_error(with("cp=2,pp=2147483647", 8), "plan.pp", "exceeds the");
+  expect_error(with("tp=4,pp=1073741826", 8), "plan.pp", "exceeds the");
+  expect_error(with("ep=1000000", 8), "plan.ep", "exceeds the");
+  expect_error(with("tp=8,pp=8,dp=1000000", 0), "plan.dp", "exceeds the");
+  // Each size fits, their product does not.
+  const int devices = c.total_devices();
+  expect_error(with(fmt::format("tp={0},pp={0}", devices), 0), "plan.tp", "exceeds the");
+}
+
 TEST_CASE("Tensor parallelism must divide heads, query groups (or be divided by them) and the FFN", "[core]") {
   expect_error(try_setup(dense(), "dgx-a100", "tp=3", 3, 3), "plan.tp", "num_attention_heads (16) must be a multiple of tp (3)");
   ModelSpec m = dense();
