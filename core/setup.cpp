@@ -269,12 +269,8 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
       return fail(std::string("plan.") + field, fmt::format("{} exceeds the {} devices of cluster '{}'", *v, available,
                                                              s.cluster.name));
   const std::int64_t model_parallel64 = std::int64_t{p.tp} * p.pp * p.cp;
-  if (model_parallel64 > available)
-    return fail("plan.tp", fmt::format("tp x pp x cp = {} x {} x {} = {} exceeds the {} devices of cluster '{}'", p.tp,
-                                       p.pp, p.cp, model_parallel64, available, s.cluster.name));
-  const int model_parallel = static_cast<int>(model_parallel64);
   if (devices == 0) {
-    const std::int64_t wanted = p.dp ? std::int64_t{*p.dp} * model_parallel : available;
+    const std::int64_t wanted = p.dp ? std::int64_t{*p.dp} * model_parallel64 : available;
     if (wanted > available)
       return fail("plan.dp", fmt::format("tp x pp x dp x cp = {} exceeds the {} devices of cluster '{}'", wanted,
                                          available, s.cluster.name));
@@ -284,14 +280,15 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     return fail("gpus", fmt::format("the plan needs {} devices but cluster '{}' has {} ({} nodes x {})", devices,
                                     s.cluster.name, available, s.cluster.num_nodes,
                                     s.cluster.node.devices_per_node));
-  if (devices % model_parallel != 0)
+  if (devices % model_parallel64 != 0)
     return fail("plan.tp", fmt::format("the device count ({}) must be divisible by tp x pp x cp = {} x {} x {} = {}",
-                                       devices, p.tp, p.pp, p.cp, model_parallel));
+                                       devices, p.tp, p.pp, p.cp, model_parallel64));
+  const int model_parallel = static_cast<int>(model_parallel64);   // at most the device count now
   s.world = devices;
   s.dp = devices / model_parallel;
   if (p.dp && *p.dp != s.dp)
     return fail("plan.dp", fmt::format("tp x pp x dp x cp = {} x {} x {} x {} = {} must equal the device count {}",
-                                       p.tp, p.pp, *p.dp, p.cp, model_parallel * *p.dp, devices));
+                                       p.tp, p.pp, *p.dp, p.cp, model_parallel64 * *p.dp, devices));
 
   // Tensor parallelism (TransformerConfig, ColumnParallelLinear).
   if (m.num_attention_heads % p.tp != 0)

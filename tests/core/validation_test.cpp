@@ -70,9 +70,9 @@ TEST_CASE("Parallel sizes above the cluster's devices, and products that would o
   expect_error(with("tp=4,pp=1073741826", 8), "plan.pp", "exceeds the");
   expect_error(with("ep=1000000", 8), "plan.ep", "exceeds the");
   expect_error(with("tp=8,pp=8,dp=1000000", 0), "plan.dp", "exceeds the");
-  // Each size fits, their product does not.
+  // Each size fits, their 64-bit product does not divide the devices.
   const int devices = c.total_devices();
-  expect_error(with(fmt::format("tp={0},pp={0}", devices), 0), "plan.tp", "exceeds the");
+  expect_error(with(fmt::format("tp={0},pp={0}", devices), 0), "plan.tp", "must be divisible by tp x pp x cp");
 }
 
 TEST_CASE("Tensor parallelism must divide heads, query groups (or be divided by them) and the FFN", "[core]") {
