@@ -511,14 +511,10 @@ Result<MegatronLaunch> interpret(Args& args) {
   } else if (args.has("--recompute-modules")) {
     unsigned modules = 0;
     for (const std::string& name : args.values.at("--recompute-modules")) {
-      if (name == "mlp" || name == "moe" || name == "shared_experts")
-        return fail("megatron.--recompute-modules",
-                    fmt::format("recomputing {} is not modelled (modelled: {})", name, recompute_module_names()));
       const auto bit = parse_recompute_modules(name);
       if (!bit)
         return fail("megatron.--recompute-modules",
-                    fmt::format("'{}' is not a module Megatron-LM recomputes ({}, mlp, moe, shared_experts)", name,
-                                recompute_module_names()));
+                    fmt::format("'{}' is not a module this import reads ({})", name, recompute_module_names()));
       modules |= *bit;
     }
     if ((modules & kRecomputeMoeAct) && !args.has("--moe-grouped-gemm"))

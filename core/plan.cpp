@@ -56,7 +56,10 @@ namespace {
 constexpr std::pair<unsigned, const char*> kModuleNames[] = {{kRecomputeCoreAttn, "core_attn"},
                                                              {kRecomputeLayernorm, "layernorm"},
                                                              {kRecomputeMlaUpProj, "mla_up_proj"},
-                                                             {kRecomputeMoeAct, "moe_act"}};
+                                                             {kRecomputeMoeAct, "moe_act"},
+                                                             {kRecomputeMlp, "mlp"},
+                                                             {kRecomputeMoe, "moe"},
+                                                             {kRecomputeSharedExperts, "shared_experts"}};
 }  // namespace
 
 std::string format_recompute_modules(unsigned modules) {
@@ -85,7 +88,9 @@ std::optional<unsigned> parse_recompute_modules(std::string_view text) {
   return out;
 }
 
-const char* recompute_module_names() { return "core_attn, layernorm, mla_up_proj, moe_act"; }
+const char* recompute_module_names() {
+  return "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts";
+}
 
 const char* to_string(RecomputeMethod m) { return m == RecomputeMethod::uniform ? "uniform" : "block"; }
 std::optional<RecomputeMethod> parse_recompute_method(std::string_view s) {

@@ -34,12 +34,21 @@ enum class MoeDispatcher { alltoall, allgather, flex };   // flex: Megatron-LM's
 // Megatron-Core's selective recomputation modules (--recompute-modules):
 // core_attn (the attention core, its default), layernorm (the input and
 // pre-MLP norms' outputs), mla_up_proj (MLA's query and key/value
-// up-projections with RoPE), moe_act (the routed experts' activation).
+// up-projections with RoPE), moe_act (the routed experts' activation), mlp
+// (a dense layer's whole MLP: fc1, activation, fc2 and their TP collectives),
+// moe (a MoE layer's whole MoE block after its norm: router, permutations,
+// dispatch and combine, routed and shared experts) and shared_experts (the
+// shared experts alone). The last three are checkpoints in Megatron-Core's
+// sense: only the submodule's input is kept and its forward runs again,
+// collectives included, at the start of its backward.
 enum RecomputeModule : unsigned {
   kRecomputeCoreAttn = 1u,
   kRecomputeLayernorm = 2u,
   kRecomputeMlaUpProj = 4u,
   kRecomputeMoeAct = 8u,
+  kRecomputeMlp = 16u,
+  kRecomputeMoe = 32u,
+  kRecomputeSharedExperts = 64u,
 };
 
 struct Recompute {

@@ -474,6 +474,24 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
       return fail("plan.recompute_modules", "mla_up_proj needs multi-latent attention (the model has none)");
     if ((*rc.modules & kRecomputeMoeAct) && !m.moe)
       return fail("plan.recompute_modules", "moe_act needs routed experts (the model has none)");
+    if ((*rc.modules & kRecomputeMoe) && !m.moe)
+      return fail("plan.recompute_modules", "moe recomputes MoE layers (the model has none; mlp recomputes dense MLPs)");
+    if ((*rc.modules & kRecomputeSharedExperts) && !(m.moe && m.moe->shared_expert_ffn_hidden > 0))
+      return fail("plan.recompute_modules", "shared_experts needs shared experts (the model has none)");
+    if (*rc.modules & kRecomputeMlp) {
+      bool dense = false;
+      for (int l = 0; l < m.num_layers && !dense; ++l) dense = !m.is_moe_layer(l);
+      if (!dense)
+        return fail("plan.recompute_modules",
+                    "mlp recomputes dense MLP layers and every layer of the model is a MoE layer (moe recomputes those)");
+    }
+    if ((*rc.modules & kRecomputeMoe) && p.moe_ep_overlap)
+      return fail("plan.recompute_modules",
+                  "moe cannot be recomputed with moe_ep_overlap=on (Megatron-Core refuses "
+                  "--overlap-moe-expert-parallel-comm with moe in --recompute-modules)");
+    if ((*rc.modules & kRecomputeSharedExperts) && p.moe_shared_expert_overlap)
+      return fail("plan.recompute_modules",
+                  "shared_experts cannot be recomputed with moe_shared_expert_overlap=on (Megatron-Core refuses it)");
   }
 
   // Precision.

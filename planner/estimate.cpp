@@ -283,7 +283,7 @@ struct Estimator::Impl {
   static ActKey act_key(const Candidate& c) {
     return {field(c.tp, 20, 0) | field(c.cp, 20, 20) | field(c.mbs, 20, 40) | field(c.sp, 1, 60) |
                 field(static_cast<std::int64_t>(c.recompute), 3, 61),
-            field(c.ep, 16, 0) | field(c.etp, 15, 16) | field(c.recompute_modules, 4, 31)};
+            field(c.ep, 16, 0) | field(c.etp, 15, 16) | field(c.recompute_modules, 7, 31)};
   }
 
   // The first layer of each kind (dense, MoE); -1 when the model has none.
@@ -333,9 +333,9 @@ struct Estimator::Impl {
     // A single stage holds both embedding tables: tied, they share one
     // gradient, which changes the edge ops' work (builder.cpp).
     const TimeKey base = {a[0] & ~field(7, 3, 61),
-                          (a[1] & ~field(15, 4, 31)) | field(c.pp == 1, 1, 39) | field(c.gpus, 23, 40) |
+                          (a[1] & ~field(127, 7, 31)) | field(c.pp == 1, 1, 39) | field(c.gpus, 23, 40) |
                               field(c.tp_comm_overlap, 1, 63)};
-    const TimeKey key = {base[0] | field(selective, 1, 61), base[1] | field(selective ? c.recompute_modules : 0, 4, 31)};
+    const TimeKey key = {base[0] | field(selective, 1, 61), base[1] | field(selective ? c.recompute_modules : 0, 7, 31)};
     const bool fb = c.schedule == Schedule::dualpipe || c.schedule == Schedule::dualpipev;
     if (const TimeEntry* t = last_time.find(key); t && (t->has_fb || !fb)) return t;
     if (auto it = times.find(key); it != times.end()) {

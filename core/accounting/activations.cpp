@@ -41,6 +41,10 @@ LayerActivations layer_activations(const Setup& st, int layer) {
   const bool norms_recomputed = modules & kRecomputeLayernorm;
   const bool up_proj_recomputed = modules & kRecomputeMlaUpProj;
   const bool expert_act_recomputed = modules & kRecomputeMoeAct;
+  // Checkpointed submodules keep only their input (docs/accounting.md).
+  const bool mlp_recomputed = (modules & kRecomputeMlp) && !m.is_moe_layer(layer);
+  const bool moe_recomputed = (modules & kRecomputeMoe) && m.is_moe_layer(layer);
+  const bool shared_recomputed = moe_recomputed || ((modules & kRecomputeSharedExperts) && m.is_moe_layer(layer));
   const bool flash = st.plan.attention == AttentionKernel::flash;
   LayerActivations out;
   auto add = [&](const char* name, double bytes) {
@@ -126,20 +130,26 @@ LayerActivations layer_activations(const Setup& st, int layer) {
   // The MLP's input: fc1's (FP8 from the fused norm in FP8). An MoE layer's
   // norm stands alone: its 16-bit output is the router's input (and, in
   // BF16, the shared experts'); in FP8 the shared experts keep their own copy.
+  // A checkpointed MLP (its norm fused into fc1) keeps nothing beyond the
+  // residual, ln2_input; a checkpointed MoE block keeps its input, the norm's
+  // output.
   if (!m.is_moe_layer(layer)) {
-    if (!norms_recomputed || fp8) add("fc1_input", gin * x.T * x.h / x.sp);
+    if ((!norms_recomputed || fp8) && !mlp_recomputed) add("fc1_input", gin * x.T * x.h / x.sp);
   } else {
-    const bool shared_copy = fp8 && m.moe->shared_expert_ffn_hidden > 0;
-    add("fc1_input", ((norms_recomputed ? 0.0 : kAct) + (shared_copy ? gin : 0.0)) * x.T * x.h / x.sp);
+    const bool shared_copy = fp8 && m.moe->shared_expert_ffn_hidden > 0 && !shared_recomputed;
+    add("fc1_input", ((norms_recomputed && !moe_recomputed ? 0.0 : kAct) + (shared_copy ? gin : 0.0)) * x.T * x.h / x.sp);
   }
-  auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local, bool act_recomputed = false) {
-    add(act_name, kAct * tokens * up * f_local);
-    if (!act_recomputed || fp8) add(fc2_name, gin * tokens * f_local);
+  // An MLP's activation input and fc2's input; a checkpointed one keeps
+  // neither, though the W pass still needs its GEMMs' inputs and gradients.
+  auto mlp = [&](const char* act_name, const char* fc2_name, double tokens, double f_local, bool act_recomputed,
+                 bool kept) {
+    if (kept) add(act_name, kAct * tokens * up * f_local);
+    if (kept && (!act_recomputed || fp8)) add(fc2_name, gin * tokens * f_local);
     add_w(gin * tokens * x.h + gin * tokens * up * f_local);   // fc1 input + output gradient
     add_w(gin * tokens * f_local + gin * tokens * x.h);        // fc2 input + output gradient
   };
   if (!m.is_moe_layer(layer)) {
-    mlp("activation_input", "fc2_input", x.T, static_cast<double>(m.ffn_hidden_size) / x.t);
+    mlp("activation_input", "fc2_input", x.T, static_cast<double>(m.ffn_hidden_size) / x.t, false, !mlp_recomputed);
   } else {
     const MoeSpec& e = *m.moe;
     // Tokens this rank routes (SP shards them over TP), then, after the EP
@@ -148,13 +158,16 @@ LayerActivations layer_activations(const Setup& st, int layer) {
     // load over the mean (Setup::expert_load), whose memory is the peak.
     const double routed = x.T / x.sp;
     const double expert_tokens = routed * e.top_k * st.etp * st.expert_load;
-    add("router_probs", 4.0 * routed * e.num_experts);      // fp32 softmax output
-    add("expert_fc1_input", gin * expert_tokens * x.h);
-    mlp("expert_activation_input", "expert_fc2_input", expert_tokens,
-        static_cast<double>(e.expert_ffn_hidden) / st.etp, expert_act_recomputed);
-    add("expert_output", kAct * expert_tokens * x.h);       // needed for the gradient of the gate weights
+    if (!moe_recomputed) {
+      add("router_probs", 4.0 * routed * e.num_experts);      // fp32 softmax output
+      add("expert_fc1_input", gin * expert_tokens * x.h);
+    }
+    mlp("expert_activation_input", "expert_fc2_input", expert_tokens, static_cast<double>(e.expert_ffn_hidden) / st.etp,
+        expert_act_recomputed, !moe_recomputed);
+    if (!moe_recomputed) add("expert_output", kAct * expert_tokens * x.h);   // for the gradient of the gate weights
     if (e.shared_expert_ffn_hidden > 0)
-      mlp("shared_activation_input", "shared_fc2_input", x.T, static_cast<double>(e.shared_expert_ffn_hidden) / x.t);
+      mlp("shared_activation_input", "shared_fc2_input", x.T, static_cast<double>(e.shared_expert_ffn_hidden) / x.t,
+          false, !shared_recomputed);
   }
   if (x.hidden_dropout) add("mlp_residual_dropout_mask", 1.0 * x.T * x.h / x.sp);
 

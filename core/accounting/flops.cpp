@@ -99,6 +99,14 @@ double recompute_forward(const Setup& st, std::int64_t s, bool causal) {
     for (int l = 0; l < m.num_layers; ++l) {
       if (modules & kRecomputeCoreAttn) extra += layer_forward_flops(m, l, s, causal).attention_core;
       if (modules & kRecomputeMlaUpProj) extra += mla_up_proj_flops(m, s);
+      // Checkpointed submodules run their GEMMs again (the router's is not counted, as in the model FLOPs).
+      const ForwardFlops f = layer_forward_flops(m, l, s, causal);
+      if (m.is_moe_layer(l)) {
+        if (modules & kRecomputeMoe) extra += f.experts + f.mlp;
+        else if (modules & kRecomputeSharedExperts) extra += f.mlp;
+      } else if (modules & kRecomputeMlp) {
+        extra += f.mlp;
+      }
     }
   } else if (rc.granularity == RecomputeGranularity::full) {
     // uniform: every layer is recomputed (in groups of recompute_layers);

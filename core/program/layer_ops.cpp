@@ -493,6 +493,21 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), {*dep}, tp_out, act);
     return *dep;
   }
+  return emit_moe_forward(ctx, *dep, false);
+}
+
+std::uint32_t LayerEmitter::emit_moe_forward(const OpContext& ctx, std::optional<std::uint32_t> dep_in, bool recompute) {
+  const Dims d = dims_of(s);
+  const ModelSpec& m = s.model;
+  const double act = activation_bytes(d);
+  const double hb = static_cast<double>(d.h);
+  const OpKind tp_out = d.sp ? OpKind::reduce_scatter : OpKind::all_reduce;
+  std::optional<std::uint32_t> dep = dep_in;
+  // The attention's bias-dropout-add and the norm before the block; the
+  // block's own bias-dropout-add after it (emit_forward).
+  const Kernel pre_drop = memory(MemoryOp::dropout_residual, 6.0 * d.Tsp * hb);
+  const Kernel post_drop = pre_drop;
+  const Kernel pre_norm = norm_forward(d);
   const MoeSpec& e = *m.moe;
   const double routed = d.Tsp;                              // tokens this rank routes
   // Tokens its local experts process: top_k x its share, times the busiest
@@ -504,10 +519,12 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   const double own = 2.0 * routed * e.top_k * hb;          // bytes of this rank's routed copies
   const Permutes perm = permutes(s, own, tokens, hb);
   {
-    std::vector<Kernel> k = {pre_drop, pre_norm, gemm(static_cast<std::int64_t>(routed), e.num_experts, d.h, Precision::bf16),
-                             memory(MemoryOp::other, 8.0 * routed * e.num_experts)};   // norm, router, top-k
+    std::vector<Kernel> k;
+    if (!recompute) k = {pre_drop, pre_norm};
+    k.push_back(gemm(static_cast<std::int64_t>(routed), e.num_experts, d.h, Precision::bf16));   // router
+    k.push_back(memory(MemoryOp::other, 8.0 * routed * e.num_experts));                          // top-k
     push_permute(k, perm.first);
-    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(k), {*dep});
+    dep = w.compute(OpLabel::moe, ctx, std::span<const Kernel>(k), dep);
   }
   const double dispatch = own * s.expert_load;              // bytes the busiest rank receives (and returns)
   const ExpertExchange xe = expert_exchange(s, routed, hb, dispatch);
@@ -551,6 +568,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (overlap || d.t == 1 || shared.empty()) {
     Deps last{*dep};
     if (overlap) last.push(compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared_fc2), {*sh}, tp_out, act));
+    if (recompute) return w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own)}, last);
     return w.compute(OpLabel::moe, ctx, {memory(MemoryOp::other, 2.0 * own), post_drop}, last);
   }
   // With TP the shared experts are a TP-split MLP on the layer's input
@@ -560,7 +578,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
   if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, {*dep});
   shared.insert(shared.end(), shared_fc2.begin(), shared_fc2.end());
   shared.push_back(memory(MemoryOp::other, 2.0 * own));
-  shared.push_back(post_drop);
+  if (!recompute) shared.push_back(post_drop);
   return compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(shared), {*dep}, tp_out, act);
 }
 
@@ -587,6 +605,15 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   // --- MLP or MoE backward ---
   if (!m.is_moe_layer(layer)) {
     const std::int64_t f = m.ffn_hidden_size / d.t;
+    if (modules & kRecomputeMlp) {
+      // The checkpointed MLP's forward again (its norm fused into fc1), TP
+      // collectives included, before its gradients.
+      if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
+      std::vector<Kernel> r = {norm_forward(d), gemm(d.Ti, d.up * f, d.h, d.prec), activation_forward(d, d.T, f)};
+      push_fp8_cast(r, s, d.T * static_cast<double>(f));
+      r.push_back(gemm(d.Ti, d.h, f, d.prec));
+      dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(r), dep, out_tp, act);
+    }
     if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
     std::vector<Kernel> k;
     if (const auto b = bda_backward(m, d)) k.push_back(*b);   // the MLP's bias-dropout-add
@@ -599,6 +626,22 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), dep, out_tp, act);
   } else {
     const MoeSpec& e = *m.moe;
+    // The checkpointed block's forward again, dispatch and combine included;
+    // or only the shared experts', their TP collectives included.
+    if (modules & kRecomputeMoe) {
+      dep = emit_moe_forward(ctx, dep, true);
+    } else if ((modules & kRecomputeSharedExperts) && e.shared_expert_ffn_hidden > 0) {
+      const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
+      std::vector<Kernel> r;
+      push_fp8_cast(r, s, d.T * hb);
+      r.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
+      r.push_back(activation_forward(d, d.T, fs));
+      push_fp8_cast(r, s, d.T * static_cast<double>(fs));
+      r.push_back(gemm(d.Ti, d.h, fs, d.prec));
+      if (tp && d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
+      dep = tp ? compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(r), dep, out_tp, act)
+               : w.compute(OpLabel::moe, ctx, std::span<const Kernel>(r), dep);
+    }
     const double routed = d.Tsp;
     const double tokens = routed * e.top_k * s.etp * s.expert_load;   // the busiest rank's, as in the forward
     const std::int64_t fe = e.expert_ffn_hidden / s.etp;

@@ -168,6 +168,11 @@ class LayerEmitter {
   std::uint32_t emit_backward_input(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
                                     bool selective);
   std::uint32_t emit_backward_weight(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
+  // A MoE layer's block after its norm's residual add: router, permutations,
+  // dispatch, experts, combine; `recompute`: as the moe recompute module runs
+  // it again in backward (without the bias-dropout-adds and the norm, which
+  // are outside the checkpoint).
+  std::uint32_t emit_moe_forward(const OpContext& ctx, std::optional<std::uint32_t> dep, bool recompute);
 
   const Setup& s;
   StageWriter& w;

@@ -86,12 +86,17 @@ TEST_CASE("recompute_modules: '+'-separated module names that format back, and a
   // Selective alone recomputes the attention core (Megatron-LM's default); other granularities nothing.
   CHECK(recompute_modules(parse_inline_plan("recompute=selective")->recompute) == kRecomputeCoreAttn);
   CHECK(recompute_modules(parse_inline_plan("recompute=none")->recompute) == 0u);
-  for (const char* bad : {"recompute_modules=mlp", "recompute_modules=core_attn+", "recompute_modules="}) {
+  // Megatron-Core's checkpointed submodules, in the enum's order.
+  auto sub = parse_inline_plan("recompute=selective,recompute_modules=shared_experts+moe+mlp");
+  REQUIRE(sub);
+  CHECK(*sub->recompute.modules == (kRecomputeMlp | kRecomputeMoe | kRecomputeSharedExperts));
+  CHECK(format_inline_plan(*sub) == "recompute=selective,recompute_modules=mlp+moe+shared_experts");
+  for (const char* bad : {"recompute_modules=moe_layer", "recompute_modules=core_attn+", "recompute_modules="}) {
     INFO(bad);
     auto e = parse_inline_plan(bad);
     REQUIRE_FALSE(e);
     CHECK(e.error().field == "plan.recompute_modules");
-    CHECK_THAT(e.error().message, Catch::Contains("core_attn, layernorm, mla_up_proj, moe_act"));
+    CHECK_THAT(e.error().message, Catch::Contains("core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts"));
   }
 }
 

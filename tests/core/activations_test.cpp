@@ -236,3 +236,62 @@ TEST_CASE("FP8: recomputing a norm or an activation frees its 16-bit output, not
     }
   }
 }
+
+TEST_CASE("Checkpointed submodules (mlp, moe, shared_experts) keep only their input", "[core]") {
+  ModelSpec m = shipped_model("deepseek-v3");
+  m.mtp_num_layers = 0;
+  const int dense_layer = 0, moe_layer = 3;   // three dense layers, then MoE ones
+  REQUIRE_FALSE(m.is_moe_layer(dense_layer));
+  REQUIRE(m.is_moe_layer(moe_layer));
+  REQUIRE(m.moe->shared_expert_ffn_hidden > 0);
+  const std::string base = "tp=1,ep=8,recompute=selective";
+  const auto names = [](const LayerActivations& a) {
+    std::map<std::string, double> out;
+    for (const auto& t : a.terms) out[t.name] = t.bytes;
+    return out;
+  };
+  struct Case {
+    const char* modules;
+    int layer;
+    std::vector<std::string> dropped;
+  };
+  for (const Case& c :
+       {Case{"core_attn+mlp", dense_layer, {"fc1_input", "activation_input", "fc2_input"}},
+        Case{"core_attn+mlp", moe_layer, {}},   // mlp recomputes dense MLPs only
+        Case{"core_attn+moe", dense_layer, {}},
+        Case{"core_attn+moe", moe_layer,
+             {"router_probs", "expert_fc1_input", "expert_activation_input", "expert_fc2_input", "expert_output",
+              "shared_activation_input", "shared_fc2_input"}},
+        Case{"core_attn+shared_experts", moe_layer, {"shared_activation_input", "shared_fc2_input"}},
+        Case{"core_attn+moe_act+moe", moe_layer,   // moe contains moe_act
+             {"router_probs", "expert_fc1_input", "expert_activation_input", "expert_fc2_input", "expert_output",
+              "shared_activation_input", "shared_fc2_input"}}}) {
+    INFO(c.modules << " layer " << c.layer);
+    const LayerActivations before = layer_activations(make_setup(m, "dgx-h100", base, 8, 8), c.layer);
+    const LayerActivations after =
+        layer_activations(make_setup(m, "dgx-h100", base + ",recompute_modules=" + c.modules, 8, 8), c.layer);
+    auto expected = names(before);
+    double dropped = 0;
+    for (const std::string& d : c.dropped) {
+      REQUIRE(expected.count(d) == 1);
+      dropped += expected[d];
+      expected.erase(d);
+    }
+    CHECK(names(after) == expected);
+    CHECK(after.stored == Approx(before.stored - dropped).epsilon(1e-12));
+    // The W pass still needs every GEMM's input and output gradient.
+    CHECK(after.weight_grad_state == Approx(before.weight_grad_state).epsilon(1e-12));
+  }
+  // In FP8 the shared experts keep an FP8 copy of the block's input beside
+  // the router's 16-bit one (fc1_input 2 + 1 bytes); recomputing them drops
+  // the copy, recomputing the block keeps only its 16-bit input.
+  const auto fc1 = [&](const std::string& modules) {
+    Setup s = make_setup(m, "dgx-h100", base + (modules.empty() ? "" : ",recompute_modules=" + modules), 8, 8);
+    s.training.precision = Precision::fp8;
+    return names(layer_activations(s, moe_layer)).at("fc1_input");
+  };
+  const double T = 4096, h = 7168;
+  CHECK(fc1("") == Approx(3.0 * T * h));
+  CHECK(fc1("core_attn+shared_experts") == Approx(2.0 * T * h));
+  CHECK(fc1("core_attn+moe") == Approx(2.0 * T * h));
+}

@@ -331,6 +331,76 @@ TEST_CASE("Recompute modules: the Program recomputes the norms, MLA's up-project
 }
 
 
+TEST_CASE("Checkpointed submodules: mlp, moe and shared_experts run their forward again, collectives included, in backward",
+          "[core]") {
+  ModelSpec m = gpt_no_bias(4, 512, 8);
+  m.seq_length = 256;
+  MoeSpec e;
+  e.num_experts = 4;
+  e.top_k = 2;
+  e.expert_ffn_hidden = 512;
+  e.shared_expert_ffn_hidden = 256;
+  e.moe_layers = {false, true, true, true};
+  m.moe = e;
+  auto v = validate_model(m);
+  REQUIRE(v);
+  m = *v;
+  const std::string plan = "tp=2,pp=2,ep=2,sp=on,recompute=selective";
+  struct Totals {
+    double flops = 0;     // GEMM FLOPs of backward-input compute ops, every rank
+    int ep_comm = 0;      // EP collectives in the backward-input phase, every rank
+    int tp_comm = 0;      // TP collectives likewise
+  };
+  const auto backward = [&](const std::string& modules) {
+    const Setup s = make_setup(m, "dgx-a100", plan + modules, 16, 8);
+    auto p = build_program(s);
+    REQUIRE(p);
+    Totals t;
+    for (const StageProgram& st : p->stages)
+      for (const Op& op : st.ops) {
+        if (op.phase != Phase::backward_input) continue;
+        if (op.kind == OpKind::compute) t.flops += op.flops;
+        else if (op.label == OpLabel::ep_comm) ++t.ep_comm;
+        else if (op.label == OpLabel::tp_comm) ++t.tp_comm;
+      }
+    const double ranks = p->grid.tp * p->grid.cp * p->grid.dp;
+    t.flops *= ranks;
+    t.ep_comm *= static_cast<int>(ranks);
+    t.tp_comm *= static_cast<int>(ranks);
+    return t;
+  };
+  const auto hardware = [&](const std::string& modules) {
+    return iteration_flops(make_setup(m, "dgx-a100", plan + modules, 16, 8)).hardware;
+  };
+  const Totals base = backward("");
+  const double tokens = 16.0 * 256;   // every layer sees every token once over the iteration
+  const double h = 512;
+  // mlp: the dense layer's fc1 and fc2 again (GeLU MLP of 4h), with its SP
+  // gather and reduce-scatter; no EP traffic.
+  const Totals mlp = backward(",recompute_modules=core_attn+mlp");
+  CHECK(mlp.flops - base.flops == Approx(2.0 * tokens * h * 2048 * 2).epsilon(1e-9));
+  CHECK(hardware(",recompute_modules=core_attn+mlp") - hardware("") == Approx(mlp.flops - base.flops).epsilon(1e-9));
+  CHECK(mlp.ep_comm == base.ep_comm);
+  CHECK(mlp.tp_comm > base.tp_comm);
+  // moe: the router, the routed experts over each token's top-k copies and
+  // the shared experts again, and the dispatch and combine again: twice the
+  // backward's EP collectives. The accounting does not count the router.
+  const Totals moe = backward(",recompute_modules=core_attn+moe");
+  const double experts = 3 * 2.0 * tokens * e.top_k * h * 512 * 2;
+  const double shared = 3 * 2.0 * tokens * h * 256 * 2;
+  const double router = 3 * 2.0 * tokens * h * e.num_experts;
+  CHECK(moe.flops - base.flops == Approx(experts + shared + router).epsilon(1e-9));
+  CHECK(hardware(",recompute_modules=core_attn+moe") - hardware("") == Approx(experts + shared).epsilon(1e-9));
+  REQUIRE(base.ep_comm > 0);
+  CHECK(moe.ep_comm == 2 * base.ep_comm);
+  // shared_experts: only the shared experts again, with their TP collectives.
+  const Totals sh = backward(",recompute_modules=core_attn+shared_experts");
+  CHECK(sh.flops - base.flops == Approx(shared).epsilon(1e-9));
+  CHECK(hardware(",recompute_modules=core_attn+shared_experts") - hardware("") == Approx(shared).epsilon(1e-9));
+  CHECK(sh.ep_comm == base.ep_comm);
+  CHECK(sh.tp_comm > base.tp_comm);
+}
+
 TEST_CASE("Each dispatcher's token permutations move the routed copies as Megatron-Core's dispatchers do", "[core]") {
   // The memory kernels of kind `other` in an MoE layer's forward and input
   // gradient: the top-k selection (8 bytes per routed token and expert),

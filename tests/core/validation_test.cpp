@@ -164,6 +164,25 @@ TEST_CASE("Recomputation: method and layer count only with full, both required w
   expect_error(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=moe_act", 8, 8), "plan.recompute_modules",
                "needs routed experts");
   CHECK(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=layernorm", 8, 8));
+  // The checkpointed submodules need the layers they recompute, and
+  // Megatron-Core's exclusions with the MoE overlaps.
+  CHECK(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=mlp", 8, 8));
+  expect_error(try_setup(dense(), "dgx-a100", "recompute=selective,recompute_modules=moe", 8, 8), "plan.recompute_modules",
+               "moe recomputes MoE layers");
+  const ModelSpec mixtral = shipped_model("mixtral-8x7b");   // every layer MoE, no shared experts
+  expect_error(try_setup(mixtral, "dgx-h100", "ep=8,recompute=selective,recompute_modules=mlp", 8, 8),
+               "plan.recompute_modules", "every layer of the model is a MoE layer");
+  expect_error(try_setup(mixtral, "dgx-h100", "ep=8,recompute=selective,recompute_modules=shared_experts", 8, 8),
+               "plan.recompute_modules", "needs shared experts");
+  CHECK(try_setup(mixtral, "dgx-h100", "ep=8,recompute=selective,recompute_modules=moe", 8, 8));
+  expect_error(try_setup(mixtral, "dgx-h100", "ep=8,moe_ep_overlap=on,recompute=selective,recompute_modules=moe", 8, 8),
+               "plan.recompute_modules", "moe_ep_overlap");
+  ModelSpec shared = mixtral;
+  shared.moe->shared_expert_ffn_hidden = 4096;
+  CHECK(try_setup(shared, "dgx-h100", "ep=8,recompute=selective,recompute_modules=shared_experts", 8, 8));
+  expect_error(try_setup(shared, "dgx-h100",
+                         "ep=8,moe_shared_expert_overlap=on,recompute=selective,recompute_modules=shared_experts", 8, 8),
+               "plan.recompute_modules", "moe_shared_expert_overlap");
 }
 
 namespace {

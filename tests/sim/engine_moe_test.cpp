@@ -176,3 +176,27 @@ TEST_CASE("EP all-to-all overlap (combined 1F1B) does the same work in a shorter
     CHECK(t_on < 0.97 * t_off);
   }
 }
+
+TEST_CASE("Recomputed submodules lengthen the step by about their forward time, the whole MoE block most", "[sim]") {
+  ModelSpec m = shipped_model("deepseek-v3");
+  m.num_layers = 6;   // three dense layers, three MoE ones
+  m.mtp_num_layers = 0;
+  m.moe->moe_layers = {false, false, false, true, true, true};
+  const std::string plan = "tp=1,ep=8,recompute=selective";
+  const auto step = [&](const std::string& modules) {
+    const Setup s = make_setup(m, "dgx-h100", plan + modules, 16, 8);
+    auto p = build_program(s);
+    REQUIRE(p);
+    return step_time(s, *p, Mode::reduced);
+  };
+  const double base = step("");
+  const double mlp = step(",recompute_modules=core_attn+mlp");
+  const double shared = step(",recompute_modules=core_attn+shared_experts");
+  const double moe = step(",recompute_modules=core_attn+moe");
+  CHECK(mlp > base);
+  CHECK(shared > base);
+  CHECK(moe > shared);   // the routed experts and both all-to-alls again, beside the shared experts
+  // Recomputing a forward costs less than the forward and backward it adds
+  // to: below a third of the step per recomputed block here.
+  CHECK(moe < base * 4.0 / 3.0);
+}
