@@ -250,6 +250,43 @@ inline std::string deepseek_v3_layout(int stages, bool mtp) {
 // dense rows). DeepSeek-V3: the recipes' pipeline layouts, MLA's
 // up-projections recomputed (every recipe's recompute_modules has
 // mla_up_proj), the MTP layer unless the row says "w/o MTP".
+// What Megatron-Bridge's performance scripts of the row's release set for a
+// MoE model on a GPU, of what Megascope models (the scripts are
+// scripts/performance/ of Megatron-Bridge: run_script.py of v0.1.0rc4 for
+// the 25.09 rows, configs/*/workload_base_configs.py of v0.2.0 for 25.11 and
+// of v0.3.0 for 26.02):
+// - DeepSeek-V3 on H100 (25.09): the flex dispatcher on DeepEP, EP
+//   all-to-all overlap (with delayed weight gradients), no shared-expert
+//   overlap, dense MLPs recomputed besides MLA's up-projections, no
+//   overlapped gradient reduce; on B200 and GB200 with token dropping
+//   (25.09) the shared experts overlapped with the dispatch.
+// - Qwen3-235B-A22B and Qwen3-30B-A3B on H100 (25.11, 26.02): EP all-to-all
+//   overlap, with DeepEP for Qwen3-30B-A3B in 26.02; Qwen3-235B-A22B on B200
+//   (25.11, interleaved) likewise. The 25.09 Qwen3 scripts set none.
+// - gpt-oss-120b (25.11, 26.02): the norms and the experts' activation
+//   recomputed.
+// Not modelled, so left out: HybridEP (the flex dispatcher's backend on
+// GB200 from 25.11) and CUDA graphs of the router and attention.
+inline std::string bridge_moe_recipe(const std::string& source, const std::string& model, const std::string& gpu,
+                                     int pp, int vp, bool token_drop) {
+  const bool rc4 = source == "MB_25.09";
+  if (model == "deepseek-v3") {
+    if (gpu == "H100")
+      return ",moe_dispatcher=flex,moe_ep_overlap=on,recompute=selective,recompute_modules=mla_up_proj+mlp";
+    return std::string(rc4 && token_drop ? ",moe_shared_expert_overlap=on" : "") +
+           ",recompute=selective,recompute_modules=mla_up_proj";
+  }
+  if (model == "qwen3-235b-a22b" || model == "qwen3-30b-a3b") {
+    const bool interleaved = pp == 1 || vp > 1;   // Megatron-Core's all-to-all overlap needs it with pp > 1
+    const bool overlap = !rc4 && interleaved && (gpu == "H100" || (gpu == "B200" && model == "qwen3-235b-a22b"));
+    if (!overlap) return "";
+    const bool deepep = model == "qwen3-30b-a3b" && source == "MB_26.02";
+    return std::string(deepep ? ",moe_dispatcher=flex" : "") + ",moe_ep_overlap=on";
+  }
+  if (model == "gpt-oss-120b" && !rc4) return ",recompute=selective,recompute_modules=layernorm+moe_act";
+  return "";
+}
+
 inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
   const std::map<std::string, std::string> models = {
       {"Qwen3_30B_a3B", "qwen3-30b-a3b"}, {"Qwen3_235B_a22B", "qwen3-235b-a22b"}, {"DeepSeekV3", "deepseek-v3"},
@@ -264,10 +301,14 @@ inline std::vector<PublishedRun> bridge_nemo_moe(const std::string& ref_dir) {
     if (r.model == "deepseek-v3") {
       r.mtp_layers = notes.find("w/o MTP") != std::string::npos ? 0 : 1;
       if (pp > 1) r.plan += ",layout=" + deepseek_v3_layout(pp * vp, r.mtp_layers > 0);
-      r.plan += ",recompute=selective,recompute_modules=mla_up_proj";
+      if (r.gpu == "H100") {   // the H100 script overlaps neither the gradient reduce nor (so) the parameter gather
+        const std::string on = "overlap_grad_reduce=on,overlap_param_gather=on";
+        r.plan.replace(r.plan.find(on), on.size(), "overlap_grad_reduce=off,overlap_param_gather=off");
+      }
     } else if (r.model == "qwen3-235b-a22b" && pp > 1) {
       r.plan += ",embedding_in_split=on,loss_in_split=on";   // Megatron-Bridge's Qwen3-235B recipes
     }
+    r.plan += bridge_moe_recipe(row.at("source"), r.model, r.gpu, pp, vp, r.token_drop);
     r.table = "bridge-nemo-moe";
     r.label = fmt::format("{} {} {}{} (tp{} pp{} vp{} ep{} mbs{})", row.at("source"), row.at("model"),
                           row.at("precision"), r.token_drop ? " tokendrop" : "", int_cell(row, "tp", 1), pp, vp, ep,
