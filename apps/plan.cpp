@@ -167,8 +167,8 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--block-recompute", o.block_recompute,
                  "with full recomputation, also try the first k layers of each chunk only: on|off (default on)");
   cmd.add_option("--recompute-modules", o.recompute_modules,
-                 "with selective recomputation, also try module sets beyond core_attn (layernorm; mla_up_proj, moe_act where "
-                 "the model has them): on|off (default on)");
+                 "with selective recomputation, also try module sets beyond core_attn (layernorm; mla_up_proj, moe_act or moe "
+                 "where the model has them): on|off (default on)");
   cmd.add_option("--sp", o.sp, "fix sequence parallelism: on|off (default: both)");
   cmd.add_option("--distopt", o.distopt, "fix the distributed optimizer: on|off (default: both)");
   cmd.add_option("--overlap-grad-reduce", o.overlap_grad_reduce, "fix: on|off (default: both)");

@@ -222,11 +222,15 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   // with others: with fused attention (all the planner enumerates) it saves
   // only the softmax statistics and costs a second attention forward, so a
   // set with it is slower than the same set without it for a few bytes.
+  // A MoE model's whole MoE block (moe) is tried instead of moe_act, which
+  // it contains: the memory of the routed tokens for a second dispatch.
   std::vector<std::uint8_t> module_sets = {0};
   if (k.recompute_modules) {
-    const unsigned others = kRecomputeLayernorm | (m.mla ? kRecomputeMlaUpProj : 0u) | (moe ? kRecomputeMoeAct : 0u);
+    const unsigned others = kRecomputeLayernorm | (m.mla ? kRecomputeMlaUpProj : 0u) |
+                            (moe ? kRecomputeMoeAct | kRecomputeMoe : 0u);
     for (unsigned set = 1; set <= others; ++set)
-      if ((set & ~others) == 0) module_sets.push_back(static_cast<std::uint8_t>(set));
+      if ((set & ~others) == 0 && (set & (kRecomputeMoeAct | kRecomputeMoe)) != (kRecomputeMoeAct | kRecomputeMoe))
+        module_sets.push_back(static_cast<std::uint8_t>(set));
   }
 
   // Layer splits for a pipeline of pp ranks: the even one (rejected below

@@ -173,14 +173,19 @@ TEST_CASE("Selective recomputation: core_attn, and every non-empty set of the ot
   // Dense: core_attn (the default) or layernorm.
   CHECK(module_sets(small_gpt(), true) == std::set<unsigned>{kRecomputeCoreAttn, kRecomputeLayernorm});
   CHECK(module_sets(small_gpt(), false) == std::set<unsigned>{kRecomputeCoreAttn});
-  // MoE: moe_act joins, mla_up_proj does not (no MLA), core_attn only alone.
+  // MoE: moe_act or the whole MoE block (moe, which contains moe_act) join,
+  // mla_up_proj does not (no MLA), core_attn only alone.
   CHECK(module_sets(small_moe(), true) ==
-        std::set<unsigned>{kRecomputeCoreAttn, kRecomputeLayernorm, kRecomputeMoeAct, kRecomputeLayernorm | kRecomputeMoeAct});
-  // MLA and MoE (DeepSeek-V3): core_attn and the 7 sets of layernorm, mla_up_proj and moe_act.
+        std::set<unsigned>{kRecomputeCoreAttn, kRecomputeLayernorm, kRecomputeMoeAct, kRecomputeLayernorm | kRecomputeMoeAct,
+                           kRecomputeMoe, kRecomputeLayernorm | kRecomputeMoe});
+  // MLA and MoE (DeepSeek-V3): core_attn and the 11 sets of layernorm,
+  // mla_up_proj and one of moe_act and moe.
   std::set<unsigned> mla = {kRecomputeCoreAttn};
-  for (unsigned set = 1; set <= (kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct); ++set)
-    if ((set & kRecomputeCoreAttn) == 0) mla.insert(set);
-  CHECK(mla.size() == 8);
+  for (unsigned set = 1; set <= (kRecomputeLayernorm | kRecomputeMlaUpProj | kRecomputeMoeAct | kRecomputeMoe); ++set)
+    if ((set & (kRecomputeCoreAttn | kRecomputeMlp)) == 0 &&
+        (set & (kRecomputeMoeAct | kRecomputeMoe)) != (kRecomputeMoeAct | kRecomputeMoe))
+      mla.insert(set);
+  CHECK(mla.size() == 12);
   CHECK(module_sets(test::shipped_model("deepseek-v3"), true) == mla);
 }
 
