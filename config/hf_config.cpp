@@ -470,6 +470,11 @@ Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string&
       err.where->column = column;
     }
     return tl::unexpected(std::move(err));
+  } catch (const json::exception& e) {
+    // A number out of double's range (out_of_range.406) and the like.
+    std::string what = e.what();
+    if (auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    return tl::unexpected(Error{fmt::format("malformed JSON: {}", what), "", SourceLocation{source, std::nullopt, std::nullopt}});
   }
   return convert(root, source);
 }

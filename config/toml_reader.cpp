@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 namespace megascope {
 
@@ -162,6 +166,69 @@ std::optional<Error> TomlReader::finish() {
   return *first_error_;
 }
 
+namespace {
+
+// The most dotted parts one TOML key may have. toml++ builds a dotted key's
+// tables recursively, so a key of tens of thousands of parts overflows the
+// stack; no configuration nests this deep.
+constexpr int kMaxKeyDots = 64;
+
+// The first key with more than kMaxKeyDots dots: its line and column. A
+// chain of bare or quoted key parts joined by dots counts its dots; strings
+// (one-line and multi-line), comments and anything else between chains
+// (=, commas, brackets, braces, line ends) end a chain. A float has one dot.
+std::optional<std::pair<int, int>> over_deep_key(std::string_view text) {
+  int line = 1, column = 0, dots = 0;
+  enum class State { normal, basic, literal, ml_basic, ml_literal, comment } st = State::normal;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      if (st == State::comment || st == State::basic || st == State::literal) st = State::normal;
+      if (st == State::normal) dots = 0;
+      continue;
+    }
+    switch (st) {
+      case State::comment: break;
+      case State::basic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i, ++column;
+        else if (c == '"') st = State::normal;
+        break;
+      case State::literal:
+        if (c == '\'') st = State::normal;
+        break;
+      case State::ml_basic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i, ++column;
+        else if (text.substr(i, 3) == "\"\"\"") st = State::normal, i += 2, column += 2;
+        break;
+      case State::ml_literal:
+        if (text.substr(i, 3) == "'''") st = State::normal, i += 2, column += 2;
+        break;
+      case State::normal:
+        if (c == '#') {
+          st = State::comment;
+        } else if (c == '"') {
+          if (text.substr(i, 3) == "\"\"\"") st = State::ml_basic, i += 2, column += 2;
+          else st = State::basic;
+        } else if (c == '\'') {
+          if (text.substr(i, 3) == "'''") st = State::ml_literal, i += 2, column += 2;
+          else st = State::literal;
+        } else if (c == '.') {
+          if (++dots > kMaxKeyDots) return std::pair{line, column};
+        } else if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ' ' || c == '\t' ||
+                     c == '+' || c == '\r')) {
+          dots = 0;
+        }
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<toml::table> parse_toml_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
@@ -172,8 +239,12 @@ Result<toml::table> parse_toml_file(const std::string& path) {
                                 SourceLocation{path, std::nullopt, std::nullopt}});
   std::stringstream buf;
   buf << in.rdbuf();
+  const std::string text = buf.str();
+  if (const auto at = over_deep_key(text))
+    return tl::unexpected(Error{fmt::format("a key of more than {} dotted parts (TOML nested this deep is refused)", kMaxKeyDots + 1),
+                                "", SourceLocation{path, at->first, at->second}});
   try {
-    return toml::parse(buf.str(), path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     SourceLocation loc{path, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column)};
     return tl::unexpected(Error{fmt::format("TOML syntax error: {}", e.description()), "", loc});

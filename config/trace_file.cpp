@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -18,12 +19,14 @@ std::optional<int> opt_int(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 Result<TraceFile> read_trace(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return fail("trace", fmt::format("{}: is a directory, not a trace file", path));
   std::ifstream in(path);
   if (!in) return fail("trace", fmt::format("{}: cannot open the trace file", path));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {   // malformed, or a number out of double's range
     return fail("trace", fmt::format("{}: not JSON: {}", path, e.what()));
   }
   if (!j.is_object() || !j.contains("traceEvents") || !j["traceEvents"].is_array())

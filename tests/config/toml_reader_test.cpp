@@ -1,0 +1,88 @@
+// The TOML and JSON readers on hostile input: errors naming the file and
+// position, never a crash (the TOML library recurses once per dotted part
+// of a key, and nlohmann throws its own exception for numbers out of range).
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include "config/hf_config.hpp"
+#include "config/spec_toml.hpp"
+#include "config/toml_reader.hpp"
+#include "config/trace_file.hpp"
+
+using namespace megascope;
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path.string();
+}
+
+std::string dotted(int parts) {
+  std::string key = "a";
+  for (int i = 1; i < parts; ++i) key += ".a";
+  return key;
+}
+
+}  // namespace
+
+TEST_CASE("A TOML key of tens of thousands of dotted parts is an error at its line, not a stack overflow", "[config]") {
+  // 50,000 parts crashed the TOML library by recursion.
+  for (const auto& [text, line] : {std::pair{"[model]\n" + dotted(50000) + " = 1\n", 2},
+                                   std::pair{"[" + dotted(50000) + "]\nx = 1\n", 1},
+                                   std::pair{"# a comment\nx = { " + dotted(70) + " = 1 }\n", 2}}) {
+    const std::string path = write_temp("megascope-deep-key.toml", text);
+    const auto r = parse_toml_file(path);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("dotted parts"));
+    REQUIRE(r.error().where);
+    CHECK(r.error().where->file == path);
+    CHECK(r.error().where->line == line);
+    // The model loader reports it the same way.
+    const auto m = load_model_toml(path);
+    REQUIRE_FALSE(m);
+    CHECK_THAT(m.error().str(), Catch::Contains(path + ":"));
+    std::filesystem::remove(path);
+  }
+  // Dots in strings, multi-line strings and comments, floats and dates, and
+  // keys of up to 65 parts are ordinary TOML.
+  const std::string many = std::string(200, '.');
+  const std::string ok = fmt::format(
+      "# {}\ns = \"{}\"\nl = '{}'\nm = \"\"\"\n{}\n\"\"\"\nn = '''\n{}\n'''\nf = [1.5, 2.5, 3.5, 4.5]\n"
+      "d = 1979-05-27T07:32:00.999\n{} = 1\n",
+      many, many, many, many, many, dotted(65));
+  const std::string path = write_temp("megascope-dots.toml", ok);
+  const auto r = parse_toml_file(path);
+  INFO((r ? std::string() : r.error().str()));
+  REQUIRE(r);
+  CHECK((*r)["s"].value<std::string>() == many);
+  CHECK((*r)["f"].as_array()->size() == 4);
+  std::filesystem::remove(path);
+  const std::string deeper = write_temp("megascope-dots66.toml", dotted(66) + " = 1\n");
+  CHECK_FALSE(parse_toml_file(deeper));
+  std::filesystem::remove(deeper);
+}
+
+TEST_CASE("A JSON number out of double's range is an input error naming the file, in config.json and in traces", "[config]") {
+  const auto hf = parse_hf_config(R"({"model_type": "llama", "hidden_size": 1e400})", "big.json");
+  REQUIRE_FALSE(hf);
+  CHECK_THAT(hf.error().message, Catch::Contains("malformed JSON"));
+  REQUIRE(hf.error().where);
+  CHECK(hf.error().where->file == "big.json");
+  const std::string trace = write_temp("megascope-big-trace.json", R"({"traceEvents": [], "x": 1e400})");
+  const auto t = read_trace(trace);
+  REQUIRE_FALSE(t);
+  CHECK_THAT(t.error().message, Catch::Contains(trace));
+  CHECK_THAT(t.error().message, Catch::Contains("not JSON"));
+  std::filesystem::remove(trace);
+  // A directory is named as one.
+  const auto dir = read_trace(std::filesystem::temp_directory_path().string());
+  REQUIRE_FALSE(dir);
+  CHECK_THAT(dir.error().message, Catch::Contains("is a directory"));
+}
