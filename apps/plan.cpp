@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -202,11 +203,16 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
   if (o.max_gpus) {
     auto n = planner::parse_int_set(*o.max_gpus, "--max-gpus");
     if (!n || n->values.size() != 1) return Err(usage("--max-gpus", "must be one positive integer"));
+    if (n->values[0] > kMaxDevices) return Err(usage("--max-gpus", fmt::format("must be at most {}", kMaxDevices)));
     in.gpu_counts = planner::counts_up_to(in.cluster, n->values[0]);
     most = n->values[0];
   } else if (o.gpus) {
     auto n = planner::parse_int_set(*o.gpus, "--gpus");
     if (!n) return Err(n.error());
+    for (int v : n->values)
+      if (v > kMaxDevices) return Err(usage("--gpus", fmt::format("at most {} GPUs, found {}", kMaxDevices, v)));
+    if (n->hi && *n->hi > kMaxDevices)
+      return Err(usage("--gpus", fmt::format("at most {} GPUs, found a range up to {}", kMaxDevices, *n->hi)));
     if (!n->values.empty()) {
       in.gpu_counts = n->values;
     } else if (n->lo && n->hi) {
@@ -308,9 +314,9 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
     if (!u) return Err(usage("--uneven-stages", fmt::format("'{}' is not off, auto or on", *o.uneven_stages)));
     k.uneven = *u;
   }
-  if (o.uneven_depth < 0) return Err(usage("--uneven-depth", "must be >= 0"));
+  if (o.uneven_depth < 0 || o.uneven_depth > 1024) return Err(usage("--uneven-depth", "must be in [0, 1024]"));
   k.uneven_depth = o.uneven_depth;
-  if (o.headroom_gib < 0) return Err(usage("--headroom", "must be >= 0"));
+  if (!(o.headroom_gib >= 0) || !std::isfinite(o.headroom_gib)) return Err(usage("--headroom", "must be a finite number >= 0"));
   k.headroom_bytes = o.headroom_gib * kGiB;
   if (o.min_dp < 1) return Err(usage("--min-dp", "must be >= 1"));
   k.min_dp = o.min_dp;

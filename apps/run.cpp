@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "config/library.hpp"
@@ -29,12 +33,27 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--data", o.run.data, "training text, read as bytes (default: the GNU GPL text Debian ships)");
   cmd.add_option("--trace", o.run.trace, "write the measured trace of the last step (same format as simulate --trace)");
   cmd.add_option("--checkpoint-dir", o.run.checkpoint_dir, "write sharded checkpoints here (one file per rank)");
-  cmd.add_option("--save-every", o.run.save_every, "steps between checkpoints (default: only the last step)");
+  cmd.add_option("--save-every", o.run.save_every, "steps between checkpoints (default: only the last step)")
+      ->check(CLI::PositiveNumber);
   cmd.add_flag("--resume", o.run.resume, "continue from the latest checkpoint in --checkpoint-dir");
   cmd.add_option("--seed", o.run.seed, "initialisation and dropout seed (default 1234)");
-  cmd.add_option("--lr", o.run.lr, "AdamW learning rate (default 1e-3)");
-  cmd.add_option("--clip-grad", o.run.clip_grad, "global gradient-norm clipping (default 1.0; 0: off)");
-  cmd.add_option("--recv-timeout", o.run.recv_timeout_s, "seconds a pipeline receive waits before naming its peer and aborting");
+  // NaN and infinity pass CLI11's number checks (a comparison with NaN is false): refused here.
+  const auto finite_at_least = [](double lo, bool strict) {
+    return CLI::Validator(
+        [lo, strict](std::string& text) -> std::string {
+          char* end = nullptr;
+          const double v = std::strtod(text.c_str(), &end);
+          if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < lo || (strict && v == lo))
+            return fmt::format("must be a finite number {} {}, found {}", strict ? ">" : ">=", lo, text);
+          return {};
+        },
+        strict ? "FINITE > 0" : "FINITE >= 0");
+  };
+  cmd.add_option("--lr", o.run.lr, "AdamW learning rate (default 1e-3)")->check(finite_at_least(0, false));
+  cmd.add_option("--clip-grad", o.run.clip_grad, "global gradient-norm clipping (default 1.0; 0: off)")
+      ->check(finite_at_least(0, false));
+  cmd.add_option("--recv-timeout", o.run.recv_timeout_s, "seconds a pipeline receive waits before naming its peer and aborting")
+      ->check(finite_at_least(0, true));
   cmd.add_flag("--json", o.json, "print the steps as one JSON object");
   cmd.add_option("--inject-failure", o.inject_failure,
                  "RANK:STEP: that rank exits abruptly at the start of that step (tests the failure path)");

@@ -40,6 +40,13 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
+// A regular file at `p`; false (not an exception) for a name the file
+// system refuses, such as one longer than a file name may be.
+bool regular_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
 Error unknown_name(const char* what, const std::string& name, const std::vector<std::string>& known) {
   return Error{fmt::format("'{}' is neither a file nor a shipped {} (shipped: {})", name, what, join(known)), what,
                std::nullopt};
@@ -53,21 +60,21 @@ std::string default_example_path() { return (fs::path(data_dir()) / "examples" /
 
 Result<ModelSpec> resolve_model(const std::string& s) {
   if (s.ends_with(".json")) return load_hf_config(s);
-  if (looks_like_path(s) || fs::is_regular_file(s)) return load_model_toml(s);
+  if (looks_like_path(s) || regular_file(s)) return load_model_toml(s);
   const fs::path shipped = fs::path(data_dir()) / "models" / (s + ".toml");
-  if (fs::is_regular_file(shipped)) return load_model_toml(shipped.string());
+  if (regular_file(shipped)) return load_model_toml(shipped.string());
   return tl::unexpected(unknown_name("model", s, shipped_models()));
 }
 
 Result<ClusterSpec> resolve_cluster(const std::string& s) {
-  if (looks_like_path(s) || fs::is_regular_file(s)) return load_cluster_toml(s);
+  if (looks_like_path(s) || regular_file(s)) return load_cluster_toml(s);
   const fs::path shipped = fs::path(data_dir()) / "clusters" / (s + ".toml");
-  if (fs::is_regular_file(shipped)) return load_cluster_toml(shipped.string());
+  if (regular_file(shipped)) return load_cluster_toml(shipped.string());
   return tl::unexpected(unknown_name("cluster", s, shipped_clusters()));
 }
 
 Result<PlanSpec> resolve_plan(const std::string& s) {
-  if (s.ends_with(".toml") || (s.find('=') == std::string::npos && fs::is_regular_file(s))) return load_plan_toml(s);
+  if (s.ends_with(".toml") || (s.find('=') == std::string::npos && regular_file(s))) return load_plan_toml(s);
   return parse_inline_plan(s);
 }
 

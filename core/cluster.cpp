@@ -22,6 +22,9 @@ Result<ClusterSpec> validate_cluster(ClusterSpec c) {
                           {"num_nodes", static_cast<double>(c.num_nodes)}}) {
     if (auto r = positive(field, v); !r) return tl::unexpected(r.error());
   }
+  if (static_cast<std::int64_t>(c.num_nodes) * c.node.devices_per_node > kMaxDevices)
+    return fail("cluster.num_nodes", fmt::format("{} nodes of {} devices is more than the {} devices a cluster may have",
+                                                 c.num_nodes, c.node.devices_per_node, kMaxDevices));
   if (d.peak_fp8_flops && !(*d.peak_fp8_flops > 0))
     return fail("cluster.device.peak_fp8_tflops", "must be positive when given (omit it when the device has no FP8)");
   if (c.node.devices_per_node > 1 && c.node.scale_up != ScaleUpKind::none &&

@@ -6,6 +6,7 @@
 // has num_nodes of them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -72,6 +73,10 @@ struct ClusterSpec {
 
   [[nodiscard]] int total_devices() const { return num_nodes * node.devices_per_node; }
 };
+
+// The most devices a cluster may have: full-mode simulation holds every
+// rank's ops, and some of its work grows faster than the rank count.
+inline constexpr std::int64_t kMaxDevices = std::int64_t{1} << 18;
 
 // Positive sizes, scale-up domain a multiple of the node, NICs present when
 // there is more than one scale-up domain.

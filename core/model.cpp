@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace megascope {
 
@@ -58,6 +59,23 @@ Result<ModelSpec> validate_model(ModelSpec m) {
                           {"seq_length", m.seq_length}}) {
     if (auto r = positive(field, v); !r) return tl::unexpected(r.error());
   }
+  // Upper bounds, far above any model trained, that keep every derived
+  // count, FLOP and byte figure exact and finite (docs/validation-rules.md).
+  for (auto [field, v, most] : {std::tuple<const char*, std::int64_t, std::int64_t>{"num_layers", m.num_layers, kMaxModelCount},
+                                {"num_attention_heads", m.num_attention_heads, kMaxModelCount},
+                                {"num_query_groups", m.num_query_groups, kMaxModelCount},
+                                {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, kMaxModelCount},
+                                {"mtp_num_layers", m.mtp_num_layers, kMaxModelCount},
+                                {"hidden_size", m.hidden_size, kMaxModelWidth},
+                                {"ffn_hidden_size", m.ffn_hidden_size, kMaxModelWidth},
+                                {"kv_channels", m.kv_channels, kMaxModelWidth},
+                                {"vocab_size", m.vocab_size, kMaxModelLength},
+                                {"seq_length", m.seq_length, kMaxModelLength},
+                                {"window_size", m.window_size, kMaxModelLength}}) {
+    if (v > most)
+      return fail(std::string("model.") + field,
+                  fmt::format("must be at most {} (the bound on a model dimension), found {}", most, v));
+  }
   if (auto r = probability("hidden_dropout", m.hidden_dropout); !r) return tl::unexpected(r.error());
   if (auto r = probability("attention_dropout", m.attention_dropout); !r) return tl::unexpected(r.error());
   if (m.num_query_groups > m.num_attention_heads || m.num_attention_heads % m.num_query_groups != 0)
@@ -86,6 +104,13 @@ Result<ModelSpec> validate_model(ModelSpec m) {
     if (e.shared_expert_ffn_hidden < 0)
       return fail("model.moe.shared_expert_ffn_hidden_size",
                   fmt::format("must be >= 0, found {}", e.shared_expert_ffn_hidden));
+    for (auto [field, v, most] :
+         {std::tuple<const char*, std::int64_t, std::int64_t>{"num_experts", e.num_experts, kMaxModelCount},
+          {"expert_ffn_hidden_size", e.expert_ffn_hidden, kMaxModelWidth},
+          {"shared_expert_ffn_hidden_size", e.shared_expert_ffn_hidden, kMaxModelWidth}})
+      if (v > most)
+        return fail(std::string("model.moe.") + field,
+                    fmt::format("must be at most {} (the bound on a model dimension), found {}", most, v));
     if (static_cast<int>(e.moe_layers.size()) != m.num_layers)
       return fail("model.moe.layers",
                   fmt::format("the MoE layer pattern has {} entries but the model has {} layers",
@@ -136,14 +161,18 @@ Result<ModelSpec> validate_model(ModelSpec m) {
   }
   if (m.mla) {
     const MlaSpec& a = *m.mla;
-    if (a.q_lora_rank && *a.q_lora_rank <= 0)
-      return fail("model.mla.q_lora_rank", fmt::format("must be positive when set, found {}", *a.q_lora_rank));
+    if (a.q_lora_rank && (*a.q_lora_rank <= 0 || *a.q_lora_rank > kMaxModelWidth))
+      return fail("model.mla.q_lora_rank", fmt::format("must be positive and at most {} when set, found {}", kMaxModelWidth,
+                                                       *a.q_lora_rank));
     for (auto [field, v] : {std::pair<const char*, std::int64_t>{"kv_lora_rank", a.kv_lora_rank},
                             {"qk_head_dim", a.qk_head_dim},
                             {"qk_rope_head_dim", a.qk_rope_head_dim},
                             {"v_head_dim", a.v_head_dim}}) {
       if (v <= 0) return fail(std::string("model.mla.") + field,
                               fmt::format("must be a positive integer, found {}", v));
+      if (v > kMaxModelWidth)
+        return fail(std::string("model.mla.") + field,
+                    fmt::format("must be at most {} (the bound on a model dimension), found {}", kMaxModelWidth, v));
     }
     if (m.num_query_groups != m.num_attention_heads)
       return fail("model.num_query_groups",

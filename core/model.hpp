@@ -114,8 +114,17 @@ struct ModelSpec {
   [[nodiscard]] std::int64_t padded_vocab(int tp) const;
 };
 
-// Checks the model on its own: positive sizes, heads vs query groups, MoE and
-// MLA consistency. Errors name the field ("model.num_query_groups").
+// Upper bounds of a model's dimensions, far above any model trained, which
+// keep every count, FLOP and byte figure derived from them exact and finite:
+// counts (layers, heads, experts), widths (hidden, FFN, head and MLA
+// dimensions) and lengths (vocabulary, sequence, window).
+inline constexpr std::int64_t kMaxModelCount = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxModelWidth = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxModelLength = std::int64_t{1} << 28;
+
+// Checks the model on its own: positive sizes within the bounds above, heads
+// vs query groups, MoE and MLA consistency. Errors name the field
+// ("model.num_query_groups").
 Result<ModelSpec> validate_model(ModelSpec m);
 
 const char* to_string(Activation a);

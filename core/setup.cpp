@@ -338,6 +338,12 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     return fail("training.global_batch_size",
                 fmt::format("global batch ({}) must be divisible by micro-batch size x dp = {} x {} = {}",
                             s.training.global_batch_size, p.micro_batch_size, s.dp, per_step));
+  if (s.training.global_batch_size / per_step > kMaxMicrobatches)
+    return fail("training.global_batch_size",
+                fmt::format("global batch {} makes {} micro-batches a step (micro-batch size {} x dp {}); at most {} are "
+                            "simulated",
+                            s.training.global_batch_size, s.training.global_batch_size / per_step, p.micro_batch_size,
+                            s.dp, kMaxMicrobatches));
   s.num_microbatches = static_cast<int>(s.training.global_batch_size / per_step);
 
   // Experts (parallel_state: expert grid folded onto the same world).

@@ -73,6 +73,10 @@ struct Setup {
   }
 };
 
+// The most micro-batches one step may have (per pipeline): every rank's ops
+// are held for each, so the simulator's memory and time grow with it.
+inline constexpr std::int64_t kMaxMicrobatches = 65536;
+
 // Validates each spec and every cross-field rule. `devices` is the number of
 // devices the plan runs on (<= the cluster's); 0 means all of the cluster.
 Result<Setup> validate_setup(const ModelSpec& model, const ClusterSpec& cluster,

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "core/model.hpp"
+
 namespace megascope {
 
 Result<TrainingSpec> validate_training(TrainingSpec t) {
@@ -12,6 +14,9 @@ Result<TrainingSpec> validate_training(TrainingSpec t) {
     return fail("training.global_batch_size", fmt::format("must be >= 1, found {}", t.global_batch_size));
   if (t.seq_length && *t.seq_length < 1)
     return fail("training.seq_length", fmt::format("must be >= 1, found {}", *t.seq_length));
+  if (t.seq_length && *t.seq_length > kMaxModelLength)
+    return fail("training.seq_length", fmt::format("must be at most {} (the bound on a sequence), found {}",
+                                                   kMaxModelLength, *t.seq_length));
   if (t.params_dtype == Dtype::fp8)
     return fail("training.params_dtype", "fp8 is a GEMM precision, not a parameter dtype; use precision = \"fp8\"");
   if (t.grad_dtype == Dtype::fp8)

@@ -105,6 +105,9 @@ TEST_CASE("Every kind of bad input exits 1 with one clear message and no output"
   expect_one_error(with_model(fixture("toml/unknown-key.toml")), "unknown-key.toml:16:1: model.hidden_layers: unknown key");
   expect_one_error(with_model(fixture("toml/wrong-type.toml")), "model.num_layers: expected an integer, found a string");
   expect_one_error(with_model("no-such-model"), "neither a file nor a shipped model");
+  // A name longer than a file name may be (an internal error before).
+  expect_one_error(with_model(std::string(1000, 'x')), "neither a file nor a shipped model");
+  expect_one_error(with_model("/tmp/" + std::string(1000, 'x') + ".toml"), "cannot read file");
   expect_one_error(with_model("/nonexistent/model.toml"), "cannot read file");
   expect_one_error(with_model(fixture("toml")), "cannot read file");   // a directory
   expect_one_error(with_model(fixture("hf/malformed.json")), "malformed.json:7");
@@ -385,4 +388,19 @@ TEST_CASE("The option --moe-imbalance sets the load of a shipped MoE model for s
   expect_one_error(run({"plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "8",
                         "--moe-imbalance", "1.2", "--no-progress"}),
                    "no experts");
+}
+
+TEST_CASE("run refuses NaN, infinite and negative training numbers and a zero checkpoint interval before training",
+          "[apps]") {
+  // NaN passes a plain number check (every comparison with it is false):
+  // `run --lr nan` trained on NaN losses and exited 0.
+  for (const auto& [option, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--lr", "nan"}, {"--lr", "-1e-3"}, {"--clip-grad", "inf"}, {"--clip-grad", "-1"},
+           {"--recv-timeout", "0"}, {"--recv-timeout", "nan"}, {"--save-every", "0"}}) {
+    INFO(option << " " << value);
+    const auto r = megascope::test::run({"run", "--backend", "cpu", "--model", "tiny-gpt", option, value});
+    CHECK(r.code != 0);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Catch::Contains(option));
+  }
 }

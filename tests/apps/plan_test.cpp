@@ -125,12 +125,16 @@ TEST_CASE("plan constraints are honoured and bad ones are one clear error", "[ap
            {{"--schedules", "2f2b"}, "--schedules"},
            {{"--sp", "maybe"}, "--sp"},
            {{"--headroom", "-1"}, "--headroom"},
+           {{"--headroom", "nan"}, "--headroom"},
            {{"--uneven-stages", "some"}, "--uneven-stages"},
            {{"--uneven-depth", "-1"}, "--uneven-depth"},
+           {{"--uneven-depth", "100000"}, "--uneven-depth"},
+           {{"--max-gpus", "2147483647"}, "--max-gpus"},
            {{"--gpus", "0"}, "--gpus"}}) {
     std::vector<std::string> a = kSmall;
     // --gpus is in kSmall already: replace it rather than repeat it.
     if (args.front() == "--gpus") a[6] = args[1];
+    else if (args.front() == "--max-gpus") a[5] = args[0], a[6] = args[1];   // it excludes --gpus
     else a.insert(a.end(), args.begin(), args.end());
     const Run e = run(a);
     INFO(e.err);

@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <functional>
+#include <limits>
+
 #include "models.hpp"
 #include "support.hpp"
 
@@ -111,6 +114,58 @@ TEST_CASE("TP communication overlap needs sequence parallelism", "[core]") {
 TEST_CASE("The global batch must be a multiple of micro-batch size x dp", "[core]") {
   expect_error(try_setup(dense(), "dgx-a100", "tp=1,mbs=2", 12, 8), "training.global_batch_size",
                "global batch (12) must be divisible by micro-batch size x dp = 2 x 8 = 16");
+  // 10^14 sequences made a negative micro-batch count in 32 bits; the bound
+  // is 65,536 micro-batches a step.
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1", 100000000000000, 8), "training.global_batch_size",
+               "12500000000000 micro-batches a step");
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1", 8 * (kMaxMicrobatches + 1), 8), "training.global_batch_size",
+               "at most 65536");
+  CHECK(try_setup(dense(), "dgx-a100", "tp=1", 8 * kMaxMicrobatches, 8));
+}
+
+TEST_CASE("Model dimensions and sequences beyond their bounds are one error naming the field, not negative figures",
+          "[core]") {
+  // vocab_size = 2^63 - 1 gave a negative padded vocabulary and negative
+  // memory; hidden sizes near 2^62 an MFU above 100%.
+  struct Case {
+    const char* field;
+    std::function<void(ModelSpec&)> set;
+  };
+  const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  for (const Case& c : {Case{"model.vocab_size", [&](ModelSpec& m) { m.vocab_size = huge; }},
+                        Case{"model.hidden_size", [](ModelSpec& m) { m.hidden_size = kMaxModelWidth + 1; }},
+                        Case{"model.ffn_hidden_size", [&](ModelSpec& m) { m.ffn_hidden_size = huge; }},
+                        Case{"model.kv_channels", [](ModelSpec& m) { m.kv_channels = std::int64_t{1} << 62; }},
+                        Case{"model.seq_length", [](ModelSpec& m) { m.seq_length = std::int64_t{1} << 62; }},
+                        Case{"model.num_layers", [](ModelSpec& m) { m.num_layers = 100000; }}}) {
+    INFO(c.field);
+    ModelSpec m = dense();
+    c.set(m);
+    const auto r = validate_model(m);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().field == c.field);
+    CHECK_THAT(r.error().message, Catch::Contains("must be at most"));
+  }
+  ModelSpec mla = shipped_model("deepseek-v3");
+  mla.mla->kv_lora_rank = huge;
+  CHECK(validate_model(mla).error().field == "model.mla.kv_lora_rank");
+  ModelSpec experts = moe();
+  experts.moe->expert_ffn_hidden = huge;
+  CHECK(validate_model(experts).error().field == "model.moe.expert_ffn_hidden_size");
+  // At the bounds a model is valid.
+  ModelSpec wide = dense();
+  wide.seq_length = kMaxModelLength;
+  wide.vocab_size = kMaxModelLength;
+  CHECK(validate_model(wide));
+  // A cluster of more than 2^18 devices, and the planner's --gpus above it.
+  ClusterSpec big = shipped_cluster("dgx-h100");
+  big.num_nodes = (1 << 15) + 1;   // 8 devices a node
+  CHECK(validate_cluster(big).error().field == "cluster.num_nodes");
+  // The training sequence likewise.
+  TrainingSpec t;
+  t.global_batch_size = 8;
+  t.seq_length = std::int64_t{1} << 62;
+  CHECK(validate_training(t).error().field == "training.seq_length");
 }
 
 TEST_CASE("Expert rules: MoE only, experts divisible by ep, ffn by etp, EP x ETP inside DP x CP, SP with EP and TP", "[core]") {
