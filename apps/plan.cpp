@@ -157,7 +157,7 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--moe-histogram", o.moe_histogram,
                  "MoE: a measured per-expert token distribution, one line of counts per layer (replaces --moe-imbalance)");
   cmd.add_option("--calibration", o.calibration, "a cost-model profile (TOML) applied over the default");
-  cmd.add_option("--threads", o.threads, "simulation threads for stage 2 (default: all cores)");
+  cmd.add_option("--threads", o.threads, "simulation threads for stage 2 (default: all cores)")->check(CLI::Range(1, 1024));
   for (auto [name, slot] : {std::pair<const char*, std::optional<std::string>*>{"--tp", &o.tp}, {"--pp", &o.pp},
                             {"--vpp", &o.vpp}, {"--dp", &o.dp}, {"--cp", &o.cp}, {"--ep", &o.ep}, {"--etp", &o.etp},
                             {"--mbs", &o.mbs}})

@@ -83,11 +83,18 @@ Result<RunProgram> load_run_program(const ScenarioOptions& sc) {
 
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   if (o.inject_failure) {
-    const auto colon = o.inject_failure->find(':');
+    // Exactly RANK:STEP, two non-negative integers and nothing else ("1:3:4"
+    // was read as 1:3).
+    const std::string& text = *o.inject_failure;
+    const auto colon = text.find(':');
+    const auto number = [](const std::string& t) {
+      return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+    };
     try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      o.run.fail_rank = std::stoi(o.inject_failure->substr(0, colon));
-      o.run.fail_step = std::stoi(o.inject_failure->substr(colon + 1));
+      if (colon == std::string::npos || !number(text.substr(0, colon)) || !number(text.substr(colon + 1)))
+        throw std::invalid_argument("not RANK:STEP");
+      o.run.fail_rank = std::stoi(text.substr(0, colon));
+      o.run.fail_step = std::stoi(text.substr(colon + 1));
     } catch (const std::exception&) {
       err << "megascope run: error: --inject-failure: expected RANK:STEP, found \"" << *o.inject_failure << "\"\n";
       return 2;
@@ -141,6 +148,11 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   }
   const Setup& s = loaded->scenario.setup;
   const Program* program = &loaded->program;
+  if (o.run.fail_rank && *o.run.fail_rank >= s.world) {   // it would never fire
+    errs << fmt::format("megascope run: error: --inject-failure: rank {} is not one of the plan's {} ranks\n",
+                        *o.run.fail_rank, s.world);
+    return 2;
+  }
   o.run.plan_text = format_inline_plan(s.plan);
   o.run.model_name = s.model.name;
   if (!o.json)
