@@ -34,28 +34,47 @@ namespace {
 // ---- checkpoints: one file per rank per step, written then renamed ----
 
 std::string checkpoint_header(const RunOptions& o, int world, int rank) {
-  return fmt::format("megascope-checkpoint 3\nplan {}\nmodel {}\nworld {}\nrank {}\ngemms {}\n", o.plan_text, o.model_name,
+  return fmt::format("megascope-checkpoint 4\nplan {}\nmodel {}\nworld {}\nrank {}\ngemms {}\n", o.plan_text, o.model_name,
                      world, rank, o.bf16 ? "bf16" : "fp32");
 }
+
+// FNV-1a (64-bit) over the payload after the header: the step and every
+// vector, as written. A flipped bit, NaN bytes written over a weight or a
+// truncation changes it; it ends the file.
+class Checksum {
+ public:
+  void add(const void* data, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 0x100000001b3ULL;
+  }
+  [[nodiscard]] std::uint64_t value() const { return h_; }
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ULL;
+};
 
 std::filesystem::path rank_file(const std::string& dir, int step, int rank) {
   return std::filesystem::path(dir) / fmt::format("step-{}", step) / fmt::format("rank-{}.bin", rank);
 }
 
 template <class T>
-void write_pod(std::ofstream& f, const T& v) {
+void write_pod(std::ofstream& f, const T& v, Checksum& sum) {
   f.write(reinterpret_cast<const char*>(&v), sizeof(T));
+  sum.add(&v, sizeof(T));
 }
-void write_vec(std::ofstream& f, const Vec& v) {
+void write_vec(std::ofstream& f, const Vec& v, Checksum& sum) {
   const auto n = static_cast<std::int64_t>(v.size());
-  write_pod(f, n);
+  write_pod(f, n, sum);
   f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  sum.add(v.data(), v.size() * sizeof(float));
 }
-bool read_vec(std::ifstream& f, Vec& v) {
+bool read_vec(std::ifstream& f, Vec& v, Checksum& sum) {
   std::int64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), sizeof(n));
   if (!f || n != static_cast<std::int64_t>(v.size())) return false;
+  sum.add(&n, sizeof(n));
   f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  sum.add(v.data(), v.size() * sizeof(float));
   return static_cast<bool>(f);
 }
 
@@ -70,12 +89,16 @@ Result<void> save_rank(const std::string& dir, int step, int rank, int world, co
     if (!f) return fail("--checkpoint-dir", fmt::format("{}: cannot write", tmp));
     const std::string h = checkpoint_header(o, world, rank);
     f << h;
-    write_pod(f, static_cast<std::int32_t>(step));
+    Checksum sum;
+    write_pod(f, static_cast<std::int32_t>(step), sum);
     for (std::size_t c = 0; c < chunks.size(); ++c) {
-      write_vec(f, chunks[c].w);
-      write_vec(f, m[c]);
-      write_vec(f, v[c]);
+      write_vec(f, chunks[c].w, sum);
+      write_vec(f, m[c], sum);
+      write_vec(f, v[c], sum);
     }
+    const std::uint64_t total = sum.value();
+    f.write(reinterpret_cast<const char*>(&total), sizeof(total));
+    f.flush();
     if (!f) return fail("--checkpoint-dir", fmt::format("{}: write failed", tmp));
   }
   std::filesystem::rename(tmp, path, ec);
@@ -98,9 +121,18 @@ Result<void> load_rank(const std::string& dir, int step, int rank, int world, co
   std::int32_t saved = 0;
   f.read(reinterpret_cast<char*>(&saved), sizeof(saved));
   if (saved != step) return fail("--resume", fmt::format("{}: holds step {}, expected {}", path.string(), saved, step));
+  Checksum sum;
+  sum.add(&saved, sizeof(saved));
   for (std::size_t c = 0; c < chunks.size(); ++c)
-    if (!read_vec(f, chunks[c].w) || !read_vec(f, m[c]) || !read_vec(f, v[c]))
+    if (!read_vec(f, chunks[c].w, sum) || !read_vec(f, m[c], sum) || !read_vec(f, v[c], sum))
       return fail("--resume", fmt::format("{}: truncated or of the wrong shape", path.string()));
+  std::uint64_t stored = 0;
+  f.read(reinterpret_cast<char*>(&stored), sizeof(stored));
+  if (!f) return fail("--resume", fmt::format("{}: truncated (no checksum)", path.string()));
+  if (stored != sum.value())
+    return fail("--resume", fmt::format("{}: the checksum does not match: the file is corrupt", path.string()));
+  if (f.peek() != std::ifstream::traits_type::eof())
+    return fail("--resume", fmt::format("{}: bytes after the checksum: the file is corrupt", path.string()));
   return {};
 }
 
@@ -111,14 +143,18 @@ std::optional<int> latest_step(const std::string& dir) {
   return std::nullopt;
 }
 
-// Every rank's verdict: the first error anywhere fails all ranks together.
-Result<void> agree(Result<void> mine, const MpiEnv& env) {
+// Every rank's verdict: the first error anywhere fails all ranks together,
+// and rank 0 (whose message the user sees) reports the first failing rank's
+// error, named.
+Result<void> agree(Result<void> mine, const MpiEnv& env, const char* field) {
   int ok = mine ? 1 : 0, all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (all) return {};
+  const std::vector<std::string> errors = env.gather(mine ? std::string() : mine.error().str(), 0);
   if (!mine) return mine;
-  (void)env;
-  return fail("--resume", "another rank failed to load its checkpoint (see its message)");
+  for (std::size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) return fail(field, fmt::format("rank {}: {}", r, errors[r]));
+  return fail(field, "another rank failed (see its message)");
 }
 
 }  // namespace
@@ -160,6 +196,26 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
   CpuRank rank(s, p, o, *corpus, staged_groups ? static_cast<const GroupSet&>(*staged_groups) : groups, ops);
   const int me = env.rank();
 
+  // The checkpoint directory: writable before the first step (not found out
+  // at the first save), and not one holding another run's checkpoints unless
+  // this run resumes them ('latest' never moves to another run's step).
+  if (o.checkpoint_dir) {
+    const std::filesystem::path dir = *o.checkpoint_dir;
+    Result<void> usable;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const auto probe = dir / fmt::format(".megascope-write-test-{}", me);
+    if (!std::ofstream(probe, std::ios::trunc))
+      usable = fail("--checkpoint-dir", fmt::format("{}: cannot write in the checkpoint directory", dir.string()));
+    std::filesystem::remove(probe, ec);
+    if (usable && !o.resume)
+      if (const std::optional<int> held = latest_step(*o.checkpoint_dir))
+        usable = fail("--checkpoint-dir", fmt::format("{} holds a checkpoint at step {} ('latest'): continue it with "
+                                                      "--resume, or give an empty directory",
+                                                      dir.string(), *held));
+    if (auto ok = agree(usable, env, "--checkpoint-dir"); !ok) return tl::unexpected(ok.error());
+  }
+
   int first = 1;
   if (o.resume) {
     if (!o.checkpoint_dir) return fail("--resume", "needs --checkpoint-dir");
@@ -167,7 +223,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
     Result<void> mine = latest ? load_rank(*o.checkpoint_dir, *latest, me, env.size(), o, rank.chunks(),
                                            rank.moments_m(), rank.moments_v())
                                : fail("--resume", fmt::format("{}: no checkpoint (no 'latest' file)", *o.checkpoint_dir));
-    if (auto ok = agree(mine, env); !ok) return tl::unexpected(ok.error());
+    if (auto ok = agree(mine, env, "--resume"); !ok) return tl::unexpected(ok.error());
     first = *latest + 1;
     if (me == 0) out << fmt::format("resumed from {} at step {}\n", *o.checkpoint_dir, *latest);
   }
@@ -184,6 +240,15 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
     MPI_Allreduce(&sums[0], &total_loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(&sums[1], &step_time, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     StepLog log{step, total_loss / static_cast<double>(s.training.global_batch_size * s.seq_length), grad_norm, step_time};
+    // A NaN or infinite loss or gradient norm stops the run before anything
+    // is written (Megatron-LM's --check-for-nan-in-loss-and-grad); both are
+    // the same on every rank (reduced over the job).
+    int finite = std::isfinite(log.loss) && std::isfinite(log.grad_norm) ? 1 : 0, all_finite = 0;
+    MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_finite)
+      return fail("run", fmt::format("step {}: the loss is {} and the gradient norm {}; stopping before any checkpoint of "
+                                     "this step is written",
+                                     step, log.loss, log.grad_norm));
     logs.push_back(log);
     if (me == 0)
       out << fmt::format("step {:>4}  loss {:.6f}  grad norm {:.6f}  time {:.3f} s\n", log.step, log.loss,
@@ -193,7 +258,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
     if (save) {
       auto ok = agree(save_rank(*o.checkpoint_dir, step, me, env.size(), o, rank.chunks(), rank.moments_m(),
                                 rank.moments_v()),
-                      env);
+                      env, "--checkpoint-dir");
       if (!ok) return tl::unexpected(ok.error());
       if (me == 0) {   // every rank's file is complete: move the pointer
         const auto dir = std::filesystem::path(*o.checkpoint_dir);
@@ -223,7 +288,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
                      env.size()};
       ok = write_trace(*o.trace, p, info, ranks, every);
     }
-    if (auto agreed = agree(ok, env); !agreed) return tl::unexpected(agreed.error());
+    if (auto agreed = agree(ok, env, "--trace"); !agreed) return tl::unexpected(agreed.error());
   }
   return logs;
 }
