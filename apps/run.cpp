@@ -153,6 +153,11 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
                         *o.run.fail_rank, s.world);
     return 2;
   }
+  if (o.run.fail_rank && !o.run.resume && (o.run.fail_step < 1 || o.run.fail_step > o.run.steps)) {   // nor would this
+    errs << fmt::format("megascope run: error: --inject-failure: step {} is not one of the run's steps (1 to {})\n",
+                        o.run.fail_step, o.run.steps);
+    return 2;
+  }
   o.run.plan_text = format_inline_plan(s.plan);
   o.run.model_name = s.model.name;
   if (!o.json)

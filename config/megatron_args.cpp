@@ -520,6 +520,20 @@ Result<MegatronLaunch> interpret(Args& args) {
     if ((modules & kRecomputeMoeAct) && !args.has("--moe-grouped-gemm"))
       return fail("megatron.--recompute-modules",
                   "moe_act needs --moe-grouped-gemm (Megatron-Core raises without it)");
+    // Megatron-Core accepts, and ignores, mlp without dense layers and
+    // shared_experts without shared experts: dropped with a warning.
+    const ModelSpec& mm = out.model;
+    bool dense = false;
+    for (int l = 0; l < mm.num_layers && !dense; ++l) dense = !mm.is_moe_layer(l);
+    if ((modules & kRecomputeMlp) && !dense) {
+      modules &= ~kRecomputeMlp;
+      out.warnings.push_back("--recompute-modules mlp has no effect: every layer is a MoE layer (moe recomputes those)");
+    }
+    if ((modules & kRecomputeSharedExperts) && !(mm.moe && mm.moe->shared_expert_ffn_hidden > 0)) {
+      modules &= ~kRecomputeSharedExperts;
+      out.warnings.push_back("--recompute-modules shared_experts has no effect: the model has no shared experts");
+    }
+    if (modules == 0) modules = kRecomputeCoreAttn;
     if (modules != kRecomputeCoreAttn) p.recompute.modules = modules;
   }
 

@@ -180,7 +180,14 @@ constexpr int kMaxKeyDots = 64;
 std::optional<std::pair<int, int>> over_deep_key(std::string_view text) {
   int line = 1, column = 0, dots = 0;
   enum class State { normal, basic, literal, ml_basic, ml_literal, comment } st = State::normal;
-  for (std::size_t i = 0; i < text.size(); ++i) {
+  // A multi-line string may end in up to two quotes of its own kind before
+  // its closing three ("""a"""" is a"): after the closing three, the
+  // string's last quotes are the ones that follow.
+  std::size_t i = 0;
+  const auto close_extra = [&](char q) {
+    for (int k = 0; k < 2 && i + 1 < text.size() && text[i + 1] == q; ++k) ++i, ++column;
+  };
+  for (; i < text.size(); ++i) {
     const char c = text[i];
     ++column;
     if (c == '\n') {
@@ -201,10 +208,10 @@ std::optional<std::pair<int, int>> over_deep_key(std::string_view text) {
         break;
       case State::ml_basic:
         if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i, ++column;
-        else if (text.substr(i, 3) == "\"\"\"") st = State::normal, i += 2, column += 2;
+        else if (text.substr(i, 3) == "\"\"\"") st = State::normal, i += 2, column += 2, close_extra('"');
         break;
       case State::ml_literal:
-        if (text.substr(i, 3) == "'''") st = State::normal, i += 2, column += 2;
+        if (text.substr(i, 3) == "'''") st = State::normal, i += 2, column += 2, close_extra('\'');
         break;
       case State::normal:
         if (c == '#') {

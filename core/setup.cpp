@@ -338,6 +338,12 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
     return fail("training.global_batch_size",
                 fmt::format("global batch ({}) must be divisible by micro-batch size x dp = {} x {} = {}",
                             s.training.global_batch_size, p.micro_batch_size, s.dp, per_step));
+  if (p.micro_batch_size > kMaxMicrobatches)
+    return fail("plan.mbs", fmt::format("must be at most {}, found {}", kMaxMicrobatches, p.micro_batch_size));
+  if (s.training.global_batch_size > (std::int64_t{1} << 50) / s.seq_length)
+    return fail("training.global_batch_size",
+                fmt::format("{} sequences of {} tokens is more than 2^50 tokens a step", s.training.global_batch_size,
+                            s.seq_length));
   if (s.training.global_batch_size / per_step > kMaxMicrobatches)
     return fail("training.global_batch_size",
                 fmt::format("global batch {} makes {} micro-batches a step (micro-batch size {} x dp {}); at most {} are "

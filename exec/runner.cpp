@@ -231,6 +231,8 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
   std::vector<StepLog> logs;
   std::vector<Span> spans;
   const int last = first + o.steps - 1;
+  if (o.fail_rank && (o.fail_step < first || o.fail_step > last))   // it would never fire
+    return fail("--inject-failure", fmt::format("step {} is not one of this run's steps ({} to {})", o.fail_step, first, last));
   for (int step = first; step <= last; ++step) {
     double loss_sum = 0, grad_norm = 0;
     if (o.fail_rank && *o.fail_rank == me && step == o.fail_step) std::_Exit(9);

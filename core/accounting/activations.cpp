@@ -132,12 +132,13 @@ LayerActivations layer_activations(const Setup& st, int layer) {
   // BF16, the shared experts'); in FP8 the shared experts keep their own copy.
   // A checkpointed MLP (its norm fused into fc1) keeps nothing beyond the
   // residual, ln2_input; a checkpointed MoE block keeps its input, the norm's
-  // output.
+  // output, unless the norm is recomputed too (Megatron-Core frees it after
+  // the block and rebuilds it in backward).
   if (!m.is_moe_layer(layer)) {
     if ((!norms_recomputed || fp8) && !mlp_recomputed) add("fc1_input", gin * x.T * x.h / x.sp);
   } else {
     const bool shared_copy = fp8 && m.moe->shared_expert_ffn_hidden > 0 && !shared_recomputed;
-    add("fc1_input", ((norms_recomputed && !moe_recomputed ? 0.0 : kAct) + (shared_copy ? gin : 0.0)) * x.T * x.h / x.sp);
+    add("fc1_input", ((norms_recomputed ? 0.0 : kAct) + (shared_copy ? gin : 0.0)) * x.T * x.h / x.sp);
   }
   // An MLP's activation input and fc2's input; a checkpointed one keeps
   // neither, though the W pass still needs its GEMMs' inputs and gradients.

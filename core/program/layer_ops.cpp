@@ -617,7 +617,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
     std::vector<Kernel> k;
     if (const auto b = bda_backward(m, d)) k.push_back(*b);   // the MLP's bias-dropout-add
-    if (norm_again) k.push_back(*norm_again);                 // the pre-MLP norm's output, for fc1's gradients
+    if (norm_again && !(modules & kRecomputeMlp)) k.push_back(*norm_again);   // the pre-MLP norm's output, for fc1's gradients (mlp: recomputed with it)
     push_fp8_cast(k, s, d.T * hb);                                 // fc2's output gradient
     k.push_back(gemm(d.Ti, f, d.h, d.prec));
     k.push_back(memory(MemoryOp::activation, 2.0 * d.T * static_cast<double>(f) * static_cast<double>(2 * d.up + 1)));
@@ -687,7 +687,7 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     const Permutes perm = permutes(s, own, tokens, hb);
     std::vector<Kernel> ek;
     push_permute(ek, perm.second);                                            // unpermute-2's backward
-    if (modules & kRecomputeMoeAct)   // the activation's output, fc2's input, before fc2's gradients
+    if ((modules & kRecomputeMoeAct) && !(modules & kRecomputeMoe))   // the activation's output, fc2's input, before fc2's gradients (moe: recomputed with the block)
       ek.push_back(activation_forward(d, tokens, fe));
     push_fp8_cast(ek, s, tokens * hb);                                             // fc2's output gradient
     ek.push_back(expert_gemm(s, tok, fe, d.h, d.prec));

@@ -397,7 +397,8 @@ TEST_CASE("run refuses NaN, infinite and negative training numbers and a zero ch
   for (const auto& [option, value] : std::vector<std::pair<std::string, std::string>>{
            {"--lr", "nan"}, {"--lr", "-1e-3"}, {"--clip-grad", "inf"}, {"--clip-grad", "-1"},
            {"--recv-timeout", "0"}, {"--recv-timeout", "nan"}, {"--save-every", "0"},
-           {"--inject-failure", "1:3:4"}, {"--inject-failure", "1:-3"}, {"--inject-failure", "5:3"}}) {
+           {"--inject-failure", "1:3:4"}, {"--inject-failure", "1:-3"}, {"--inject-failure", "5:3"},
+           {"--inject-failure", "0:7"}}) {   // step 7 of a one-step run
     INFO(option << " " << value);
     const auto r = megascope::test::run({"run", "--backend", "cpu", "--model", "tiny-gpt", option, value});
     CHECK(r.code != 0);

@@ -533,6 +533,12 @@ TEST_CASE("Recompute modules are read with selective granularity, an unknown one
   const MegatronLaunch mlp = import_ok(sel + "--recompute-modules core_attn mlp");
   REQUIRE(mlp.plan.recompute.modules);
   CHECK(*mlp.plan.recompute.modules == (kRecomputeCoreAttn | kRecomputeMlp));
+  // Megatron-Core ignores mlp when every layer is MoE and shared_experts
+  // without shared experts: dropped with a warning each, not an error.
+  const MegatronLaunch moe = import_ok(sel + "--num-experts 8 --recompute-modules core_attn mlp shared_experts moe");
+  REQUIRE(moe.plan.recompute.modules);
+  CHECK(*moe.plan.recompute.modules == (kRecomputeCoreAttn | kRecomputeMoe));
+  CHECK(moe.warnings.size() >= 2);
   const Error unknown = import_error(sel + "--recompute-modules attn");
   CHECK(unknown.field == "megatron.--recompute-modules");
   CHECK_THAT(unknown.message, Catch::Contains("'attn'"));

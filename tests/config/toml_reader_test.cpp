@@ -64,6 +64,19 @@ TEST_CASE("A TOML key of tens of thousands of dotted parts is an error at its li
   CHECK((*r)["s"].value<std::string>() == many);
   CHECK((*r)["f"].as_array()->size() == 4);
   std::filesystem::remove(path);
+  // A multi-line string may end in extra quotes ("""a"""" is a"): the scan
+  // stays in step, neither missing a deep key after it nor refusing dots in
+  // a string after it.
+  const std::string quotes = write_temp("megascope-quotes.toml", "x = { s = \"\"\"a\"\"\"\", " + dotted(50000) + " = 1 }\n");
+  const auto q = parse_toml_file(quotes);
+  REQUIRE_FALSE(q);
+  CHECK_THAT(q.error().message, Catch::Contains("dotted parts"));
+  std::filesystem::remove(quotes);
+  const std::string fine = write_temp("megascope-quotes-ok.toml", "x = [\"\"\"a\"\"\"\", '''b''''', \"" + many + "\"]\n");
+  const auto f = parse_toml_file(fine);
+  INFO((f ? std::string() : f.error().str()));
+  CHECK(f);
+  std::filesystem::remove(fine);
   const std::string deeper = write_temp("megascope-dots66.toml", dotted(66) + " = 1\n");
   CHECK_FALSE(parse_toml_file(deeper));
   std::filesystem::remove(deeper);

@@ -263,6 +263,10 @@ TEST_CASE("Checkpointed submodules (mlp, moe, shared_experts) keep only their in
              {"router_probs", "expert_fc1_input", "expert_activation_input", "expert_fc2_input", "expert_output",
               "shared_activation_input", "shared_fc2_input"}},
         Case{"core_attn+shared_experts", moe_layer, {"shared_activation_input", "shared_fc2_input"}},
+        // With the norms recomputed too the block's input goes as well (freed after it, rebuilt in backward).
+        Case{"core_attn+layernorm+moe", moe_layer,
+             {"qkv_input", "fc1_input", "router_probs", "expert_fc1_input", "expert_activation_input", "expert_fc2_input",
+              "expert_output", "shared_activation_input", "shared_fc2_input"}},
         Case{"core_attn+moe_act+moe", moe_layer,   // moe contains moe_act
              {"router_probs", "expert_fc1_input", "expert_activation_input", "expert_fc2_input", "expert_output",
               "shared_activation_input", "shared_fc2_input"}}}) {

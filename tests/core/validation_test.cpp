@@ -116,11 +116,16 @@ TEST_CASE("The global batch must be a multiple of micro-batch size x dp", "[core
                "global batch (12) must be divisible by micro-batch size x dp = 2 x 8 = 16");
   // 10^14 sequences made a negative micro-batch count in 32 bits; the bound
   // is 65,536 micro-batches a step.
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1", 1000000000, 8), "training.global_batch_size",
+               "125000000 micro-batches a step");
   expect_error(try_setup(dense(), "dgx-a100", "tp=1", 100000000000000, 8), "training.global_batch_size",
-               "12500000000000 micro-batches a step");
+               "more than 2^50 tokens a step");
   expect_error(try_setup(dense(), "dgx-a100", "tp=1", 8 * (kMaxMicrobatches + 1), 8), "training.global_batch_size",
                "at most 65536");
   CHECK(try_setup(dense(), "dgx-a100", "tp=1", 8 * kMaxMicrobatches, 8));
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1,mbs=100000", 800000, 8), "plan.mbs", "at most 65536");
+  expect_error(try_setup(dense(), "dgx-a100", "tp=1,mbs=65536", std::int64_t{1} << 40, 8), "training.global_batch_size",
+               "2^50 tokens a step");
 }
 
 TEST_CASE("Model dimensions and sequences beyond their bounds are one error naming the field, not negative figures",
