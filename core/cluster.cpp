@@ -1,13 +1,15 @@
 #include "core/cluster.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 
 namespace megascope {
 
 namespace {
 Result<void> positive(const std::string& field, double v) {
-  if (!(v > 0)) return fail("cluster." + field, fmt::format("must be positive, found {}", v));
+  if (!(v > 0) || !std::isfinite(v)) return fail("cluster." + field, fmt::format("must be positive and finite, found {}", v));
   return {};
 }
 }  // namespace
@@ -64,6 +66,18 @@ Result<ClusterSpec> validate_cluster(ClusterSpec c) {
   if (!(c.scale_out.p2p_efficiency > 0 && c.scale_out.p2p_efficiency <= 1))
     return fail("cluster.scale_out.p2p_efficiency",
                 fmt::format("is a share of the collectives' rate and must be in (0, 1], found {}", c.scale_out.p2p_efficiency));
+  // Latencies between 0 and one second; link rates, where given, finite and
+  // at least 1 MB/s (a NIC of 1e-300 Gb/s priced a step at 6e296 s).
+  for (auto [field, v] : {std::pair<const char*, double>{"node.scale_up_latency_us", c.node.scale_up_latency_s},
+                          {"scale_out.latency_us", c.scale_out.latency_s}})
+    if (!(v >= 0 && v <= 1.0))
+      return fail(std::string("cluster.") + field, fmt::format("must be between 0 and 1e6 us, found {} us", v * 1e6));
+  for (auto [field, v] : {std::pair<const char*, double>{"node.scale_up_bandwidth_GBps", c.node.scale_up_bandwidth_Bps},
+                          {"node.pcie_bandwidth_GBps", c.node.pcie_bandwidth_Bps},
+                          {"node.nic_bandwidth_Gbps", c.node.nic_bandwidth_Bps}})
+    if (v != 0 && !(v >= 1e6 && std::isfinite(v)))
+      return fail(std::string("cluster.") + field,
+                  fmt::format("must be 0 (none) or a finite rate of at least 1 MB/s, found {} B/s", v));
   if (c.scale_out.switch_radix < 2)
     return fail("cluster.scale_out.switch_radix", fmt::format("must be >= 2, found {}", c.scale_out.switch_radix));
   return c;

@@ -166,6 +166,22 @@ TEST_CASE("Model dimensions and sequences beyond their bounds are one error nami
   ClusterSpec big = shipped_cluster("dgx-h100");
   big.num_nodes = (1 << 15) + 1;   // 8 devices a node
   CHECK(validate_cluster(big).error().field == "cluster.num_nodes");
+  // Negative or absurd latencies, and link rates of nothing or infinity.
+  ClusterSpec lat = shipped_cluster("dgx-h100");
+  lat.scale_out.latency_s = -5e-6;
+  CHECK(validate_cluster(lat).error().field == "cluster.scale_out.latency_us");
+  ClusterSpec hop = shipped_cluster("dgx-h100");
+  hop.node.scale_up_latency_s = std::numeric_limits<double>::quiet_NaN();
+  CHECK(validate_cluster(hop).error().field == "cluster.node.scale_up_latency_us");
+  ClusterSpec nic = shipped_cluster("dgx-h100");
+  nic.node.nic_bandwidth_Bps = 1e-300 / 8 * 1e9;
+  CHECK(validate_cluster(nic).error().field == "cluster.node.nic_bandwidth_Gbps");
+  ClusterSpec pcie = shipped_cluster("dgx-h100");
+  pcie.node.pcie_bandwidth_Bps = -1;
+  CHECK(validate_cluster(pcie).error().field == "cluster.node.pcie_bandwidth_GBps");
+  ClusterSpec peak = shipped_cluster("dgx-h100");
+  peak.device.peak_bf16_flops = std::numeric_limits<double>::infinity();
+  CHECK(validate_cluster(peak).error().field == "cluster.device.peak_bf16_tflops");
   // The training sequence likewise.
   TrainingSpec t;
   t.global_batch_size = 8;
