@@ -523,9 +523,7 @@ Result<MegatronLaunch> interpret(Args& args) {
     // Megatron-Core accepts, and ignores, mlp without dense layers and
     // shared_experts without shared experts: dropped with a warning.
     const ModelSpec& mm = out.model;
-    bool dense = false;
-    for (int l = 0; l < mm.num_layers && !dense; ++l) dense = !mm.is_moe_layer(l);
-    if ((modules & kRecomputeMlp) && !dense) {
+    if ((modules & kRecomputeMlp) && mm.num_moe_layers() == mm.num_layers) {
       modules &= ~kRecomputeMlp;
       out.warnings.push_back("--recompute-modules mlp has no effect: every layer is a MoE layer (moe recomputes those)");
     }

@@ -490,13 +490,9 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
       return fail("plan.recompute_modules", "moe recomputes MoE layers (the model has none; mlp recomputes dense MLPs)");
     if ((*rc.modules & kRecomputeSharedExperts) && !(m.moe && m.moe->shared_expert_ffn_hidden > 0))
       return fail("plan.recompute_modules", "shared_experts needs shared experts (the model has none)");
-    if (*rc.modules & kRecomputeMlp) {
-      bool dense = false;
-      for (int l = 0; l < m.num_layers && !dense; ++l) dense = !m.is_moe_layer(l);
-      if (!dense)
-        return fail("plan.recompute_modules",
-                    "mlp recomputes dense MLP layers and every layer of the model is a MoE layer (moe recomputes those)");
-    }
+    if ((*rc.modules & kRecomputeMlp) && m.num_moe_layers() == m.num_layers)
+      return fail("plan.recompute_modules",
+                  "mlp recomputes dense MLP layers and every layer of the model is a MoE layer (moe recomputes those)");
     if ((*rc.modules & kRecomputeMoe) && p.moe_ep_overlap)
       return fail("plan.recompute_modules",
                   "moe cannot be recomputed with moe_ep_overlap=on (Megatron-Core refuses "

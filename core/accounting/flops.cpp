@@ -97,10 +97,10 @@ double recompute_forward(const Setup& st, std::int64_t s, bool causal) {
     // Norms and activations are memory-bound: no GEMM FLOPs to count.
     const unsigned modules = recompute_modules(rc);
     for (int l = 0; l < m.num_layers; ++l) {
-      if (modules & kRecomputeCoreAttn) extra += layer_forward_flops(m, l, s, causal).attention_core;
+      const ForwardFlops f = layer_forward_flops(m, l, s, causal);
+      if (modules & kRecomputeCoreAttn) extra += f.attention_core;
       if (modules & kRecomputeMlaUpProj) extra += mla_up_proj_flops(m, s);
       // Checkpointed submodules run their GEMMs again (the router's is not counted, as in the model FLOPs).
-      const ForwardFlops f = layer_forward_flops(m, l, s, causal);
       if (m.is_moe_layer(l)) {
         if (modules & kRecomputeMoe) extra += f.experts + f.mlp;
         else if (modules & kRecomputeSharedExperts) extra += f.mlp;

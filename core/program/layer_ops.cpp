@@ -109,6 +109,16 @@ Kernel activation_forward(const Dims& d, double tokens, std::int64_t f) {
 
 double activation_bytes(const Dims& d) { return 2.0 * d.T * static_cast<double>(d.h); }
 
+// An MLP's forward after its input: fc1, the activation, fc2's input
+// quantised (FP8) and fc2, over the layer's tokens at width `f` per rank (the
+// dense MLP and the shared experts; the forward and their recomputation).
+std::vector<Kernel> mlp_forward(const Setup& s, const Dims& d, std::int64_t f) {
+  std::vector<Kernel> k = {gemm(d.Ti, d.up * f, d.h, d.prec), activation_forward(d, d.T, f)};
+  push_fp8_cast(k, s, d.T * static_cast<double>(f));
+  k.push_back(gemm(d.Ti, d.h, f, d.prec));
+  return k;
+}
+
 // FP8 training (push_fp8_cast): a linear layer's forward quantises its input
 // unless a norm fused with it wrote it (Transformer Engine's LayerNormLinear:
 // the dense QKV projection and fc1, whose norms write FP8 row- and
@@ -485,10 +495,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     } else {
       k = {pre_drop, pre_norm};
     }
-    k.push_back(gemm(d.Ti, d.up * f, d.h, d.prec));   // fc1
-    k.push_back(activation_forward(d, d.T, f));
-    push_fp8_cast(k, s, d.T * static_cast<double>(f));      // fc2's input
-    k.push_back(gemm(d.Ti, d.h, f, d.prec));           // fc2
+    for (const Kernel& kk : mlp_forward(s, d, f)) k.push_back(kk);   // fc1, activation, fc2
     k.push_back(post_drop);
     dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(k), {*dep}, tp_out, act);
     return *dep;
@@ -532,12 +539,10 @@ std::uint32_t LayerEmitter::emit_moe_forward(const OpContext& ctx, std::optional
   // and fc2's input quantised (`shared`), then fc2 (`shared_fc2`).
   std::vector<Kernel> shared, shared_fc2;
   if (e.shared_expert_ffn_hidden > 0) {
-    const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
     push_fp8_cast(shared, s, d.T * hb);
-    shared.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
-    shared.push_back(activation_forward(d, d.T, fs));
-    push_fp8_cast(shared, s, d.T * static_cast<double>(fs));
-    shared_fc2.push_back(gemm(d.Ti, d.h, fs, d.prec));
+    for (const Kernel& kk : mlp_forward(s, d, e.shared_expert_ffn_hidden / d.t)) shared.push_back(kk);
+    shared_fc2.push_back(shared.back());   // fc2 runs apart, after the combine
+    shared.pop_back();
   }
   // --moe-shared-expert-overlap: the shared experts' fc1 runs while the
   // dispatch is in flight and their fc2 while the combine is, posted ahead of
@@ -609,9 +614,8 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
       // The checkpointed MLP's forward again (its norm fused into fc1), TP
       // collectives included, before its gradients.
       if (d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
-      std::vector<Kernel> r = {norm_forward(d), gemm(d.Ti, d.up * f, d.h, d.prec), activation_forward(d, d.T, f)};
-      push_fp8_cast(r, s, d.T * static_cast<double>(f));
-      r.push_back(gemm(d.Ti, d.h, f, d.prec));
+      std::vector<Kernel> r = {norm_forward(d)};
+      for (const Kernel& kk : mlp_forward(s, d, f)) r.push_back(kk);
       dep = compute_then_reduce(w, s, OpLabel::mlp, ctx, std::span<const Kernel>(r), dep, out_tp, act);
     }
     if (d.sp) dep = gather_for_compute(w, s, in_tp, ctx, act, dep);
@@ -631,13 +635,9 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     if (modules & kRecomputeMoe) {
       dep = emit_moe_forward(ctx, dep, true);
     } else if ((modules & kRecomputeSharedExperts) && e.shared_expert_ffn_hidden > 0) {
-      const std::int64_t fs = e.shared_expert_ffn_hidden / d.t;
       std::vector<Kernel> r;
       push_fp8_cast(r, s, d.T * hb);
-      r.push_back(gemm(d.Ti, d.up * fs, d.h, d.prec));
-      r.push_back(activation_forward(d, d.T, fs));
-      push_fp8_cast(r, s, d.T * static_cast<double>(fs));
-      r.push_back(gemm(d.Ti, d.h, fs, d.prec));
+      for (const Kernel& kk : mlp_forward(s, d, e.shared_expert_ffn_hidden / d.t)) r.push_back(kk);
       if (tp && d.sp) dep = gather_for_compute(w, s, OpKind::all_gather, ctx, act, dep);
       dep = tp ? compute_then_reduce(w, s, OpLabel::moe, ctx, std::span<const Kernel>(r), dep, out_tp, act)
                : w.compute(OpLabel::moe, ctx, std::span<const Kernel>(r), dep);
