@@ -62,6 +62,7 @@ std::optional<std::string> shipped_profile_name(const DeviceSpec& device) {
   if (has("H100")) return has("PCIE") ? "h100-pcie" : "h100";
   if (has("H800")) return has("PCIE") ? "h100-pcie" : "h100";   // the H100's compute and memory with less NVLink (dgx-h800.toml)
   if (has("A100")) return "a100";
+  if (has("V100")) return "v100";
   return std::nullopt;
 }
 

@@ -139,8 +139,8 @@ class CostModel {
 // file, line and column.
 Result<CostProfile> load_cost_profile(const std::string& path);
 
-// The shipped profile for a device ("a100", "h100", "h100-pcie", "h200",
-// "b200", "gb200", "cpu"), or nullopt when none matches its name.
+// The shipped profile for a device ("v100", "a100", "h100", "h100-pcie",
+// "h200", "b200", "gb200", "cpu"), or nullopt when none matches its name.
 std::optional<std::string> shipped_profile_name(const DeviceSpec& device);
 
 // FLOPs of one fused attention call, as FlashAttention counts them (forward:

@@ -68,7 +68,7 @@ TEST_CASE("Every shipped cluster device gets its shipped profile and an unknown 
           "[sim]") {
   const std::map<std::string, std::string> expected = {
       {"dgx-a100", "a100"}, {"dgx-h100", "h100"}, {"dgx-h800", "h100"}, {"dgx-h200", "h200"}, {"dgx-b200", "b200"},
-      {"gb200-nvl72", "gb200"}, {"pcie-8gpu", "h100-pcie"}, {"cpu-host", "cpu"}};
+      {"gb200-nvl72", "gb200"}, {"pcie-8gpu", "h100-pcie"}, {"cpu-host", "cpu"}, {"dgx-2h", "v100"}};
   for (const auto& [cluster, name] : expected) {
     const DeviceSpec d = test::shipped_cluster(cluster).device;
     INFO(cluster << ": " << d.name);

@@ -265,3 +265,25 @@ TEST_CASE("Paths between domains are chains from source to destination, as short
     }
   }
 }
+
+TEST_CASE("A two-server DGX-2H has two 16-GPU NVSwitch domains and one EDR NIC per two GPUs", "[sim]") {
+  const ClusterSpec c = cluster_with("dgx-2h", 32);
+  CHECK(c.node.devices_per_node == 16);
+  const Topology t = Topology::build(c, 32);
+  CHECK(t.devices() == 32);
+  CHECK(t.domain_of(15) == 0);
+  CHECK(t.domain_of(16) == 1);
+  const auto n = count_by_kind(t);
+  CHECK(n.at("gpu->nvswitch") == 32);
+  CHECK(n.at("nic->leaf") == 16);   // 8 NICs a server
+  // GPUs 0 and 1 share NIC 0; GPU 2 has NIC 1; each reaches its peer on the other server over its rail.
+  CHECK(path_names(t, 0, 16).front() == "gpu0->nic0");
+  CHECK(path_names(t, 1, 17).front() == "gpu1->nic0");
+  CHECK(path_names(t, 2, 18).front() == "gpu2->nic1");
+  for (const auto& l : t.links()) {
+    INFO(l.name);
+    const std::string k = kinds(l.name);
+    if (k == "gpu->nvswitch") CHECK(l.capacity_Bps == Approx(150e9));
+    if (k == "nic->leaf") CHECK(l.capacity_Bps == Approx(12.5e9));
+  }
+}
