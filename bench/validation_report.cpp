@@ -246,6 +246,48 @@ int main(int argc, char** argv) {
     add("");
   }
 
+  // --- Shoeybi et al. 2019 (V100) ---
+  {
+    add("## Shoeybi et al. 2019 (V100, `dgx-2h`)");
+    add("");
+    add("The first Megatron-LM paper's scaling runs on DGX-2H servers (16 V100 SXM3 32GB on NVSwitch, 8 x 100 Gb/s");
+    add("EDR InfiniBand each): GPT-2 models of 1024 tokens with 96 channels per head (its Table 1), batch 8 per model");
+    add("replica. Published (the paper's text; it has no table of throughputs): the 1.2B model on one GPU sustains 39");
+    add("TFLOP/s, 30% of peak; the 8.3B model with 8-way tensor parallelism reaches 77% of linear scaling from it");
+    add("(0.77 x 39 per GPU); 8-way tensor x 64-way data parallel on 512 GPUs sustains 15.1 PFLOP/s, \"76% scaling");
+    add("efficiency\". Plans: Megatron-LM's 2019 code as the sc21 section above prices that software (unfused");
+    add("attention, every layer's activations checkpointed, as the paper says, no asynchronous TP all-reduce, fp16");
+    add("weights and gradients), with the gradient all-reduce overlapped on 512 GPUs (`bench/published.hpp` says");
+    add("why). TFLOP/s per GPU counted as Narayanan et al. Eq. 3 (with recomputation, no causal halving).");
+    add("");
+    add("| model | GPUs | plan | batch | published | predicted | error | peak memory |");
+    add("|---|---|---|---|---|---|---|---|");
+    Errors v100;
+    std::vector<std::optional<double>> predicted;
+    const auto [mae_v100, rows_v100] =
+        add_rows(add, bench::shoeybi_2019(), &sim::SimReport::hardware_tflops_per_gpu_no_causal, 1, v100, &predicted);
+    add("");
+    add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_v100, rows_v100));
+    if (predicted.size() == 3 && predicted[0] && predicted[1] && predicted[2]) {
+      const double e8 = *predicted[1] / *predicted[0], e512 = *predicted[2] / *predicted[0];
+      add(fmt::format("Scaling efficiency against the one-GPU run: 8 GPUs published 77%, predicted {:.1f}%; 512 GPUs",
+                      100 * e8));
+      add(fmt::format("published {:.1f}% (15.1 PFLOP/s over 512 x 39 TFLOP/s; the paper rounds it to 76%, its Fig. 5 gives",
+                      100 * 15.1e3 / 512 / 39.0));
+      add(fmt::format("74%), predicted **{:.1f}%** (target: within 5% of the published).", 100 * e512));
+    }
+    add("");
+    add("The scaling is predicted; the rate of one GPU is not. The step the simulator prices for the 1.2B model is");
+    add("nearly all GEMMs and the unfused attention's score-matrix kernels at the V100 profile's rates (a published");
+    add("cuBLAS ceiling of 0.664 of peak and 0.833 of HBM bandwidth; `topologies/profiles/v100.toml`), and the 2019");
+    add("software ran slower than that by the error above. What its step spent the difference on (the FP16");
+    add("optimizer's and the loss scaler's passes, unfused layer norms and GeLU, the Python around every kernel)");
+    add("is not measured in any reference here. Part may be the count: the same group's later post on this baseline");
+    add("(62.4 TFLOP/s in 1,288 ms per step at batch 8, NVIDIA ADLR \"MegatronLM's Supercharged V1.0\") implies");
+    add("80.4 TFLOP per step, 7% less than Eq. 3 counts (86.3).");
+    add("");
+  }
+
   // --- Megatron-LM README H100 ---
   add("## Megatron-LM README, H100 weak scaling (`dgx-h100`)");
   add("");
@@ -259,6 +301,51 @@ int main(int argc, char** argv) {
   add("");
   add(fmt::format("Mean absolute error: **{:.1f}%** over {} rows (target 5%).", 100 * mae_h100, rows_h100));
   add("");
+
+  // --- Megatron-LM README H100 strong scaling ---
+  {
+    const bench::StrongScaling s = bench::readme_strong_scaling();
+    add("## Megatron-LM README, H100 strong scaling (`dgx-h100`)");
+    add("");
+    add("The README's GPT-3 (the table's 177B model) at one global batch, 1,152 sequences, from 96 to 4,608 H100s:");
+    add("\"a reduction in MFU from 47% to 42%\"; the plot's other points are a log-log plot only, except 2,304 GPUs,");
+    add("the table's 177B row. MFU: model FLOPs without causal halving over the dense BF16 peak, as the README counts.");
+    add(fmt::format("Plans: the table's split (tp 8, pp {}), dp the rest, the README's flags as above. From 96 to 4,608 GPUs",
+                    s.pp));
+    add("a pipeline's micro-batches fall from 576 to 12. The README does not say which schedule ran. Its own figures");
+    add(fmt::format("bound it: with every other cost counted free, the 4,608-GPU bubble can be at most {:.1f}% of the step",
+                    100 * s.bubble_bound));
+    add(fmt::format("(42/47 of the 96-GPU step's busy share), where 1F1B's is (p - 1)/(m + p - 1) = {:.1f}%; the fewest",
+                    100.0 * (s.pp - 1) / (12 + s.pp - 1)));
+    add(fmt::format("virtual stages dividing a stage's {} layers that get under it is {} (bubble {:.1f}%). Both are simulated.",
+                    s.layers_per_stage, s.vpp, 100.0 * (s.pp - 1) / (s.vpp * 12 + s.pp - 1)));
+    add("");
+    if (!s.error.empty()) {
+      add(fmt::format("The simulation failed: {}", s.error));
+    } else {
+      add(fmt::format("| GPUs | dp | micro-batches per pipeline | published MFU | 1F1B | interleaved (vpp {}) |", s.vpp));
+      add("|---|---|---|---|---|---|");
+      for (const bench::ScalingPoint& pt : s.points) {
+        const auto cell = [&](double mfu) {
+          return pt.published_mfu ? fmt::format("{:.1f}% ({:+.1f}%)", 100 * mfu, 100 * (mfu / *pt.published_mfu - 1))
+                                  : fmt::format("{:.1f}%", 100 * mfu);
+        };
+        add(fmt::format("| {} | {} | {} | {} | {} | {} |", pt.gpus, pt.dp, pt.microbatches,
+                        pt.published_mfu ? fmt::format("{:.1f}%", 100 * *pt.published_mfu) : std::string("-"),
+                        cell(pt.mfu_1f1b), cell(pt.mfu_interleaved)));
+      }
+      add("");
+      add(fmt::format("- MFU lost from 96 to 4,608 GPUs: published **{:.1f}%**; predicted {:.1f}% as 1F1B, **{:.1f}%** interleaved",
+                      100 * s.published_loss, 100 * s.loss_1f1b, 100 * s.loss_interleaved));
+      add(fmt::format("  (target: within 5 points of the published; {:.1f} and {:.1f} points off).",
+                      100 * std::abs(s.loss_1f1b - s.published_loss), 100 * std::abs(s.loss_interleaved - s.published_loss)));
+      add(fmt::format("- At 96 GPUs the step is nearly all compute (576 micro-batches per pipeline, gradients and parameters"));
+      add(fmt::format("  exchanged once): its error there, {:+.1f}%, is the compute pricing's for this model's layers; the losses",
+                      100 * (s.points.front().mfu_interleaved / *s.points.front().published_mfu - 1)));
+      add("  compare how the bubble and the exposed data-parallel exchanges grow with the GPUs.");
+    }
+    add("");
+  }
 
   // --- Megatron-Bridge / NeMo dense rows, and the sustained clocks fitted to them ---
   md += bridge_nemo_section(ref);
