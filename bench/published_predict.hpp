@@ -330,8 +330,9 @@ struct StrongScaling {
 // within what the published MFUs leave for it at 4,608 GPUs (m = 12
 // micro-batches per pipeline): MFU(4608) / MFU(96) times 96 GPUs' busy share.
 // That is a bound from the published figures alone (everything else of the
-// step counted free); the README does not say which schedule ran.
-inline StrongScaling readme_strong_scaling() {
+// step counted free); the README does not say which schedule ran. With
+// `calibration`, that cost-model profile laid over the shipped one.
+inline StrongScaling readme_strong_scaling(const std::optional<std::string>& calibration = std::nullopt) {
   constexpr int kBatch = 1152, kTp = 8, kLayers = 96;
   constexpr double kMfu96 = 0.47, kMfu4608 = 0.42;   // README text
   constexpr double kPeak = 989.4;                    // H100 SXM dense BF16, TFLOP/s (dgx-h100)
@@ -355,7 +356,7 @@ inline StrongScaling readme_strong_scaling() {
     if (gpus == 2304) pt.published_mfu = 432.8 / kPeak;   // the table's 177B row
     if (gpus == 4608) pt.published_mfu = kMfu4608;
     for (const bool inter : {false, true}) {
-      const Prediction p = predict("mcore-gpt-177b", "dgx-h100", gpus, inter ? interleaved : base, kBatch);
+      const Prediction p = predict(run_of("mcore-gpt-177b", "dgx-h100", gpus, inter ? interleaved : base, kBatch), calibration);
       if (!p.ok) {
         s.error = fmt::format("{} GPUs{}: {}", gpus, inter ? " interleaved" : "", p.error);
         return s;

@@ -90,6 +90,13 @@ struct CostProfile {
   // (docs/cost-model.md 4.7). 1: the kernels' price alone, the generic
   // assumption.
   double forward_efficiency = 1.0;
+  // The streaming multiprocessors a running collective (NCCL's kernels, one
+  // per channel, or Transformer Engine's userbuffers) holds on its GPU from
+  // the moment it is launched until it ends: compute ops of the same GPU run
+  // meanwhile at (1 - n comm_sms / sms) of their rate with n collectives
+  // running (docs/simulator.md, interference). 0: collectives take nothing
+  // from compute (the generic assumption).
+  int comm_sms = 0;
   // Added once to every compute op that launches kernels: the runtime's own
   // work per op (a CPU executor's bookkeeping, buffers and copies). 0 for GPUs.
   double op_overhead_s = 0;

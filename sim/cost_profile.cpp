@@ -20,7 +20,7 @@ namespace {
 
 using Shared = std::shared_ptr<std::optional<Error>>;
 
-constexpr std::array<std::string_view, 6> kTables = {"profile", "gemm", "memory", "attention", "launch", "passes"};
+constexpr std::array<std::string_view, 7> kTables = {"profile", "gemm", "memory", "attention", "launch", "passes", "interference"};
 
 struct MemoryKey {
   MemoryOp op;
@@ -187,7 +187,7 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
         loc.line = static_cast<int>(k.source().begin.line);
         loc.column = static_cast<int>(k.source().begin.column);
       }
-      return tl::unexpected(Error{"unknown table (expected [profile], [gemm], [memory], [attention], [launch], [passes])",
+      return tl::unexpected(Error{"unknown table (expected [profile], [gemm], [memory], [attention], [launch], [passes], [interference])",
                                   std::string(k.str()), loc});
     }
   }
@@ -247,6 +247,10 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
   }
   if (auto r = section(*doc, "passes", path, first)) {
     if (auto v = fraction(*r, "forward_efficiency")) out.forward_efficiency = *v;
+    if (auto e = r->finish()) return tl::unexpected(*e);
+  }
+  if (auto r = section(*doc, "interference", path, first)) {
+    if (auto v = int_in(*r, "comm_sms", 0, 4096)) out.comm_sms = *v;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (first->has_value()) return tl::unexpected(**first);

@@ -417,3 +417,26 @@ TEST_CASE("Out-of-range values and an unknown measured dtype are errors naming t
   check_error("forward-out-of-range.toml", "passes.forward_efficiency", 6, {"(0, 1]", "1.3"});
   check_error("bad-measured.toml", "gemm.measured[0].dtype", 8, {"\"bf16\", \"fp8\"", "fp16"});
 }
+
+TEST_CASE("The interference SM count: 0 in every shipped profile, read from a calibration, refused out of range", "[sim]") {
+  for (const char* cluster : {"dgx-a100", "dgx-h100", "dgx-b200", "gb200-nvl72", "dgx-2h"}) {
+    INFO(cluster);
+    CHECK(model_for(cluster).profile().comm_sms == 0);
+  }
+  const auto dir = std::filesystem::temp_directory_path() / "megascope-interference-test";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const char* name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  CostModel cm = model_for("dgx-h100");
+  REQUIRE(cm.apply_calibration(write("on.toml", "[interference]\ncomm_sms = 24\n")).has_value());
+  CHECK(cm.profile().comm_sms == 24);
+  CHECK(cm.profile().sms == 132);   // the rest of the shipped profile kept
+  const auto bad = load_cost_profile(write("bad.toml", "[profile]\nsource = \"test\"\n[interference]\ncomm_sms = 5000\n"));
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().field == "interference.comm_sms");
+  REQUIRE(bad.error().where.has_value());
+  CHECK(bad.error().where->line == 4);
+  REQUIRE_THAT(bad.error().message, Catch::Contains("5000"));
+}
