@@ -329,8 +329,9 @@ struct StrongScaling {
 // holds) whose interleaved bubble, (p - 1) / (v m + p - 1) of the step, is
 // within what the published MFUs leave for it at 4,608 GPUs (m = 12
 // micro-batches per pipeline): MFU(4608) / MFU(96) times 96 GPUs' busy share.
-// That is a bound from the published figures alone (everything else of the
-// step counted free); the README does not say which schedule ran. With
+// That is a bound from the published figures alone, as long as the rest of
+// the step's overheads take no smaller a share of it at 4,608 GPUs than at
+// 96; the README does not say which schedule ran. With
 // `calibration`, that cost-model profile laid over the shipped one.
 inline StrongScaling readme_strong_scaling(const std::optional<std::string>& calibration = std::nullopt) {
   constexpr int kBatch = 1152, kTp = 8, kLayers = 96;

@@ -313,9 +313,10 @@ int main(int argc, char** argv) {
     add(fmt::format("Plans: the table's split (tp 8, pp {}), dp the rest, the README's flags as above. From 96 to 4,608 GPUs",
                     s.pp));
     add("a pipeline's micro-batches fall from 576 to 12. The README does not say which schedule ran. Its own figures");
-    add(fmt::format("bound it: with every other cost counted free, the 4,608-GPU bubble can be at most {:.1f}% of the step",
+    add("bound it: as long as the rest of the step's overheads (exposed communication and the like) take no smaller a");
+    add(fmt::format("share of it at 4,608 GPUs than at 96, the 4,608-GPU bubble can be at most {:.1f}% of the step (1 - 42/47",
                     100 * s.bubble_bound));
-    add(fmt::format("(42/47 of the 96-GPU step's busy share), where 1F1B's is (p - 1)/(m + p - 1) = {:.1f}%; the fewest",
+    add(fmt::format("of the 96-GPU step's share outside its bubble), where 1F1B's is (p - 1)/(m + p - 1) = {:.1f}%; the fewest",
                     100.0 * (s.pp - 1) / (12 + s.pp - 1)));
     add(fmt::format("virtual stages dividing a stage's {} layers that get under it is {} (bubble {:.1f}%). Both are simulated.",
                     s.layers_per_stage, s.vpp, 100.0 * (s.pp - 1) / (s.vpp * 12 + s.pp - 1)));
