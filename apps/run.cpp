@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -52,11 +53,13 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--lr", o.run.lr, "AdamW learning rate (default 1e-3)")->check(finite_at_least(0, false));
   cmd.add_option("--clip-grad", o.run.clip_grad, "global gradient-norm clipping (default 1.0; 0: off)")
       ->check(finite_at_least(0, false));
-  cmd.add_option("--recv-timeout", o.run.recv_timeout_s, "seconds a pipeline receive waits before naming its peer and aborting")
+  cmd.add_option("--recv-timeout", o.run.recv_timeout_s,
+                 "seconds a pipeline receive or a collective waits for its peers before naming them and aborting (default 120)")
       ->check(finite_at_least(0, true));
   cmd.add_flag("--json", o.json, "print the steps as one JSON object");
   cmd.add_option("--inject-failure", o.inject_failure,
-                 "RANK:STEP: that rank exits abruptly at the start of that step (tests the failure path)");
+                 "RANK:STEP[:hang]: that rank exits abruptly at the start of that step, or with :hang stays alive and "
+                 "does nothing more (tests the failure paths)");
   cmd.add_option("--shard", o.shard, "cuda: measure the compute of this rank of the plan on one GPU (no mpirun)");
   cmd.add_option("--warmup", o.warmup, "cuda: untimed steps before the measured ones (default 1)")
       ->check(CLI::NonNegativeNumber);
@@ -83,9 +86,14 @@ Result<RunProgram> load_run_program(const ScenarioOptions& sc) {
 
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   if (o.inject_failure) {
-    // Exactly RANK:STEP, two non-negative integers and nothing else ("1:3:4"
-    // was read as 1:3).
-    const std::string& text = *o.inject_failure;
+    // Exactly RANK:STEP, two non-negative integers, or RANK:STEP:hang, and
+    // nothing else ("1:3:4" was read as 1:3).
+    std::string text = *o.inject_failure;
+    constexpr std::string_view hang = ":hang";
+    if (text.size() > hang.size() && text.compare(text.size() - hang.size(), hang.size(), hang) == 0) {
+      o.run.fail_hang = true;
+      text.resize(text.size() - hang.size());
+    }
     const auto colon = text.find(':');
     const auto number = [](const std::string& t) {
       return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
@@ -96,7 +104,8 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
       o.run.fail_rank = std::stoi(text.substr(0, colon));
       o.run.fail_step = std::stoi(text.substr(colon + 1));
     } catch (const std::exception&) {
-      err << "megascope run: error: --inject-failure: expected RANK:STEP, found \"" << *o.inject_failure << "\"\n";
+      err << "megascope run: error: --inject-failure: expected RANK:STEP or RANK:STEP:hang, found \"" << *o.inject_failure
+          << "\"\n";
       return 2;
     }
   }

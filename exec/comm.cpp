@@ -1,8 +1,11 @@
 #include "exec/comm.hpp"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "core/result.hpp"
 
@@ -13,7 +16,8 @@ int mpi_count(std::int64_t n) {
   return static_cast<int>(n);
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string what, double timeout_s)
+    : comm_(comm), what_(std::move(what)), timeout_s_(timeout_s) {
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
 }
@@ -24,25 +28,49 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
+void MpiCommunicator::finish(MPI_Request& req, const char* op) const {
+  if (wait_for(req, timeout_s_)) return;
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  std::fprintf(stderr,
+               "megascope run: rank %d: %s of the %s (%d ranks) still waiting for the other members after %.0f s; "
+               "a member has stopped or hangs. Aborting the job.\n",
+               world, op, what_.c_str(), size_, timeout_s_);
+  MPI_Abort(MPI_COMM_WORLD, 4);
+  std::_Exit(4);
+}
+
 void MpiCommunicator::all_reduce(float* data, std::int64_t n, ReduceOp op) {
-  MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_);
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(n), MPI_FLOAT, op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_, &req);
+  finish(req, "an all-reduce");
 }
 
 void MpiCommunicator::reduce_scatter(float* out, const float* in, std::int64_t n) {
-  MPI_Reduce_scatter_block(in, out, mpi_count(n), MPI_FLOAT, MPI_SUM, comm_);
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ireduce_scatter_block(in, out, mpi_count(n), MPI_FLOAT, MPI_SUM, comm_, &req);
+  finish(req, "a reduce-scatter");
 }
 
 void MpiCommunicator::all_gather(float* out, const float* in, std::int64_t n) {
-  MPI_Allgather(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm_);
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallgather(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm_, &req);
+  finish(req, "an all-gather");
 }
 
 void MpiCommunicator::all_to_all(float* out, const float* in, std::int64_t n) {
-  MPI_Alltoall(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm_);
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ialltoall(in, mpi_count(n), MPI_FLOAT, out, mpi_count(n), MPI_FLOAT, comm_, &req);
+  finish(req, "an all-to-all");
 }
 
-void MpiCommunicator::barrier() { MPI_Barrier(comm_); }
+void MpiCommunicator::barrier() {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm_, &req);
+  finish(req, "a barrier");
+}
 
-MpiGroups::MpiGroups(const RankGrid& grid) {
+MpiGroups::MpiGroups(const RankGrid& grid, double timeout_s) {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
@@ -60,7 +88,9 @@ MpiGroups::MpiGroups(const RankGrid& grid) {
       }
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, colour, key, &comm);
-    if (comm != MPI_COMM_NULL) groups_[static_cast<std::size_t>(g)] = std::make_unique<MpiCommunicator>(comm);
+    if (comm != MPI_COMM_NULL)
+      groups_[static_cast<std::size_t>(g)] =
+          std::make_unique<MpiCommunicator>(comm, std::string(to_string(kind)) + " group", timeout_s);
   }
 }
 
@@ -76,16 +106,34 @@ PointToPoint::Request PointToPoint::recv(float* data, std::int64_t n, int peer, 
   return r;
 }
 
-bool PointToPoint::wait(Request& r, double timeout_s) {
+bool wait_for(MPI_Request& req, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   int done = 0;
   long spins = 0;
   while (true) {
-    MPI_Test(&r.req, &done, MPI_STATUS_IGNORE);
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (done) return true;
     if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
   }
+}
+
+bool PointToPoint::wait(Request& r, double timeout_s) { return wait_for(r.req, timeout_s); }
+
+void world_allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, double timeout_s,
+                     const char* what) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallreduce(in, out, count, type, op, MPI_COMM_WORLD, &req);
+  if (wait_for(req, timeout_s)) return;
+  int world = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::fprintf(stderr,
+               "megascope run: rank %d: the all-reduce of %s over all %d ranks still waiting after %.0f s; "
+               "a rank has stopped or hangs. Aborting the job.\n",
+               world, what, size, timeout_s);
+  MPI_Abort(MPI_COMM_WORLD, 4);
+  std::_Exit(4);
 }
 
 void PointToPoint::wait_all(std::vector<Request>& rs) {

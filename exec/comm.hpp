@@ -8,16 +8,20 @@
 // group's id in the RankGrid, key = the member's index), so that group
 // membership and order are exactly the RankGrid's (Megatron's tp-cp-dp-pp).
 // The GPU backend will provide an NCCL implementation of the same interface.
-// Does not: fault tolerance beyond MPI's (a dead rank aborts the job through
-// the launcher; see exec/runner.cpp for the heartbeat on receives).
+// Collectives and pipeline receives wait at most a timeout (the run's
+// --recv-timeout): a member that stops or hangs makes the others name the
+// group and abort the job, instead of waiting forever. Does not: fault
+// tolerance beyond that (a dead rank aborts the job through the launcher).
 #pragma once
 
 #include <mpi.h>
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/rank_grid.hpp"
@@ -42,9 +46,13 @@ class Communicator {
   virtual void barrier() = 0;
 };
 
+// MPI's non-blocking collective on `comm`, waited for at most `timeout_s`
+// (polling; infinite: no limit).
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm);
+  // `what` names the group in a timeout's message ("data-parallel group").
+  explicit MpiCommunicator(MPI_Comm comm, std::string what = "group",
+                           double timeout_s = std::numeric_limits<double>::infinity());
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -58,8 +66,13 @@ class MpiCommunicator final : public Communicator {
   [[nodiscard]] MPI_Comm handle() const { return comm_; }
 
  private:
+  // Waits for the collective `req` (`op` names it); past the timeout, prints
+  // which rank, group and collective waited and aborts the job (exit 4).
+  void finish(MPI_Request& req, const char* op) const;
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
+  std::string what_;
+  double timeout_s_;
 };
 
 // One rank's communicators, one per CommGroup kind (absent where the rank is
@@ -75,7 +88,8 @@ class MpiGroups final : public GroupSet {
  public:
   // Collective over MPI_COMM_WORLD: every rank of the world must call it.
   // The world's size must equal grid.world().
-  explicit MpiGroups(const RankGrid& grid);
+  // Each collective waits at most `timeout_s` for the group's other members.
+  explicit MpiGroups(const RankGrid& grid, double timeout_s = std::numeric_limits<double>::infinity());
   [[nodiscard]] Communicator* get(CommGroup g) const override { return groups_[static_cast<std::size_t>(g)].get(); }
   [[nodiscard]] int world_rank() const override { return world_rank_; }
 
@@ -115,5 +129,15 @@ class PointToPoint {
 };
 
 int mpi_count(std::int64_t n);   // checked narrowing for MPI's int counts
+
+// Waits for `req` at most `timeout_s` (polling, as the timed waits above);
+// false when it has not completed by then.
+bool wait_for(MPI_Request& req, double timeout_s);
+
+// MPI_Allreduce over MPI_COMM_WORLD (in place when `in` is MPI_IN_PLACE),
+// waited for at most `timeout_s`; past it, prints which rank waited for
+// `what` and aborts the job (exit 4).
+void world_allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, double timeout_s,
+                     const char* what);
 
 }  // namespace megascope::exec

@@ -306,7 +306,7 @@ void CpuRank::optimizer() {
       if (a < b) sq += ops_.sum_squares(ch.g.data() + a, b - a);
     }
   }
-  MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  world_allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, o_.recv_timeout_s, "the gradient norm");
   grad_norm_ = std::sqrt(sq);
   const float scale = o_.clip_grad > 0 ? k::clip_coefficient(grad_norm_, o_.clip_grad) : 1.0f;
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {

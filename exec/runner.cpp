@@ -19,6 +19,7 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <thread>
 
 #include "core/trace.hpp"
 #include "exec/comm.hpp"
@@ -190,7 +191,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
   if (!corpus) return tl::unexpected(corpus.error());
   if (s.model.vocab_size < 256)
     return fail("model.vocab_size", fmt::format("{} is below 256: the executor trains on bytes", s.model.vocab_size));
-  MpiGroups groups(p.grid);
+  MpiGroups groups(p.grid, o.recv_timeout_s);
   std::optional<StagedGroups> staged_groups;
   if (staged) staged_groups.emplace(groups);
   CpuRank rank(s, p, o, *corpus, staged_groups ? static_cast<const GroupSet&>(*staged_groups) : groups, ops);
@@ -235,18 +236,22 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
     return fail("--inject-failure", fmt::format("step {} is not one of this run's steps ({} to {})", o.fail_step, first, last));
   for (int step = first; step <= last; ++step) {
     double loss_sum = 0, grad_norm = 0;
-    if (o.fail_rank && *o.fail_rank == me && step == o.fail_step) std::_Exit(9);
+    if (o.fail_rank && *o.fail_rank == me && step == o.fail_step) {
+      if (o.fail_hang)   // alive but making no progress, as a stopped or deadlocked process
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      std::_Exit(9);
+    }
     rank.step(step, spans, loss_sum, grad_norm);
     double sums[2] = {loss_sum, spans.empty() ? 0.0 : spans.back().end};
     double total_loss = 0, step_time = 0;
-    MPI_Allreduce(&sums[0], &total_loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&sums[1], &step_time, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    world_allreduce(&sums[0], &total_loss, 1, MPI_DOUBLE, MPI_SUM, o.recv_timeout_s, "the step's loss");
+    world_allreduce(&sums[1], &step_time, 1, MPI_DOUBLE, MPI_MAX, o.recv_timeout_s, "the step's time");
     StepLog log{step, total_loss / static_cast<double>(s.training.global_batch_size * s.seq_length), grad_norm, step_time};
     // A NaN or infinite loss or gradient norm stops the run before anything
     // is written (Megatron-LM's --check-for-nan-in-loss-and-grad); both are
     // the same on every rank (reduced over the job).
     int finite = std::isfinite(log.loss) && std::isfinite(log.grad_norm) ? 1 : 0, all_finite = 0;
-    MPI_Allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    world_allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, o.recv_timeout_s, "the finite-loss check");
     if (!all_finite)
       return fail("run", fmt::format("step {}: the loss is {} and the gradient norm {}; stopping before any checkpoint of "
                                      "this step is written",

@@ -27,13 +27,15 @@ struct RunOptions {
   bool resume = false;                       // continue from the latest checkpoint in checkpoint_dir
   // Fault injection, for testing the failure path: world rank `fail_rank`
   // exits abruptly (no message, no cleanup, as a crash would) when it starts
-  // step `fail_step`.
+  // step `fail_step`; with `fail_hang` it stays alive and does nothing more
+  // (a stopped or deadlocked process).
   std::optional<int> fail_rank;
   int fail_step = 1;
+  bool fail_hang = false;
   std::uint64_t seed = 1234;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
   double clip_grad = 1.0;                    // global-norm clipping (0: off)
-  double recv_timeout_s = 120;               // a pipeline receive waiting longer names its peer and aborts
+  double recv_timeout_s = 120;               // a pipeline receive or a collective waiting longer names its peer or group and aborts
   bool bf16 = false;                         // bf16 GEMMs (exec/kernel_ops.hpp), fp32 elsewhere
   std::string plan_text, model_name;         // for the trace header and the checkpoint check
 };

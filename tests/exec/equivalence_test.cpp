@@ -240,6 +240,28 @@ TEST_CASE("A rank that dies makes the job stop within a bounded time, naming it"
   CHECK_THAT(l.output, Catch::Contains("],1]") || Catch::Contains("rank 1"));
 }
 
+TEST_CASE("A rank that hangs under data or tensor parallelism makes the others name the group and stop the job",
+          "[exec][mpi]") {
+  // Rank 1 stays alive but does nothing from step 2 on (as a stopped or
+  // deadlocked process): its peers wait in a collective of the group they
+  // share, which gives up after --recv-timeout, names the group and aborts.
+  for (const auto& [plan, group] : {std::pair{"dp=2", "dp group"}, std::pair{"tp=2", "tp group"}}) {
+    INFO(plan);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Launch l = shell(fmt::format("timeout 60 {} {} run --model tiny-gpt --plan {} --steps 4 --inject-failure 1:2:hang "
+                                       "--recv-timeout 3",
+                                       mpirun(2), MEGASCOPE_BINARY, plan));
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(l.output);
+    CHECK(l.status != 0);
+    CHECK(WEXITSTATUS(l.status) != 124);   // not the outer timeout: the job ended itself
+    CHECK(took < 60);
+    CHECK_THAT(l.output, Catch::Contains("step    1"));
+    CHECK_THAT(l.output, !Catch::Contains("step    2"));
+    CHECK_THAT(l.output, Catch::Contains("rank 0:") && Catch::Contains(group) && Catch::Contains("after 3 s"));
+  }
+}
+
 TEST_CASE("A chunk of two gradient buckets trains like one rank (the reduction waits for the last bucket)",
           "[exec][mpi]") {
   // With overlap_grad_reduce the Program reduces each 40M-parameter bucket as
