@@ -34,9 +34,41 @@ namespace {
 
 // ---- checkpoints: one file per rank per step, written then renamed ----
 
-std::string checkpoint_header(const RunOptions& o, int world, int rank) {
-  return fmt::format("megascope-checkpoint 4\nplan {}\nmodel {}\nworld {}\nrank {}\ngemms {}\n", o.plan_text, o.model_name,
-                     world, rank, o.bf16 ? "bf16" : "fp32");
+// A checkpoint's header: one "key value" line each, then "end". The keys up
+// to `shards` decide whether it can resume this run (the same model, world,
+// rank, GEMM precision, and the same sharding: the parallel sizes, the
+// distributed optimizer and each model chunk's parameter count on this
+// rank); the rest (the plan as written, the global batch, seed and learning
+// rate) may change, and a resume reports what did.
+constexpr const char* kCheckpointMagic = "megascope-checkpoint 5";
+constexpr int kCheckpointMatchKeys = 5;   // model, world, rank, gemms, shards
+
+struct CheckpointId {
+  std::vector<std::pair<std::string, std::string>> fields;   // in header order
+};
+
+CheckpointId checkpoint_id(const Setup& s, const RunOptions& o, int world, int rank, const std::vector<Chunk>& chunks) {
+  std::string sizes;
+  for (const Chunk& c : chunks) sizes += fmt::format("{}{}", sizes.empty() ? "" : ",", c.w.size());
+  CheckpointId id;
+  id.fields = {{"model", o.model_name},
+               {"world", std::to_string(world)},
+               {"rank", std::to_string(rank)},
+               {"gemms", o.bf16 ? "bf16" : "fp32"},
+               {"shards", fmt::format("tp={} cp={} pp={} dp={} ep={} etp={} distopt={} chunks={}", s.plan.tp, s.plan.cp,
+                                      s.plan.pp, s.dp, s.plan.ep, s.etp, s.plan.distributed_optimizer ? "on" : "off",
+                                      sizes)},
+               {"plan", o.plan_text},
+               {"global-batch", std::to_string(s.training.global_batch_size)},
+               {"seed", std::to_string(o.seed)},
+               {"lr", fmt::format("{}", o.lr)}};
+  return id;
+}
+
+std::string checkpoint_header(const CheckpointId& id) {
+  std::string h = std::string(kCheckpointMagic) + "\n";
+  for (const auto& [k, v] : id.fields) h += k + " " + v + "\n";
+  return h + "end\n";
 }
 
 // FNV-1a (64-bit) over the payload after the header: the step and every
@@ -79,8 +111,8 @@ bool read_vec(std::ifstream& f, Vec& v, Checksum& sum) {
   return static_cast<bool>(f);
 }
 
-Result<void> save_rank(const std::string& dir, int step, int rank, int world, const RunOptions& o,
-                       std::vector<Chunk>& chunks, std::vector<Vec>& m, std::vector<Vec>& v) {
+Result<void> save_rank(const std::string& dir, int step, int rank, const CheckpointId& id, std::vector<Chunk>& chunks,
+                       std::vector<Vec>& m, std::vector<Vec>& v) {
   const auto path = rank_file(dir, step, rank);
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
@@ -88,7 +120,7 @@ Result<void> save_rank(const std::string& dir, int step, int rank, int world, co
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return fail("--checkpoint-dir", fmt::format("{}: cannot write", tmp));
-    const std::string h = checkpoint_header(o, world, rank);
+    const std::string h = checkpoint_header(id);
     f << h;
     Checksum sum;
     write_pod(f, static_cast<std::int32_t>(step), sum);
@@ -107,18 +139,46 @@ Result<void> save_rank(const std::string& dir, int step, int rank, int world, co
   return {};
 }
 
-Result<void> load_rank(const std::string& dir, int step, int rank, int world, const RunOptions& o,
-                       std::vector<Chunk>& chunks, std::vector<Vec>& m, std::vector<Vec>& v) {
+// Loads this rank's checkpoint of `step`; `changed` gets "key: checkpoint
+// -> now" for each header field that may change and did.
+Result<void> load_rank(const std::string& dir, int step, int rank, const CheckpointId& id, std::vector<Chunk>& chunks,
+                       std::vector<Vec>& m, std::vector<Vec>& v, std::vector<std::string>& changed) {
   const auto path = rank_file(dir, step, rank);
   std::ifstream f(path, std::ios::binary);
   if (!f) return fail("--resume", fmt::format("{}: cannot read the checkpoint", path.string()));
-  const std::string want = checkpoint_header(o, world, rank);
-  std::string got(want.size(), '\0');
-  f.read(got.data(), static_cast<std::streamsize>(got.size()));
-  if (got != want)
-    return fail("--resume", fmt::format("{}: written by another plan, model, world size or GEMM precision (--bf16) "
-                                        "(expected:\n{}found:\n{})",
-                                        path.string(), want, got));
+  // The header: at most a few kB of lines (a plan string is short).
+  std::string line;
+  std::map<std::string, std::string> got;
+  bool magic = false, ended = false;
+  for (int n = 0; n < 64 && !ended && std::getline(f, line); ++n) {
+    if (n == 0) {
+      magic = line == kCheckpointMagic;
+      if (!magic) break;
+      continue;
+    }
+    if (line == "end") {
+      ended = true;
+      break;
+    }
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos || line.size() > 4096) break;
+    got[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  if (!magic)
+    return fail("--resume", fmt::format("{}: not a checkpoint of this version (expected a first line \"{}\")",
+                                        path.string(), kCheckpointMagic));
+  if (!ended) return fail("--resume", fmt::format("{}: its header is malformed or truncated", path.string()));
+  for (std::size_t k = 0; k < id.fields.size(); ++k) {
+    const auto& [key, now] = id.fields[k];
+    const auto it = got.find(key);
+    const std::string then = it == got.end() ? "(absent)" : it->second;
+    if (then == now) continue;
+    if (static_cast<int>(k) < kCheckpointMatchKeys)
+      return fail("--resume", fmt::format("{}: written with {} \"{}\", this run has \"{}\": a checkpoint resumes only "
+                                          "the same model, world size, rank, GEMM precision (--bf16) and sharding",
+                                          path.string(), key, then, now));
+    changed.push_back(fmt::format("{}: {} -> {}", key, then, now));
+  }
   std::int32_t saved = 0;
   f.read(reinterpret_cast<char*>(&saved), sizeof(saved));
   if (saved != step) return fail("--resume", fmt::format("{}: holds step {}, expected {}", path.string(), saved, step));
@@ -196,6 +256,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
   if (staged) staged_groups.emplace(groups);
   CpuRank rank(s, p, o, *corpus, staged_groups ? static_cast<const GroupSet&>(*staged_groups) : groups, ops);
   const int me = env.rank();
+  const CheckpointId ckpt_id = checkpoint_id(s, o, env.size(), me, rank.chunks());
 
   // The checkpoint directory: writable before the first step (not found out
   // at the first save), and not one holding another run's checkpoints unless
@@ -221,12 +282,16 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
   if (o.resume) {
     if (!o.checkpoint_dir) return fail("--resume", "needs --checkpoint-dir");
     const std::optional<int> latest = latest_step(*o.checkpoint_dir);
-    Result<void> mine = latest ? load_rank(*o.checkpoint_dir, *latest, me, env.size(), o, rank.chunks(),
-                                           rank.moments_m(), rank.moments_v())
+    std::vector<std::string> changed;
+    Result<void> mine = latest ? load_rank(*o.checkpoint_dir, *latest, me, ckpt_id, rank.chunks(), rank.moments_m(),
+                                           rank.moments_v(), changed)
                                : fail("--resume", fmt::format("{}: no checkpoint (no 'latest' file)", *o.checkpoint_dir));
     if (auto ok = agree(mine, env, "--resume"); !ok) return tl::unexpected(ok.error());
     first = *latest + 1;
-    if (me == 0) out << fmt::format("resumed from {} at step {}\n", *o.checkpoint_dir, *latest);
+    if (me == 0) {
+      out << fmt::format("resumed from {} at step {}\n", *o.checkpoint_dir, *latest);
+      for (const std::string& c : changed) out << fmt::format("resumed with a change: {}\n", c);
+    }
   }
 
   std::vector<StepLog> logs;
@@ -263,7 +328,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
           << std::flush;
     const bool save = o.checkpoint_dir && ((o.save_every > 0 && step % o.save_every == 0) || step == last);
     if (save) {
-      auto ok = agree(save_rank(*o.checkpoint_dir, step, me, env.size(), o, rank.chunks(), rank.moments_m(),
+      auto ok = agree(save_rank(*o.checkpoint_dir, step, me, ckpt_id, rank.chunks(), rank.moments_m(),
                                 rank.moments_v()),
                       env, "--checkpoint-dir");
       if (!ok) return tl::unexpected(ok.error());

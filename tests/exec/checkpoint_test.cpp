@@ -69,6 +69,23 @@ TEST_CASE("A corrupt checkpoint is refused on resume, naming the file and the ra
   std::filesystem::remove_all(dir3);
 }
 
+TEST_CASE("A resume with another batch, micro-batch size, seed or learning rate on the same sharding goes on and says so",
+          "[exec][mpi]") {
+  const auto dir = checkpointed("megascope-test-ckpt-changed");
+  const Launch l = shell(fmt::format("timeout 120 {} --allow-run-as-root --oversubscribe {} 2 {} run --model tiny-gpt "
+                                     "--plan dp=2,mbs=2 --global-batch 16 --seed 7 --lr 0.002 --steps 1 "
+                                     "--checkpoint-dir {} --resume",
+                                     MEGASCOPE_MPIEXEC, MEGASCOPE_MPIEXEC_NUMPROC_FLAG, MEGASCOPE_BINARY, dir.string()));
+  INFO(l.output);
+  CHECK(l.status == 0);
+  CHECK_THAT(l.output, Catch::Contains("resumed from") && Catch::Contains("step    3"));
+  CHECK_THAT(l.output, Catch::Contains("resumed with a change: global-batch: 8 -> 16"));
+  CHECK_THAT(l.output, Catch::Contains("resumed with a change: seed: 1234 -> 7"));
+  CHECK_THAT(l.output, Catch::Contains("resumed with a change: lr: 0.001 -> 0.002"));
+  CHECK_THAT(l.output, Catch::Contains("resumed with a change: plan: ") && Catch::Contains("mbs=2"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("A fresh run into another run's checkpoints, or into a directory it cannot write, stops before step 1",
           "[exec][mpi]") {
   const auto dir = checkpointed("megascope-test-ckpt-fresh");

@@ -155,16 +155,17 @@ TEST_CASE("A run stopped after a checkpoint and resumed continues with the same 
       train("tiny-llama", 2, "dp=2,distopt=on", 2, fmt::format("--checkpoint-dir {} --resume", dir.string()));
   check_same({first[0], first[1], rest[0], rest[1]}, straight);
 
-  // Another plan refuses the checkpoint, naming the file.
+  // Another sharding refuses the checkpoint, naming the file and the sharding of both.
   const Launch l = shell(fmt::format("{} {} run --model tiny-llama --plan tp=2 --checkpoint-dir {} --resume", mpirun(2),
                                      MEGASCOPE_BINARY, dir.string()));
   CHECK(l.status != 0);
-  CHECK_THAT(l.output, Catch::Contains("rank-0.bin: written by another plan"));
+  CHECK_THAT(l.output, Catch::Contains("rank-0.bin: written with shards \"tp=1 cp=1 pp=1 dp=2") &&
+                           Catch::Contains("this run has \"tp=2 cp=1 pp=1 dp=1"));
   // So does the same plan with bf16 GEMMs: it would not continue with the same losses.
   const Launch bf16 = shell(fmt::format("{} {} run --model tiny-llama --plan dp=2,distopt=on --checkpoint-dir {} --resume --bf16",
                                         mpirun(2), MEGASCOPE_BINARY, dir.string()));
   CHECK(bf16.status != 0);
-  CHECK_THAT(bf16.output, Catch::Contains("GEMM precision (--bf16)") && Catch::Contains("gemms fp32"));
+  CHECK_THAT(bf16.output, Catch::Contains("GEMM precision (--bf16)") && Catch::Contains("gemms \"fp32\""));
   std::filesystem::remove_all(dir);
 }
 
