@@ -40,4 +40,14 @@ std::string moe_section(const std::string& ref_dir);
 // bubble rate per schedule, and their order (markdown).
 std::string schedules_section(const std::string& ref_dir);
 
+// Shoeybi et al. 2019 on V100 (bench::shoeybi_2019): the rows and the
+// scaling efficiency from one GPU (markdown).
+std::string shoeybi_section();
+// The Megatron-LM README's H100 strong scaling (bench::readme_strong_scaling),
+// as 1F1B and interleaved (markdown).
+std::string strong_scaling_section();
+// Each table's error with compute slowed by collectives at the published SM
+// count, beside the shipped profiles' (markdown).
+std::string interference_section(const std::string& ref_dir);
+
 }  // namespace megascope

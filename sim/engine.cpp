@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "sim/engine_interference.hpp"
 #include "sim/engine_stage.hpp"
 #include "sim/event_queue.hpp"
 
@@ -65,7 +66,7 @@ class Engine {
     // running one slows its GPU's compute ops by this share.
     const CostProfile& prof = cost.profile();
     if (!serial_ && prof.comm_sms > 0 && prof.sms > 0)
-      comm_share_ = std::min(1.0, static_cast<double>(prof.comm_sms) / static_cast<double>(prof.sms));
+      comm_share_ = static_cast<double>(prof.comm_sms) / static_cast<double>(prof.sms);
     stages_.reserve(p.stages.size());
     for (const StageProgram& s : p.stages) stages_.push_back(detail::analyse(s, cost));
     detail::match_transfers(p, stages_);
@@ -142,11 +143,8 @@ class Engine {
     record_ = opt_.record_trace;
     // A region prices its compute ops when it starts; with interference a
     // collective that starts later (another rank's arrival) changes their rate.
-    regions_ = opt_.regions && !serial_ && comm_share_ == 0;
-    if (comm_share_ > 0) {
-      running_.assign(n_states, {});
-      comm_active_.assign(n_states, 0);
-    }
+    interference_.init(comm_share_, n_states);
+    regions_ = opt_.regions && !serial_ && !interference_.on();
     if (regions_) {
       std::size_t most = 0;
       for (const StageInfo& info : stages_) most = std::max(most, info.ops.size());
@@ -203,7 +201,9 @@ class Engine {
           if (!net_.release(e.op)) continue;
           finish_members(w, now);
         } else {
-          if (comm_share_ > 0 && !compute_due(e.state, e.op, now)) continue;   // a compute end since moved
+          if (interference_.on() && stages_[states_[e.state].stage].ops[e.op].kind == OpKind::compute &&
+              !interference_.due(e.state, e.op, now))
+            continue;   // a compute op's earlier end: it has moved since
           finish(e.state, e.op, now);
         }
       } else {
@@ -448,8 +448,8 @@ class Engine {
       }
     switch (op.kind) {
       case OpKind::compute:
-        if (comm_share_ > 0) {
-          start_compute(s, i, now, op.duration);
+        if (interference_.on()) {
+          heap_.push(interference_.start(s, i, now, op.duration), {s, i});
           return;
         }
         heap_.push(now + op.duration, {s, i});
@@ -463,54 +463,16 @@ class Engine {
         return;
       }
       default:
-        if (comm_share_ > 0) comm_changed(s, now, +1);
+        if (interference_.on()) comm_changed(s, now, +1);
         join(s, i, now, now);
         return;
     }
   }
 
-  // --- Interference (CostProfile::comm_sms) ---
-  // The rate of a rank's compute ops with n of its collectives running.
-  [[nodiscard]] double compute_rate(std::uint32_t n) const {
-    return std::max(kMinComputeRate, 1.0 - static_cast<double>(n) * comm_share_);
-  }
-  // Compute op i of rank s starts: `work` seconds at the full rate, done at
-  // the rank's current rate until a collective starts or ends.
-  void start_compute(std::uint32_t s, std::uint32_t i, double now, double work) {
-    const double rate = compute_rate(comm_active_[s]);
-    const double end = rate == 1.0 ? now + work : now + work / rate;
-    running_[s].push_back({i, work, now, rate, end});
-    heap_.push(end, {s, i});
-  }
-  // A collective of rank s starts (+1) or ends (-1): the rank's running
-  // compute ops keep the work they have done and finish the rest at the new
-  // rate; their earlier ends stay on the heap and are skipped (compute_due).
+  // A collective of rank s starts (+1) or ends (-1): its running compute
+  // ops get their new ends (Interference::changed).
   void comm_changed(std::uint32_t s, double now, int delta) {
-    const double before = compute_rate(comm_active_[s]);
-    comm_active_[s] = static_cast<std::uint32_t>(static_cast<int>(comm_active_[s]) + delta);
-    const double rate = compute_rate(comm_active_[s]);
-    if (rate == before) return;
-    for (Running& c : running_[s]) {
-      c.work = std::max(0.0, c.work - (now - c.last) * c.rate);
-      c.last = now;
-      c.rate = rate;
-      c.end = now + c.work / rate;
-      heap_.push(c.end, {s, c.op});
-    }
-  }
-  // Whether a heap entry (s, i) at `now` is an op's end: any op but a
-  // running compute op's, whose end is the latest one it was given.
-  bool compute_due(std::uint32_t s, std::uint32_t i, double now) {
-    if (stages_[states_[s].stage].ops[i].kind != OpKind::compute) return true;
-    std::vector<Running>& run = running_[s];
-    for (std::size_t k = 0; k < run.size(); ++k) {
-      if (run[k].op != i) continue;
-      if (run[k].end != now) return false;
-      run[k] = run.back();
-      run.pop_back();
-      return true;
-    }
-    return false;   // ended already: an earlier entry
+    interference_.changed(s, now, delta, [&](double end, std::uint32_t op) { heap_.push(end, {s, op}); });
   }
 
   // Member (s, i) reaches its collective at `arrival` (now, or later for a
@@ -788,7 +750,7 @@ class Engine {
     set_finished(st, i);
     st.remaining -= 1;
     end_ = std::max(end_, now);
-    if (comm_share_ > 0 && op.kind != OpKind::compute && !is_p2p(op.kind)) comm_changed(s, now, -1);
+    if (interference_.on() && op.kind != OpKind::compute && !is_p2p(op.kind)) comm_changed(s, now, -1);
     if (serial_) {
       // A send held the rank only while it was posted.
       const bool send = op.kind == OpKind::send;
@@ -844,19 +806,9 @@ class Engine {
   std::vector<std::uint32_t> ahead_;      // run_region's collectives posted ahead, reused
   std::uint32_t stamp_ = 0;
   // Interference (CostProfile::comm_sms): the share of SMs one running
-  // collective takes (0: none, and none of the state below), each rank's
-  // running collectives and its compute ops in flight.
-  static constexpr double kMinComputeRate = 0.1;
-  struct Running {
-    std::uint32_t op;
-    double work;    // seconds of it left at the full rate, as of `last`
-    double last;    // when `work` was last brought up to date
-    double rate;    // the rate since `last`
-    double end;     // its end at that rate: its one heap entry still due
-  };
+  // collective takes (0: off) and the state it moves compute ends with.
   double comm_share_ = 0;
-  std::vector<std::vector<Running>> running_;
-  std::vector<std::uint32_t> comm_active_;
+  detail::Interference interference_;
   double t_net_ = kInf;       // the network's next event time
   bool serial_ = false;   // Execution::serial
   std::uint64_t events_ = 0;
