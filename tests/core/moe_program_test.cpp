@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "core/accounting/activations.hpp"
 #include "core/accounting/flops.hpp"
@@ -44,6 +45,25 @@ ModelSpec tiny_moe_with(double imbalance, std::optional<double> capacity = std::
   m.moe->capacity_factor = capacity;
   m.moe->pad_to_capacity = pad;
   return m;
+}
+
+// Four GPT layers of width 512 over 256 tokens, the last three MoE (4
+// experts of width 512, top 2), with `shared_ffn` of shared experts (0:
+// none) and `mla` attention if given; validated.
+ModelSpec small_moe(int shared_ffn, std::optional<MlaSpec> mla = std::nullopt) {
+  ModelSpec m = gpt_no_bias(4, 512, 8);
+  m.seq_length = 256;
+  m.mla = mla;
+  MoeSpec e;
+  e.num_experts = 4;
+  e.top_k = 2;
+  e.expert_ffn_hidden = 512;
+  e.shared_expert_ffn_hidden = shared_ffn;
+  e.moe_layers = {false, true, true, true};
+  m.moe = e;
+  auto v = validate_model(m);
+  REQUIRE(v);
+  return *v;
 }
 
 }  // namespace
@@ -274,24 +294,14 @@ TEST_CASE("Standalone MTP: the depths on their own stage, every head with the lo
 TEST_CASE("Recompute modules: the Program recomputes the norms, MLA's up-projections and the experts' activation in backward, "
           "with the accounting's FLOPs",
           "[core]") {
-  ModelSpec m = gpt_no_bias(4, 512, 8);
-  m.seq_length = 256;
   MlaSpec a;
   a.q_lora_rank = 128;
   a.kv_lora_rank = 64;
   a.qk_head_dim = 64;
   a.qk_rope_head_dim = 32;
   a.v_head_dim = 64;
-  m.mla = a;
-  MoeSpec e;
-  e.num_experts = 4;
-  e.top_k = 2;
-  e.expert_ffn_hidden = 512;
-  e.moe_layers = {false, true, true, true};
-  m.moe = e;
-  auto v = validate_model(m);
-  REQUIRE(v);
-  m = *v;
+  const ModelSpec m = small_moe(0, a);
+  const MoeSpec& e = *m.moe;
   // Bytes of memory-bound kernels and FLOPs of backward-input ops, over the whole program.
   const auto backward = [&](const std::string& modules) {
     const Setup s = make_setup(m, "dgx-a100", "tp=2,pp=2,ep=2,sp=on,recompute=selective" + modules, 16, 8);
@@ -333,18 +343,8 @@ TEST_CASE("Recompute modules: the Program recomputes the norms, MLA's up-project
 
 TEST_CASE("Checkpointed submodules: mlp, moe and shared_experts run their forward again, collectives included, in backward",
           "[core]") {
-  ModelSpec m = gpt_no_bias(4, 512, 8);
-  m.seq_length = 256;
-  MoeSpec e;
-  e.num_experts = 4;
-  e.top_k = 2;
-  e.expert_ffn_hidden = 512;
-  e.shared_expert_ffn_hidden = 256;
-  e.moe_layers = {false, true, true, true};
-  m.moe = e;
-  auto v = validate_model(m);
-  REQUIRE(v);
-  m = *v;
+  const ModelSpec m = small_moe(256);
+  const MoeSpec& e = *m.moe;
   const std::string plan = "tp=2,pp=2,ep=2,sp=on,recompute=selective";
   struct Totals {
     double flops = 0;     // GEMM FLOPs of backward-input compute ops, every rank
