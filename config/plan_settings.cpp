@@ -76,7 +76,8 @@ const char* on_off(bool b) { return b ? "on" : "off"; }
 const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
-      "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "recompute_layers", "recompute_modules", "distopt", "zero", "reshard_after_forward", "fsdp_prefetch",
+      "fp8_param_gather", "grad_bucket", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
       "moe_shared_expert_overlap", "moe_ep_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
@@ -129,6 +130,24 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
   }
   if (key == "sp") return set_bool(plan.sequence_parallel);
   if (key == "distopt") return set_bool(plan.distributed_optimizer);
+  if (key == "zero" || key == "fsdp_prefetch") {
+    const bool digits = !value.empty() && value.size() <= 2 &&
+                        std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int v = digits ? std::stoi(std::string(value)) : -1;
+    if (key == "zero") {
+      if (v < 0 || v > 3)
+        return fail(field_of(key), fmt::format("zero must be the ZeRO stage 0, 1, 2 or 3, found '{}'", value));
+      plan.zero = v;
+      if (v >= 1) plan.distributed_optimizer = true;   // stages 1-3 shard the optimizer state
+      return {};
+    }
+    if (v < 0) return fail(field_of(key), fmt::format("fsdp_prefetch must be a number of units, 0 to 64, found '{}'", value));
+    plan.fsdp_prefetch = v;
+    return {};
+  }
+  if (key == "grad_bucket") return set_opt_int(plan.grad_bucket);
+  if (key == "reshard_after_forward") return set_bool(plan.reshard_after_forward);
+  if (key == "fp8_param_gather") return set_bool(plan.fp8_param_gather);
   if (key == "overlap_grad_reduce") return set_bool(plan.overlap_grad_reduce);
   if (key == "overlap_param_gather") return set_bool(plan.overlap_param_gather);
   if (key == "tp_comm_overlap") return set_bool(plan.tp_comm_overlap);
@@ -273,6 +292,11 @@ std::string format_inline_plan(const PlanSpec& plan) {
       if (plan.recompute.modules) add(key, format_recompute_modules(*plan.recompute.modules));
     }
     else if (key == "distopt") add_bool(key, plan.distributed_optimizer, d.distributed_optimizer);
+    else if (key == "zero") add_int(key, plan.zero, d.zero);
+    else if (key == "reshard_after_forward") add_bool(key, plan.reshard_after_forward, d.reshard_after_forward);
+    else if (key == "fsdp_prefetch") add_int(key, plan.fsdp_prefetch, d.fsdp_prefetch);
+    else if (key == "fp8_param_gather") add_bool(key, plan.fp8_param_gather, d.fp8_param_gather);
+    else if (key == "grad_bucket") add_opt(key, plan.grad_bucket);
     else if (key == "overlap_grad_reduce") add_bool(key, plan.overlap_grad_reduce, d.overlap_grad_reduce);
     else if (key == "overlap_param_gather") add_bool(key, plan.overlap_param_gather, d.overlap_param_gather);
     else if (key == "tp_comm_overlap") add_bool(key, plan.tp_comm_overlap, d.tp_comm_overlap);
@@ -326,7 +350,9 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.last_stage_layers == b.last_stage_layers && a.dp == b.dp && a.cp == b.cp && a.ep == b.ep &&
          a.etp == b.etp && a.micro_batch_size == b.micro_batch_size &&
          a.sequence_parallel == b.sequence_parallel && a.recompute == b.recompute &&
-         a.distributed_optimizer == b.distributed_optimizer && a.overlap_grad_reduce == b.overlap_grad_reduce &&
+         a.distributed_optimizer == b.distributed_optimizer && a.zero == b.zero &&
+         a.reshard_after_forward == b.reshard_after_forward && a.fsdp_prefetch == b.fsdp_prefetch &&
+         a.fp8_param_gather == b.fp8_param_gather && a.grad_bucket == b.grad_bucket && a.overlap_grad_reduce == b.overlap_grad_reduce &&
          a.overlap_param_gather == b.overlap_param_gather && a.tp_comm_overlap == b.tp_comm_overlap &&
          a.tp_grad_overlap == b.tp_grad_overlap && a.grad_accum_fusion == b.grad_accum_fusion &&
          a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&

@@ -95,6 +95,31 @@ struct PlanSpec {
   bool sequence_parallel = false;                   // SP with TP
   Recompute recompute;
   bool distributed_optimizer = false;               // ZeRO-1: optimizer state sharded over DP x CP
+  // Data-parallel sharding beyond the optimizer state (ZeRO, Rajbhandari et
+  // al. 2020; Megatron-FSDP's --data-parallel-sharding-strategy optim_grads
+  // and optim_grads_params; PyTorch FSDP): 2 shards the main gradients too,
+  // reduce-scattered after every micro-batch's backward, 3 the parameters
+  // too, all-gathered unit by unit (a transformer layer; the embedding and
+  // output layer as one more) before each micro-batch's forward and again
+  // before its backward. 0 or 1: only what distributed_optimizer says
+  // (validate_setup: 2 and 3 need it on). zero_stage() reads both.
+  int zero = 0;
+  // Stage 3: the parameters freed after a unit's forward and gathered again
+  // for its backward (FSDP's reshard_after_forward). Off: kept gathered from
+  // the forward to the backward of the micro-batch.
+  bool reshard_after_forward = true;
+  // Stage 3: units whose gathers run ahead of the unit computing (FSDP's
+  // forward/backward prefetch, Megatron-FSDP's overlapped all-gathers); 0
+  // gathers each unit when it is needed.
+  int fsdp_prefetch = 1;
+  // Parameters all-gathered in FP8 (--fp8-param-gather, with precision fp8):
+  // one byte per parameter on the wire, and the FP8 copy is the only compute
+  // weight kept (no 16-bit copy).
+  bool fp8_param_gather = false;
+  // Parameters per gradient-reduction bucket (DeepSpeed's reduce_bucket_size).
+  // Absent: Megatron-LM DDP's max(40M, 1M x dp) at zero 0 and 1, and one
+  // unit (a layer) at zero 2 and 3, as Megatron-FSDP reduces them.
+  std::optional<int> grad_bucket;
   bool overlap_grad_reduce = false;                 // DP gradient reduce overlapped with backward
   bool overlap_param_gather = false;                // distopt parameter all-gather overlapped with forward
   bool tp_comm_overlap = false;                     // TP communication overlapped with GEMMs
@@ -178,6 +203,9 @@ const std::vector<Schedule>& all_schedules();
 // off for gpipe and 1f1b (their transfers are always waited for), on for the
 // other schedules.
 bool default_overlap_p2p_comm(Schedule s);
+
+// The ZeRO stage the plan runs: zero, or 1 with the distributed optimizer alone.
+inline int zero_stage(const PlanSpec& p) { return p.zero >= 2 ? p.zero : (p.distributed_optimizer ? 1 : 0); }
 
 // Model chunks per pipeline rank a schedule implies when vpp is not given:
 // 2 for the V-shaped schedules (zb-v, dualpipev), otherwise 1.

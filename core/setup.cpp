@@ -464,6 +464,45 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   if (s.training.optimizer_precision.enabled && !p.distributed_optimizer)
     return fail("plan.distopt", "the precision-aware optimizer (training.precision_aware_optimizer) needs the distributed "
                                 "optimizer (distopt=on), as Megatron-LM asserts");
+  // Sharded data parallelism beyond the optimizer state (ZeRO-2/3, FSDP).
+  if (p.zero < 0 || p.zero > 3) return fail("plan.zero", fmt::format("zero must be 0, 1, 2 or 3, found {}", p.zero));
+  if (p.zero >= 1 && !p.distributed_optimizer)
+    return fail("plan.zero", fmt::format("zero={} shards the optimizer state too: it needs distopt=on (or leave "
+                                         "distopt unset: zero=1..3 turns it on)", p.zero));
+  if (p.zero >= 2) {
+    // The gradients (and parameters) are synchronised every micro-batch, per
+    // unit, inside the backward: the schedules whose weight gradients run
+    // apart from their input gradients (zero-bubble, DualPipe) are not
+    // modelled with it, nor run by Megatron-FSDP.
+    if (p.schedule != Schedule::gpipe && p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)
+      return fail("plan.zero", fmt::format("zero={} runs with the gpipe, 1f1b or interleaved schedule, not {} (its "
+                                           "weight gradients run apart from the backward that the sharded gradients "
+                                           "are reduced in)",
+                                           p.zero, to_string(p.schedule)));
+    if (p.moe_ep_overlap)
+      return fail("plan.zero", fmt::format("zero={} is not modelled with moe_ep_overlap", p.zero));
+    if (p.pp > 1 && m.tied_embeddings)
+      return fail("plan.zero", fmt::format("zero={} with tied embeddings on two pipeline stages is not modelled (their "
+                                           "gradients are summed after the backward, sharded ones in it); untie them "
+                                           "or use zero 1",
+                                           p.zero));
+  }
+  if (p.grad_bucket && *p.grad_bucket < 1)
+    return fail("plan.grad_bucket", fmt::format("grad_bucket must be a positive number of parameters, found {}", *p.grad_bucket));
+  if (p.fsdp_prefetch < 0 || p.fsdp_prefetch > 64)
+    return fail("plan.fsdp_prefetch", fmt::format("fsdp_prefetch must be 0 to 64 units, found {}", p.fsdp_prefetch));
+  if (p.zero < 3 && (!p.reshard_after_forward || p.fsdp_prefetch != 1))
+    return fail(!p.reshard_after_forward ? "plan.reshard_after_forward" : "plan.fsdp_prefetch",
+                "applies to sharded parameters only (zero=3)");
+  if (p.zero == 3 && p.overlap_param_gather)
+    return fail("plan.overlap_param_gather", "zero=3 gathers the parameters unit by unit in each micro-batch; their "
+                                             "overlap is fsdp_prefetch (overlap_param_gather is the end-of-step gather "
+                                             "of zero 1 and 2)");
+  if (p.fp8_param_gather && s.training.precision != Precision::fp8)
+    return fail("plan.fp8_param_gather", "needs FP8 training (training precision fp8)");
+  if (p.fp8_param_gather && !p.distributed_optimizer)
+    return fail("plan.fp8_param_gather", "needs the distributed optimizer or FSDP (distopt=on or zero=3), as Megatron-LM "
+                                         "asserts");
 
   // Recomputation (TransformerConfig).
   const Recompute& rc = p.recompute;

@@ -28,7 +28,8 @@ int lane_of(Stream s) {
     case Stream::tp: return 1;
     case Stream::cp: return 2;
     case Stream::ep: return 3;
-    case Stream::dp: return 4;
+    case Stream::dp:
+    case Stream::dp_param: return 4;   // one NCCL communicator per group: the gathers queue with the reductions
     case Stream::pp_send:
     case Stream::pp_recv: break;
   }

@@ -23,7 +23,9 @@ double master_bytes(const TrainingSpec& t) {
 BytesPerParam bytes_per_param(const Setup& s) {
   BytesPerParam b;
   const TrainingSpec& t = s.training;
-  b.weights = bytes_of(t.params_dtype) + (t.precision == Precision::fp8 ? 1.0 : 0.0);
+  // FP8 training keeps an FP8 copy of each weight beside the 16-bit one; with
+  // fp8_param_gather the FP8 copy is the only compute weight.
+  b.weights = s.plan.fp8_param_gather ? 1.0 : bytes_of(t.params_dtype) + (t.precision == Precision::fp8 ? 1.0 : 0.0);
   b.grads = bytes_of(t.grad_dtype);
   const OptimizerPrecision& op = t.optimizer_precision;
   if (!op.enabled) {
@@ -36,6 +38,35 @@ BytesPerParam bytes_per_param(const Setup& s) {
   // main gradients read where they are (no fp32 copy).
   b.optimizer = bytes_of(op.exp_avg) + bytes_of(op.exp_avg_sq) + master_bytes(t);
   return b;
+}
+
+double param_gather_bytes(const TrainingSpec& t, const PlanSpec& p) {
+  return p.fp8_param_gather && t.precision == Precision::fp8 ? 1.0 : bytes_of(t.params_dtype);
+}
+
+FsdpWorkingSet fsdp_working_set(const Setup& s, int pp_rank) {
+  FsdpWorkingSet ws;
+  const int zero = zero_stage(s.plan);
+  if (zero < 2) return ws;
+  const Sharding sh{s.plan.tp, s.etp, s.plan.ep};
+  double largest = 0, layers = 0;
+  for (const ChunkLayers& ch : s.chunks[static_cast<std::size_t>(pp_rank)])
+    for (int l = ch.first; l < ch.first + ch.count; ++l) {
+      const double n = layer_params(s.model, l, sh).total();
+      largest = std::max(largest, n);
+      layers += n;
+    }
+  // The embedding, output layer and MTP depths: the rest of the stage's parameters.
+  const double root = std::max(0.0, rank_params(s, pp_rank).total() - layers);
+  // Gradients: the unit whose weight gradients are being computed and the
+  // one being reduce-scattered.
+  ws.grads = 2 * std::max(largest, root);
+  if (zero < 3) return ws;
+  // Parameters: the unit computing and the prefetched ones, and the root
+  // unit, gathered for the micro-batch's forward and kept to its backward;
+  // without resharding after the forward, every unit stays gathered.
+  ws.params = s.plan.reshard_after_forward ? (1 + s.plan.fsdp_prefetch) * largest + root : layers + root;
+  return ws;
 }
 
 double optimizer_step_bytes_per_param(const TrainingSpec& t) {
@@ -80,9 +111,10 @@ MemoryReport memory_report(const Setup& s) {
   MemoryReport rep;
   rep.capacity_bytes = s.cluster.device.memory_bytes;
   const BytesPerParam bpp = bytes_per_param(s);
-  const bool distopt = s.plan.distributed_optimizer;
-  const double dense_shard = distopt ? s.dp * s.plan.cp : 1.0;
-  const double expert_shard = distopt ? s.edp : 1.0;
+  const int zero = zero_stage(s.plan);
+  const double dense_shard = zero >= 1 ? s.dp * s.plan.cp : 1.0;
+  const double expert_shard = zero >= 1 ? s.edp : 1.0;
+  const double gather_bytes = param_gather_bytes(s.training, s.plan);
   const auto inflight = inflight_microbatches(s);
   const EdgeActivations edges = edge_activations(s);
   const Recompute& rc = s.plan.recompute;
@@ -101,9 +133,12 @@ MemoryReport memory_report(const Setup& s) {
     st.stage = r;
     const ParamSplit params = rank_params(s, r);
     st.params = params.total();
-    st.weights_bytes = params.total() * bpp.weights;
-    st.grads_bytes = params.total() * bpp.grads;
-    st.optimizer_bytes = params.dense * bpp.optimizer / dense_shard + params.expert * bpp.optimizer / expert_shard;
+    const auto sharded = [&](double per_param) {
+      return params.dense * per_param / dense_shard + params.expert * per_param / expert_shard;
+    };
+    st.weights_bytes = zero >= 3 ? sharded(bpp.weights) : params.total() * bpp.weights;
+    st.grads_bytes = zero >= 2 ? sharded(bpp.grads) : params.total() * bpp.grads;
+    st.optimizer_bytes = sharded(bpp.optimizer);
 
     std::map<std::string, double> acc;
     std::vector<std::string> order;
@@ -190,6 +225,11 @@ MemoryReport memory_report(const Setup& s) {
     st.other_terms.push_back({"cuda_context", o.cuda_context_bytes});
     st.other_terms.push_back({"nccl_buffers", o.nccl_bytes_per_group * communicator_count(s)});
     st.other_terms.push_back({"fragmentation", o.fragmentation_fraction * (st.activations_bytes + st.grads_bytes)});
+    if (zero >= 2) {
+      const FsdpWorkingSet ws = fsdp_working_set(s, r);
+      if (ws.params > 0) st.other_terms.push_back({"fsdp_gathered_params", ws.params * gather_bytes});
+      st.other_terms.push_back({"fsdp_unsharded_grads", ws.grads * bpp.grads});
+    }
     for (const ActivationTerm& t : st.other_terms) st.other_bytes += t.bytes;
 
     st.total_bytes = st.weights_bytes + st.grads_bytes + st.optimizer_bytes + st.activations_bytes + st.other_bytes;

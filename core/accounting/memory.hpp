@@ -7,7 +7,9 @@
 // fp32 master weights (unless the weights are fp32), two fp32 moments, and an
 // fp32 gradient copy when the main gradients are 16-bit. With the
 // distributed optimizer the optimizer state is divided by dp x cp (dense) or
-// by the expert-data-parallel size (routed experts).
+// by the expert-data-parallel size (routed experts); zero 2 divides the
+// gradients likewise and zero 3 the weights too, and adds the unsharded
+// working set of the units being gathered (fsdp_working_set).
 #pragma once
 
 #include <string>
@@ -49,6 +51,20 @@ struct BytesPerParam {
   double optimizer = 0;                // before division by the sharding group
 };
 BytesPerParam bytes_per_param(const Setup& s);
+
+// Bytes per parameter a data-parallel parameter all-gather moves: the
+// weights' dtype, or one with fp8_param_gather.
+double param_gather_bytes(const TrainingSpec& t, const PlanSpec& p);
+
+// Sharded data parallelism (zero 2 and 3): the parameters held unsharded at
+// the rank's peak on top of their shards (the units being gathered and
+// computed, the root unit of embedding and output layer) and the unsharded
+// gradients of the units whose weight gradients are computed and reduced.
+struct FsdpWorkingSet {
+  double params = 0;
+  double grads = 0;
+};
+FsdpWorkingSet fsdp_working_set(const Setup& s, int pp_rank);
 
 // Bytes the optimizer step moves per parameter it updates (a fused Adam:
 // gradient read, master weights, both moments read and written, the

@@ -116,6 +116,14 @@ std::vector<Piece> backward_pieces(const Setup& s, const ChunkLayers& ch) {
 // Megatron-LM DDP's default bucket size: max(40M, 1M x dp) parameters.
 double bucket_params(const Setup& s) { return std::max(40e6, 1e6 * s.dp * s.plan.cp); }
 
+// Gradients reduced per bucket of this many parameters: sharded gradients
+// (zero 2 and 3) unit by unit, each piece as its weight gradients complete.
+// A plan's grad_bucket sets the size (DeepSpeed's reduce_bucket_size).
+double grad_bucket(const Setup& s) {
+  if (s.plan.grad_bucket) return *s.plan.grad_bucket;
+  return zero_stage(s.plan) >= 2 ? 0.0 : bucket_params(s);
+}
+
 }  // namespace
 
 Result<Program> build_program(const Setup& s) { return build_program(s, BuildOptions{}); }
@@ -171,8 +179,13 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     return w.collective(OpKind::all_gather, Stream::tp, CommGroup::tp, label, ctx, bytes * s.plan.tp, {recv});
   };
   const double grad_bytes = bytes_of(s.training.grad_dtype);
-  const double param_bytes = bytes_of(s.training.params_dtype);
   const bool distopt = s.plan.distributed_optimizer && s.dp * s.plan.cp > 1;
+  // Sharded gradients (zero 2, 3) are reduce-scattered in every micro-batch;
+  // sharded parameters (zero 3) all-gathered unit by unit in each pass.
+  const bool sharded_grads = zero_stage(s.plan) >= 2;
+  const bool fsdp = zero_stage(s.plan) >= 3;
+  const double gather_b = param_gather_bytes(s.training, s.plan);
+  const Sharding shard{s.plan.tp, s.etp, s.plan.ep};
 
   prog.stages.resize(static_cast<std::size_t>(pp));
   for (int r = 0; r < pp; ++r) {
@@ -212,9 +225,9 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         auto flush = [&]() {
           if (dense + expert == 0) return;
           std::optional<std::uint32_t> ag;
-          if (dense > 0) ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * param_bytes);
+          if (dense > 0) ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * gather_b);
           if (expert > 0 && s.edp > 1)
-            ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes);
+            ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * gather_b);
           if (ag) {
             if (first_layer) layer_gate[c][*first_layer] = *ag;
             else if (first_is_embedding) embedding_gate[c] = *ag;
@@ -237,6 +250,41 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     }
     std::vector<bool> chunk_started(chunks.size(), false);
 
+    // zero 3: one unit's parameters gathered over DP x CP (dense) and
+    // expert-DP (experts) on the dp_param stream, issued after `after`;
+    // returns the last gather (the stream runs them in order).
+    const auto gather_unit = [&](ParamSplit p, const OpContext& ctx, std::optional<std::uint32_t> after) {
+      std::optional<std::uint32_t> ag;
+      if (p.dense > 0 && s.dp * s.plan.cp > 1)
+        ag = w.collective(OpKind::all_gather, Stream::dp_param, CommGroup::dp_cp, OpLabel::dp_param, ctx, p.dense * gather_b, after);
+      if (p.expert > 0 && s.edp > 1)
+        ag = w.collective(OpKind::all_gather, Stream::dp_param, CommGroup::edp, OpLabel::dp_param, ctx, p.expert * gather_b, after);
+      return ag;
+    };
+    // A pass's layer gathers, in the pass's order: each issued fsdp_prefetch
+    // units ahead of the layer that needs it.
+    struct PassGathers {
+      std::vector<std::optional<std::uint32_t>> op;
+      int issued = 0;
+    };
+    const auto issue_gathers = [&](PassGathers& g, const ChunkLayers& ch, bool reverse, int upto, const OpContext& ctx,
+                                   std::optional<std::uint32_t> after) {
+      OpContext gctx{Phase::param_sync, std::nullopt, ctx.microbatch, ctx.chunk};
+      for (; g.issued <= std::min(upto, ch.count - 1); ++g.issued) {
+        const int l = reverse ? ch.first + ch.count - 1 - g.issued : ch.first + g.issued;
+        gctx.layer = l;
+        g.op[static_cast<std::size_t>(g.issued)] = gather_unit(layer_params(s.model, l, shard), gctx, after);
+      }
+    };
+    // A compute op that waits for `dep` and the gather `g` (when there is one).
+    const auto wait_gather = [&](std::optional<std::uint32_t> dep, std::optional<std::uint32_t> g, const OpContext& ctx) {
+      if (!g) return dep;
+      Deps join;
+      if (dep) join.push(*dep);
+      join.push(*g);
+      return std::optional<std::uint32_t>(w.compute(OpLabel::attention, ctx, {}, join));
+    };
+
     std::vector<std::uint32_t> grad_syncs;
     std::vector<std::size_t> pending_chunks;
     // What an unsplit B step leaves to its paired W step (step index `step`):
@@ -253,8 +301,9 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     // V schedules' turn): the forward's output and the backward's input
     // gradient, by (direction, micro-batch, virtual stage).
     std::map<std::tuple<int, int, int>, std::uint32_t> f_out, b_out;
-    auto reduce = [&](std::size_t c, double dense, double expert, Deps deps) {
-      OpContext ctx{Phase::gradient_sync, std::nullopt, std::nullopt, static_cast<std::int32_t>(c)};
+    // Sharded gradients: each micro-batch's reductions carry its number.
+    auto reduce = [&](std::size_t c, double dense, double expert, Deps deps, std::optional<std::int32_t> mb = std::nullopt) {
+      OpContext ctx{Phase::gradient_sync, std::nullopt, sharded_grads ? mb : std::nullopt, static_cast<std::int32_t>(c)};
       const OpKind kind = distopt ? OpKind::reduce_scatter : OpKind::all_reduce;
       if (dense > 0 && s.dp * s.plan.cp > 1)
         grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::dp_cp, OpLabel::dp_grad, ctx, dense * grad_bytes, deps));
@@ -347,6 +396,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       cur = i;
       step_begin[i] = w.size();
+      const std::optional<std::uint32_t> step_start = w.last_compute();   // where the host issues the step's gathers
       const ScheduleStep& st = steps[i];
       const ChunkLayers& ch = chunks[static_cast<std::size_t>(st.chunk)];
       const int vs = ch.virtual_stage;
@@ -380,6 +430,23 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         chunk_started[static_cast<std::size_t>(st.chunk)] = true;
         if (first_pass && embedding_gate[static_cast<std::size_t>(st.chunk)])
           first_deps.push(*embedding_gate[static_cast<std::size_t>(st.chunk)]);
+        // zero 3: the root unit (embedding, output layer, MTP depths: what
+        // the chunk holds beyond its layers) gathered for the micro-batch's
+        // forward and kept to its backward, then the first layers'.
+        PassGathers fg{std::vector<std::optional<std::uint32_t>>(static_cast<std::size_t>(ch.count)), 0};
+        if (fsdp) {
+          ParamSplit root{params[static_cast<std::size_t>(st.chunk)].dense, params[static_cast<std::size_t>(st.chunk)].expert};
+          for (int l = ch.first; l < ch.first + ch.count; ++l) {
+            const ParamSplit p = layer_params(s.model, l, shard);
+            root.dense -= p.dense;
+            root.expert -= p.expert;
+          }
+          OpContext gctx{Phase::param_sync, std::nullopt, st.microbatch, st.chunk};
+          if (auto g = gather_unit(ParamSplit{std::max(0.0, root.dense), std::max(0.0, root.expert)}, gctx, step_start);
+              g && ch.embedding)
+            first_deps.push(*g);
+          issue_gathers(fg, ch, false, s.plan.fsdp_prefetch, ctx, step_start);
+        }
         std::optional<std::uint32_t> dep;
         if (ch.embedding) {
           dep = embedding_forward(w, s, ctx, first_deps);
@@ -394,6 +461,11 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
             if (dep) join.push(*dep);
             join.push(g->second);
             dep = w.compute(OpLabel::attention, ctx, {}, join);   // wait for this bucket's parameters
+          }
+          if (fsdp) {
+            const int pos = l - ch.first;
+            if (pos > 0) issue_gathers(fg, ch, false, pos + s.plan.fsdp_prefetch, ctx, dep);
+            dep = wait_gather(dep, fg.op[static_cast<std::size_t>(pos)], ctx);
           }
           dep = layers.forward(l, ctx, dep);
         }
@@ -422,7 +494,9 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
                                steps[i + 1].microbatch == st.microbatch && steps[i + 1].chunk == st.chunk;
         OpContext wctx = ctx;
         wctx.phase = Phase::backward_weight;
-        const bool w_overlap = w_follows && i + 1 == last_w[static_cast<std::size_t>(st.chunk)] && s.plan.overlap_grad_reduce;
+        const bool w_overlap = w_follows && (sharded_grads || i + 1 == last_w[static_cast<std::size_t>(st.chunk)]) &&
+                               s.plan.overlap_grad_reduce;
+        MEGASCOPE_CHECK(w_follows || !sharded_grads, "sharded gradients need each backward's weight gradients with it");
         std::vector<Piece> pieces;
         if (w_follows) pieces = backward_pieces(s, ch);
         std::size_t next_piece = 0;
@@ -456,8 +530,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           wdep = emit(piece);
           dense += piece.dense;
           expert += piece.expert;
-          if (w_overlap && dense + expert >= bucket_params(s)) {
-            reduce(static_cast<std::size_t>(st.chunk), dense, expert, wdep);
+          if (w_overlap && dense + expert >= grad_bucket(s)) {
+            reduce(static_cast<std::size_t>(st.chunk), dense, expert, wdep, st.microbatch);
             dense = expert = 0;
           }
         };
@@ -483,9 +557,22 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         const bool full = rc.granularity == RecomputeGranularity::full;
         const int recomputed = !full ? 0 : (*rc.method == RecomputeMethod::uniform ? ch.count : std::min(ch.count, *rc.num_layers));
         const int group = full ? (*rc.method == RecomputeMethod::uniform ? *rc.num_layers : 1) : 1;
+        // zero 3, resharded after the forward: the layers gathered again, in
+        // backward order, fsdp_prefetch ahead.
+        const bool regather = fsdp && s.plan.reshard_after_forward;
+        PassGathers bg{std::vector<std::optional<std::uint32_t>>(static_cast<std::size_t>(ch.count)), 0};
+        if (regather) issue_gathers(bg, ch, true, s.plan.fsdp_prefetch, ctx, step_start);
         for (int i_l = ch.count - 1; i_l >= 0; --i_l) {
           const int l = ch.first + i_l;
-          if (i_l < recomputed && (i_l + 1 == recomputed || (i_l + 1) % group == 0)) {
+          const bool recompute_here = i_l < recomputed && (i_l + 1 == recomputed || (i_l + 1) % group == 0);
+          if (regather) {
+            // A recomputed group needs all its layers: up to its first.
+            const int pos = ch.count - 1 - i_l;
+            const int need = recompute_here ? pos + i_l % group : pos;
+            if (pos > 0 || need > s.plan.fsdp_prefetch) issue_gathers(bg, ch, true, std::max(need, pos + s.plan.fsdp_prefetch), ctx, dep);
+            dep = wait_gather(dep, bg.op[static_cast<std::size_t>(need)], ctx);
+          }
+          if (recompute_here) {
             // Recompute the forward of this layer's group before its backward.
             const int start = i_l - (i_l % group);
             OpContext rctx = ctx;
@@ -509,7 +596,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         // Weight gradients in backward order; with overlap_grad_reduce the last
         // micro-batch of the chunk launches each bucket as soon as it is complete.
         const bool last_of_chunk = i == last_w[static_cast<std::size_t>(st.chunk)];
-        const bool overlap = last_of_chunk && s.plan.overlap_grad_reduce;
+        const bool overlap = (last_of_chunk || sharded_grads) && s.plan.overlap_grad_reduce;
         double dense = 0, expert = 0;
         std::optional<std::uint32_t> dep;
         Deps send_deps;
@@ -540,8 +627,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           }
           dense += piece.dense;
           expert += piece.expert;
-          if (overlap && dense + expert >= bucket_params(s)) {
-            reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
+          if (overlap && dense + expert >= grad_bucket(s)) {
+            reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep, st.microbatch);
             dense = expert = 0;
           }
         }
@@ -554,7 +641,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           send(OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
                boundary_bytes(vs - 1), send_deps);
         }
-        if (overlap) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep);
+        // Sharded gradients without overlap: the whole chunk's after each backward.
+        if (overlap || sharded_grads) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep, st.microbatch);
         else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));
       }
       if (sync_step[i] && (i + 1 == steps.size() || group_of[i + 1] != group_of[i])) {
@@ -610,11 +698,11 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         w.compute(OpLabel::optimizer, octx, {detail::memory(MemoryOp::optimizer, optimizer_step_bytes_per_param(s.training) * owned)},
                   opt_deps);
     for (std::uint32_t g : grad_syncs) w.add_dep(opt, g);
-    if (distopt && !s.plan.overlap_param_gather) {
+    if (distopt && !s.plan.overlap_param_gather && !fsdp) {
       OpContext ctx{Phase::param_sync, std::nullopt, std::nullopt, std::nullopt};
-      w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * param_bytes, {opt});
+      w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * gather_b, {opt});
       if (expert > 0 && s.edp > 1)
-        w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * param_bytes, {opt});
+        w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * gather_b, {opt});
     }
     if (options.fb_overlap && !units.empty()) detail::interleave_fb(sp, units);
   }

@@ -159,6 +159,7 @@ const char* to_string(Stream s) {
     case Stream::dp: return "dp";
     case Stream::pp_send: return "pp-send";
     case Stream::pp_recv: return "pp-recv";
+    case Stream::dp_param: return "dp-param";
   }
   return "?";
 }

@@ -9,7 +9,7 @@
 // rank, the members of each communication group and its pipeline peers.
 //
 // Ordering rules:
-//   - ops on the compute, tp, cp, ep and dp streams run in list order per stream;
+//   - ops on the compute, tp, cp, ep, dp and dp_param streams run in list order per stream;
 //   - ops on the pp_send/pp_recv streams are asynchronous: each starts when its
 //     dependencies allow (with overlapped pipeline communication receives
 //     have none and are posted up front, like pre-posted irecvs; synchronous,
@@ -33,8 +33,10 @@
 
 namespace megascope {
 
-enum class Stream : std::uint8_t { compute, tp, cp, ep, dp, pp_send, pp_recv };
-inline constexpr int kStreamCount = 7;
+// dp_param: sharded parameters' all-gathers (zero 3), beside the gradient
+// reduce-scatters on dp, as FSDP runs them on streams of their own.
+enum class Stream : std::uint8_t { compute, tp, cp, ep, dp, pp_send, pp_recv, dp_param };
+inline constexpr int kStreamCount = 8;
 
 enum class OpKind : std::uint8_t { compute, all_reduce, reduce_scatter, all_gather, all_to_all, send, recv };
 

@@ -227,10 +227,11 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather, a2a"));
 }
 
-TEST_CASE("plan_keys lists the 35 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 40 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
-      "recompute_layers", "recompute_modules", "distopt", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "recompute_layers", "recompute_modules", "distopt", "zero", "reshard_after_forward", "fsdp_prefetch",
+      "fp8_param_gather", "grad_bucket", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
       "moe_shared_expert_overlap", "moe_ep_overlap", "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
       "embedding_in_split", "loss_in_split", "layout", "post_validation"};
@@ -241,10 +242,12 @@ TEST_CASE("plan_keys lists the 35 documented keys and every one of them is accep
     std::string value = "2";
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
         key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" || key == "overlap_p2p_warmup_flush" ||
-        key == "moe_shared_expert_overlap" || key == "moe_ep_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation")
+        key == "moe_shared_expert_overlap" || key == "moe_ep_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation" ||
+        key == "fp8_param_gather")
       value = "on";
     if (key == "layout") value = "Et|tL";
-    if (key == "tp_grad_overlap" || key == "grad_accum_fusion") value = "off";
+    if (key == "tp_grad_overlap" || key == "grad_accum_fusion" || key == "reshard_after_forward") value = "off";
+    if (key == "grad_bucket") value = "500000000";
     if (key == "recompute") value = "full";
     if (key == "recompute_method") value = "uniform";
     if (key == "schedule") value = "1f1b";
@@ -414,4 +417,22 @@ TEST_CASE("layout: kept as written, commas and all, and a syntax error names pla
   REQUIRE_FALSE(bad);
   CHECK(bad.error().field == "plan.layout");
   CHECK_THAT(bad.error().message, Catch::Contains("unknown layer character 'x'"));
+}
+
+TEST_CASE("ZeRO keys round-trip through the inline form and zero turns the distributed optimizer on", "[config][zero]") {
+  auto p = parse_inline_plan("zero=3,fsdp_prefetch=0,reshard_after_forward=off,grad_bucket=500000000,fp8_param_gather=on");
+  REQUIRE(p);
+  CHECK(p->zero == 3);
+  CHECK(p->distributed_optimizer);
+  CHECK(zero_stage(*p) == 3);
+  CHECK(format_inline_plan(*p) ==
+        "distopt=on,zero=3,reshard_after_forward=off,fsdp_prefetch=0,fp8_param_gather=on,grad_bucket=500000000");
+  CHECK(*parse_inline_plan(format_inline_plan(*p)) == *p);
+  CHECK(zero_stage(*parse_inline_plan("distopt=on")) == 1);
+  for (const char* bad : {"zero=4", "zero=-1", "zero=two", "fsdp_prefetch=x", "grad_bucket=0"}) {
+    INFO(bad);
+    const auto e = parse_inline_plan(bad);
+    REQUIRE_FALSE(e);
+    CHECK(e.error().field == "plan." + std::string(bad).substr(0, std::string(bad).find('=')));
+  }
 }
