@@ -25,6 +25,8 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--plan", o.plan, "inline plan (tp=8,pp=2,mbs=1,...) or plan TOML file");
   cmd.add_option("--megatron-args", o.megatron_args,
                  "a Megatron-LM launch line; replaces --model, --plan and the batch options");
+  cmd.add_option("--deepspeed-config", o.deepspeed_config,
+                 "a DeepSpeed ds_config.json: its ZeRO stage, overlap, buckets, batch and precision replace the plan's");
   cmd.add_option("--example", o.example, "an [example] TOML file (default: the shipped default example)");
   auto* nodes = cmd.add_option("--nodes", o.nodes, "nodes used (default: the cluster's)");
   cmd.add_option("--gpus", o.gpus, "devices used (default: the cluster's or the example's)")->excludes(nodes);

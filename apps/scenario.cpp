@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config/library.hpp"
+#include "config/deepspeed_config.hpp"
 #include "config/megatron_args.hpp"
 #include "config/token_histogram.hpp"
 
@@ -81,6 +82,20 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
     if (!p) return Err(p.error());
     plan = *p;
     have_plan = true;
+  }
+  if (o.deepspeed_config) {
+    if (!have_plan) return Err(usage("--deepspeed-config", "needs a plan to apply to: --plan, --megatron-args or --example"));
+    if (!have_model) return Err(usage("--deepspeed-config", "needs a model: --model, --megatron-args or --example"));
+    auto ds = load_deepspeed_config(*o.deepspeed_config);
+    if (!ds) return Err(ds.error());
+    std::optional<int> dp;
+    if (gpus && *gpus % (plan.tp * plan.pp * plan.cp) == 0) dp = *gpus / (plan.tp * plan.pp * plan.cp);
+    if (plan.dp) dp = plan.dp;
+    if (auto ok = apply_deepspeed_config(*ds, model, plan, training, dp); !ok) return Err(ok.error());
+    // The batch it gives, or micro-batch x accumulation x DP.
+    have_training = have_training || training.global_batch_size > 0;
+    if (!ds->ignored.empty())
+      sc.notes.push_back(fmt::format("DeepSpeed keys read but not priced: {}", fmt::join(ds->ignored, " ")));
   }
   if (!cluster && o.cluster_spec) cluster = *o.cluster_spec;
   if (!have_model) return Err(usage("--model", "a model is required: --model NAME|FILE or --megatron-args \"...\""));

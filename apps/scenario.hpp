@@ -19,6 +19,7 @@ struct ScenarioOptions {
   std::optional<std::string> cluster;
   std::optional<std::string> plan;
   std::optional<std::string> megatron_args;   // replaces model, plan and batch
+  std::optional<std::string> deepspeed_config;   // a ds_config.json applied to the plan and batch
   std::optional<int> nodes;
   std::optional<int> gpus;
   std::optional<std::int64_t> global_batch;

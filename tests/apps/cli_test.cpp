@@ -94,6 +94,28 @@ TEST_CASE("A Megatron-LM launch line replaces model, plan and batch, and DP foll
                    "do not give --model");
 }
 
+TEST_CASE("A DeepSpeed config sets the ZeRO stage and batch of the plan it is given with", "[apps][zero]") {
+  const std::string shipped = std::string(MEGASCOPE_REFERENCE_DIR) + "/../../topologies/examples/deepspeed-zero3.json";
+  const Run r = run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--plan", "tp=1",
+                     "--deepspeed-config", shipped, "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const std::string plan = j["setup"]["plan"].get<std::string>();
+  CHECK_THAT(plan, Catch::Contains("zero=3") && Catch::Contains("grad_bucket=500000000"));
+  CHECK(j["setup"]["global_batch_size"] == 1 * 16 * 16);   // micro-batch x accumulation x DP
+  const std::string notes = j["notes"].dump();
+  CHECK_THAT(notes, Catch::Contains("not priced") && Catch::Contains("gradient_clipping"));
+  // Offload is refused naming the file and the key.
+  const std::filesystem::path bad = std::filesystem::temp_directory_path() / "megascope_ds_offload.json";
+  std::ofstream(bad) << "{\n  \"zero_optimization\": {\"stage\": 3,\n    \"offload_param\": {\"device\": \"nvme\"}}\n}\n";
+  const Run e = run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--plan", "tp=1",
+                     "--deepspeed-config", bad.string()});
+  expect_one_error(e, "offload_param");
+  CHECK_THAT(e.err, Catch::Contains(bad.string() + ":3"));
+  std::filesystem::remove(bad);
+}
+
 TEST_CASE("Every kind of bad input exits 1 with one clear message and no output", "[apps]") {
   const std::vector<std::string> base = {"--cluster", "dgx-h100", "--plan", "tp=1", "--global-batch", "8"};
   auto with_model = [&](const std::string& m) {

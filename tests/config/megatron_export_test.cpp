@@ -592,3 +592,47 @@ TEST_CASE("A model with sliding windows exports --window-size and --window-attn-
   CHECK_THAT(line, Catch::Contains("--window-size 128,0 --window-attn-skip-freq 2"));
   check_round_trip(s);
 }
+
+TEST_CASE("Sharded data-parallel plans export as Megatron-FSDP or PyTorch FSDP2 flags and round-trip", "[config][zero]") {
+  ModelSpec m;
+  m.name = "gpt-fsdp";
+  m.num_layers = 4;
+  m.hidden_size = 512;
+  m.ffn_hidden_size = 2048;
+  m.num_attention_heads = 8;
+  m.num_query_groups = 8;
+  m.kv_channels = 64;
+  m.vocab_size = 32000;
+  m.seq_length = 1024;
+  m.tied_embeddings = false;   // FSDP2 needs untied embeddings
+  TrainingSpec t;
+  t.global_batch_size = 4096;
+  struct Row { const char* plan; const char* flags; };
+  for (const Row& r : {Row{"zero=2,overlap_grad_reduce=on", "--use-megatron-fsdp --use-distributed-optimizer "
+                                                           "--data-parallel-sharding-strategy optim_grads"},
+                       Row{"zero=3,overlap_grad_reduce=on", "--data-parallel-sharding-strategy optim_grads_params"},
+                       Row{"zero=3,fsdp_prefetch=0", "--data-parallel-sharding-strategy optim_grads_params"},
+                       Row{"zero=3,pp=2,overlap_grad_reduce=on", "--use-megatron-fsdp"},
+                       Row{"zero=3,reshard_after_forward=off,grad_accum_fusion=off",
+                           "--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward"}}) {
+    auto p = parse_inline_plan(r.plan);
+    REQUIRE(p);
+    const Setup s = validated(m, t, *p);
+    const auto line = export_megatron_args(s);
+    INFO(r.plan);
+    REQUIRE(line);
+    CHECK_THAT(*line, Catch::Contains(r.flags));
+    check_round_trip(s);
+  }
+  // What no flag expresses fails naming the plan key.
+  for (auto [plan, field] : {std::pair{"zero=3,fsdp_prefetch=2,overlap_grad_reduce=on", "plan.fsdp_prefetch"},
+                             std::pair{"zero=3", "plan.fsdp_prefetch"},   // prefetch needs --overlap-grad-reduce
+                             std::pair{"zero=3,reshard_after_forward=off", "plan.grad_accum_fusion"}}) {
+    auto p = parse_inline_plan(plan);
+    REQUIRE(p);
+    const auto line = export_megatron_args(validated(m, t, *p));
+    INFO(plan);
+    REQUIRE_FALSE(line);
+    CHECK(line.error().field == field);
+  }
+}

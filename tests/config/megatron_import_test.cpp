@@ -455,9 +455,9 @@ TEST_CASE("All-to-all context parallelism is imported, and hierarchical CP and o
   REQUIRE_THAT(a2a.message, Catch::Contains("not modelled"));
   REQUIRE_THAT(a2a.message, Catch::Contains("--hierarchical-context-parallel-sizes"));
 
-  const Error fsdp = import_error(kSmall + "--use-torch-fsdp2");
-  CHECK(fsdp.field == "megatron.--use-torch-fsdp2");
-  REQUIRE_THAT(fsdp.message, Catch::Contains("not modelled"));
+  const Error hsdp = import_error(kSmall + "--use-megatron-fsdp --enable-full-sharding-in-hsdp");
+  CHECK(hsdp.field == "megatron.--enable-full-sharding-in-hsdp");
+  REQUIRE_THAT(hsdp.message, Catch::Contains("not modelled"));
 
   const Error rope = import_error(kSmall + "--position-embedding-type mrope");
   CHECK(rope.field == "megatron.--position-embedding-type");
