@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -172,6 +173,9 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
                  "where the model has them): on|off (default on)");
   cmd.add_option("--sp", o.sp, "fix sequence parallelism: on|off (default: both)");
   cmd.add_option("--distopt", o.distopt, "fix the distributed optimizer: on|off (default: both)");
+  cmd.add_option("--zero", o.zero,
+                 "ZeRO stages to search, comma-separated from 0-3 (0: none, 1: the distributed optimizer, 2: gradients "
+                 "too, 3: parameters too, FSDP; default 0,1)");
   cmd.add_option("--overlap-grad-reduce", o.overlap_grad_reduce, "fix: on|off (default: both)");
   cmd.add_option("--overlap-param-gather", o.overlap_param_gather, "fix: on|off (default: both)");
   cmd.add_option("--tp-comm-overlap", o.tp_comm_overlap, "fix: on|off (default: both)");
@@ -298,6 +302,25 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
     auto v = on_off(*text, name);
     if (!v) return Err(v.error());
     *slot = *v;
+  }
+  if (o.zero) {
+    std::vector<int> stages;
+    std::string_view rest = *o.zero;
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      if (item.size() != 1 || item[0] < '0' || item[0] > '3')
+        return Err(usage("--zero", fmt::format("'{}' is not a comma-separated list of ZeRO stages 0-3", *o.zero)));
+      stages.push_back(item[0] - '0');
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    k.zero = stages;
+    const bool any_sharded = std::any_of(stages.begin(), stages.end(), [](int z) { return z >= 1; });
+    if (k.distopt == false && std::count(stages.begin(), stages.end(), 0) == 0)
+      return Err(usage("--zero", "--distopt off leaves none of these stages (1-3 shard the optimizer state)"));
+    if (k.distopt == true && !any_sharded)
+      return Err(usage("--zero", "--distopt on leaves none of these stages (0 does not shard the optimizer state)"));
   }
   if (k.distopt == false && in.training.optimizer_precision.enabled)
     return Err(usage("--distopt", fmt::format("off leaves no plan: the precision-aware optimizer of --training {} needs the "

@@ -153,6 +153,32 @@ struct Estimator::Impl {
     return s;
   }
 
+  // Weight bytes per parameter: the 16-bit weights (and their FP8 copy), or
+  // the FP8 weights alone with fp8_param_gather (bytes_per_param's rule).
+  double weight_bytes(const Candidate& c) const {
+    if (c.fp8_param_gather) return 1.0;
+    return bytes_of(in.training.params_dtype) + (in.training.precision == Precision::fp8 ? 1.0 : 0.0);
+  }
+  double gather_bytes(const Candidate& c) const { return c.fp8_param_gather ? 1.0 : bytes_of(in.training.params_dtype); }
+
+  // zero 2 and 3: one rank's parameters of a dense layer and of a MoE layer
+  // (the FSDP units), and the rest of the rank's (embedding, output, MTP).
+  struct Units {
+    double dense = 0, moe = 0, root = 0;
+    [[nodiscard]] double largest() const { return std::max({dense, moe, root}); }
+  };
+  Units units_of(const Candidate& c, const RankLayout& rl) const {
+    Units u;
+    const Sharding sh{c.tp, c.etp, c.ep};
+    const ModelSpec& m = in.model;
+    for (int l = 0; l < m.num_layers && (u.dense == 0 || u.moe == 0); ++l) {
+      double& slot = m.is_moe_layer(l) ? u.moe : u.dense;
+      if (slot == 0) slot = layer_params(m, l, sh).total();
+    }
+    u.root = std::max(0.0, rl.params.total() - rl.dense_layers * u.dense - rl.moe_layers * u.moe);
+    return u;
+  }
+
   static RankGrid grid_of(const Candidate& c) {
     const int edp = c.gpus / (c.etp * c.ep * c.pp);
     return RankGrid{c.tp, c.cp, c.dp, c.pp, c.etp, c.ep, edp};
@@ -449,9 +475,20 @@ struct Estimator::Impl {
     Estimate e;
     for (int r = 0; r < c.pp; ++r) {
       const RankLayout& rl = L.ranks[static_cast<std::size_t>(r)];
-      const double grads = rl.params.total() * bpp.grads;
-      double total = rl.params.total() * bpp.weights + grads + rl.params.dense * bpp.optimizer / dense_shard +
-                     rl.params.expert * bpp.optimizer / expert_shard;
+      // Sharded over DP x CP (dense) and expert-DP (experts): the optimizer
+      // state from stage 1, the gradients from 2, the weights at 3 (memory_report).
+      const double shard = rl.params.dense / dense_shard + rl.params.expert / expert_shard;
+      const double grads = (c.zero >= 2 ? shard : rl.params.total()) * bpp.grads;
+      double total = (c.zero >= 3 ? shard : rl.params.total()) * weight_bytes(c) + grads + shard * bpp.optimizer;
+      if (c.zero >= 2) {
+        // fsdp_working_set: the unsharded gradients of two units, and at stage
+        // 3 the unit computing, the one prefetched and the root unit.
+        const Units u = units_of(c, rl);
+        // The largest layer the rank holds (fsdp_working_set's).
+        const double layer = std::max(rl.dense_layers > 0 ? u.dense : 0.0, rl.moe_layers > 0 ? u.moe : 0.0);
+        total += 2 * std::max(layer, u.root) * bpp.grads;
+        if (c.zero >= 3) total += (2 * layer + u.root) * gather_bytes(c);
+      }
       const int nch = static_cast<int>(rl.chunks.size());
       if (inflight.size() < rl.chunks.size()) inflight.resize(rl.chunks.size());   // vpp is not bounded
       rank_inflight(c.schedule, c.pp, c.vpp, m, r, inflight.data(), nch);
@@ -555,6 +592,55 @@ struct Estimator::Impl {
 
     double cmax = 0, csum = 0, fsum = 0, bsum = 0, wsum = 0;
     back.assign(static_cast<std::size_t>(p), 0.0);
+    // zero 2 and 3: each micro-batch reduce-scatters the rank's gradients unit
+    // by unit (and at 3 gathers each unit before its forward and backward, the
+    // root unit once), on streams beside the compute: a pass takes the longer
+    // of its compute and its communication. The last unit's reduction is
+    // left after the last backward (last_unit_rs).
+    const int edp_all = c.gpus / (c.etp * c.ep * c.pp);
+    const bool sharded = c.zero >= 2 && c.dp * c.cp > 1;
+    std::vector<double> last_unit_rs;
+    if (sharded) last_unit_rs.assign(static_cast<std::size_t>(p), 0.0);
+    const RankGrid zgrid = grid_of(c);
+    const auto zero_comm = [&](int r, const RankLayout& rl) {
+      const Units u = units_of(c, rl);
+      const double grad_b = bytes_of(in.training.grad_dtype), gb = gather_bytes(c);
+      const auto unit_time = [&](sim::Collective kind, double params, double bytes_per) {
+        if (params <= 0) return 0.0;
+        // A MoE unit: its dense part over DP x CP, its experts over expert-DP.
+        return time_on(table(c.gpus, zgrid, kind, CommGroup::dp_cp), params * bytes_per);
+      };
+      const auto moe_split = [&](sim::Collective kind, double bytes_per) {
+        if (u.moe <= 0) return 0.0;
+        const Sharding sh{c.tp, c.etp, c.ep};
+        ParamSplit ps;
+        for (int l = 0; l < in.model.num_layers; ++l)
+          if (in.model.is_moe_layer(l)) {
+            ps = layer_params(in.model, l, sh);
+            break;
+          }
+        double t = time_on(table(c.gpus, zgrid, kind, CommGroup::dp_cp), ps.dense * bytes_per);
+        if (edp_all > 1) t += time_on(table(c.gpus, zgrid, kind, CommGroup::edp), ps.expert * bytes_per);
+        return t;
+      };
+      const double rs = rl.dense_layers * unit_time(sim::Collective::reduce_scatter, u.dense, grad_b) +
+                        rl.moe_layers * moe_split(sim::Collective::reduce_scatter, grad_b) +
+                        unit_time(sim::Collective::reduce_scatter, u.root, grad_b);
+      last_unit_rs[static_cast<std::size_t>(r)] = unit_time(sim::Collective::reduce_scatter, rl.embedding ? u.root : u.dense, grad_b);
+      double ag = 0;
+      if (c.zero >= 3)
+        ag = 2 * (rl.dense_layers * unit_time(sim::Collective::all_gather, u.dense, gb) +
+                  rl.moe_layers * moe_split(sim::Collective::all_gather, gb)) +
+             unit_time(sim::Collective::all_gather, u.root, gb);
+      // Gathers and reductions run on streams of their own but share the
+      // links: their times add. Each pass of a chunk (forward and backward,
+      // once per schedule step) waits for its first unit's gather, which
+      // nothing before it prefetched.
+      const double first = c.zero >= 3 ? 2.0 * static_cast<double>(rl.chunks.size()) *
+                                             unit_time(sim::Collective::all_gather, u.largest(), gb)
+                                       : 0.0;
+      return std::pair<double, double>{rs + ag, first};
+    };
     for (int r = 0; r < p; ++r) {
       const RankLayout& rl = lay.ranks[static_cast<std::size_t>(r)];
       double F = rl.dense_layers * T.dense.f + rl.moe_layers * T.moe.f;
@@ -583,6 +669,12 @@ struct Estimator::Impl {
       if (fb_units_of) {
         const double per_unit = 0.5 * (rl.dense_layers * T.dense.fb_saving + rl.moe_layers * T.moe.fb_saving);
         cr = std::max(0.0, cr - per_unit * (*fb_units_of)[static_cast<std::size_t>(r)] / m);
+      }
+      if (sharded) {
+        // The traffic hides behind the compute up to its own length; the
+        // first gathers of each pass wait in front of it.
+        const auto [traffic, exposed] = zero_comm(r, rl);
+        cr = std::max(cr, traffic * share) + exposed * share;
       }
       cmax = std::max(cmax, cr);
       csum += cr;
@@ -652,7 +744,7 @@ struct Estimator::Impl {
     const double pipeline = m * (cmax + (sync_p2p ? 2.0 * p2p : 0.0)) + bubble + 2.0 * (p - 1) * p2p;
 
     // Gradient reduction, optimizer, parameter gather: per rank after its last backward.
-    const double grad_b = bytes_of(in.training.grad_dtype), param_b = bytes_of(in.training.params_dtype);
+    const double grad_b = bytes_of(in.training.grad_dtype), param_b = gather_bytes(c);
     const double bucket = std::max(40e6, 1e6 * c.dp * c.cp);
     const sim::Collective reduce = distopt ? sim::Collective::reduce_scatter : sim::Collective::all_reduce;
     const double v_eff = c.schedule == Schedule::interleaved ? c.vpp : 1.0;
@@ -679,10 +771,11 @@ struct Estimator::Impl {
         grad += nch * time_on(expert_reduce, rl.params.expert / nch * grad_b);
         last_bucket += time_on(expert_reduce, std::min(bucket, rl.params.expert) * grad_b);
       }
-      double exposed = c.overlap_grad_reduce ? std::max(last_bucket, grad - back[static_cast<std::size_t>(r)]) : grad;
+      double exposed = sharded ? last_unit_rs[static_cast<std::size_t>(r)]
+                       : c.overlap_grad_reduce ? std::max(last_bucket, grad - back[static_cast<std::size_t>(r)]) : grad;
       if (rl.embedding != rl.output) exposed += time_on(embedding, embedding_bytes);
       exposed += cost.memory_s(MemoryOp::optimizer, optimizer_step_bytes * owned_of(rl));
-      if (distopt) {
+      if (distopt && c.zero < 3) {
         const double dense_ag = time_on(
             dense_gather, (c.overlap_param_gather ? std::min(bucket, rl.params.dense) : rl.params.dense) * param_b);
         const double expert_ag =

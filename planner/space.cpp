@@ -112,6 +112,8 @@ PlanSpec to_plan(const Candidate& c) {
   }
   if (c.recompute == RecomputeGranularity::selective && c.recompute_modules != 0) p.recompute.modules = c.recompute_modules;
   p.distributed_optimizer = c.distopt;
+  if (c.zero >= 2) p.zero = c.zero;
+  p.fp8_param_gather = c.fp8_param_gather;
   p.overlap_grad_reduce = c.overlap_grad_reduce;
   p.overlap_param_gather = c.overlap_param_gather;
   p.tp_comm_overlap = c.tp_comm_overlap;
@@ -127,7 +129,8 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
       (p.microbatch_group && *p.microbatch_group != p.pp) || p.attention != AttentionKernel::flash ||
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
-      (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)))
+      (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)) ||
+      !p.reshard_after_forward || p.fsdp_prefetch != 1 || p.grad_bucket)
     return std::nullopt;
   Candidate c;
   c.gpus = gpus;
@@ -151,6 +154,8 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
     c.recompute_modules = static_cast<std::uint8_t>(mods);
   c.sp = p.sequence_parallel && p.tp > 1;
   c.distopt = p.distributed_optimizer;
+  c.zero = static_cast<std::int8_t>(zero_stage(p));
+  c.fp8_param_gather = p.fp8_param_gather;
   c.overlap_grad_reduce = p.overlap_grad_reduce;
   c.overlap_param_gather = p.overlap_param_gather;
   c.tp_comm_overlap = p.tp_comm_overlap;
@@ -217,6 +222,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   const int domain = scale_up_size(in.cluster);
   const bool moe = m.moe.has_value();
   const bool need_distopt = in.training.optimizer_precision.enabled;
+  const bool fp8 = in.training.precision == Precision::fp8;
   // Selective recomputation's module sets: the default (0: core_attn), then
   // every non-empty set of the other modules the model has. Not core_attn
   // with others: with fused attention (all the planner enumerates) it saves
@@ -376,6 +382,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.embedding_in_split = split.embedding;
                     c.loss_in_split = split.loss;
                     c.schedule = s;
+                    const bool zero_schedule = s == Schedule::gpipe || s == Schedule::one_f_one_b || s == Schedule::interleaved;
                     c.post_validation = s == Schedule::zb_h2 || s == Schedule::zb_2p;
                     c.p2p_warmup_flush = s == Schedule::interleaved;
                     const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
@@ -402,15 +409,22 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                             c.recompute_layers = 0;
                             if (g == RecomputeGranularity::selective) c.recompute_modules = module_sets[static_cast<std::size_t>(j)];
                           }
-                          for (int d = 0; d < 2; ++d) {
+                          for (int z = 0; z <= 3; ++z) {
+                            const bool d = z >= 1;
                             // distopt changes nothing without DP, but the precision-aware optimizer needs it.
-                            if ((need_distopt ? !d : d && !has_dp) || !allowed(k.distopt, d != 0)) continue;
-                            c.distopt = d != 0;
+                            if ((need_distopt ? !d : d && !has_dp) || !allowed(k.distopt, d)) continue;
+                            if (std::find(k.zero.begin(), k.zero.end(), z) == k.zero.end()) continue;
+                            // Sharded gradients and parameters: synchronised in each backward, with the
+                            // schedules that keep weight gradients in it (validate_setup).
+                            if (z >= 2 && (!has_dp || !zero_schedule || (pp > 1 && m.tied_embeddings))) continue;
+                            c.distopt = d;
+                            c.zero = static_cast<std::int8_t>(z);
+                            c.fp8_param_gather = d && fp8;
                             for (int o = 0; o < 2; ++o) {
                               if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;
                               c.overlap_grad_reduce = o != 0;
                               for (int g2 = 0; g2 < 2; ++g2) {
-                                if ((g2 && !(c.distopt && c.overlap_grad_reduce)) ||
+                                if ((g2 && !(c.distopt && c.overlap_grad_reduce && c.zero < 3)) ||
                                     !allowed(k.overlap_param_gather, g2 != 0))
                                   continue;
                                 c.overlap_param_gather = g2 != 0;

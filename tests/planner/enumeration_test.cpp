@@ -453,3 +453,50 @@ TEST_CASE("Value sets parse N, A-B, <=N, >=N and lists, and name the option when
   const auto counts = counts_up_to(test::shipped_cluster("dgx-a100"), 20);
   CHECK(counts == std::vector<int>{1, 2, 4, 8, 16});
 }
+
+TEST_CASE("ZeRO stages: every legal stage the constraints allow once, none where it changes nothing", "[zero]") {
+  for (const bool tied : {true, false}) {
+    ModelSpec m = small_gpt();
+    m.tied_embeddings = tied;
+    SearchInputs in = inputs(m, 8, 16);
+    in.constraints.tp = {{2}, {}, {}};
+    in.constraints.mbs = {{1}, {}, {}};
+    in.constraints.cp = {{1}, {}, {}};
+    in.constraints.schedules = {Schedule::one_f_one_b};
+    in.constraints.recompute = {RecomputeGranularity::none};
+    in.constraints.sp = true;
+    in.constraints.tp_comm_overlap = false;
+    in.constraints.zero = {0, 1, 2, 3};
+    Rejections rej;
+    const std::set<std::string> got = enumerated(in, rej);
+    std::set<std::string> legal;
+    for (int pp : {1, 2, 4})
+      for (int zero = 0; zero <= 3; ++zero)
+        for (int bits = 0; bits < 4; ++bits) {
+          PlanSpec p;
+          p.tp = 2;
+          p.pp = pp;
+          p.sequence_parallel = true;
+          p.distributed_optimizer = zero >= 1;
+          p.zero = zero >= 2 ? zero : 0;
+          p.overlap_grad_reduce = bits & 1;
+          p.overlap_param_gather = bits & 2;
+          auto s = validate_setup(in.model, in.cluster, in.training, p, 8);
+          // Options that change nothing without DP are enumerated once (off).
+          if (!s || (s->dp == 1 && (zero > 0 || bits != 0))) continue;
+          p.dp = s->dp;
+          legal.insert(format_inline_plan(p));
+        }
+    INFO("tied " << tied);
+    CHECK(got == legal);
+    // ZeRO-3 appears exactly where validate_setup takes it: without pipelining when the embeddings are tied.
+    std::size_t zero3 = 0, zero3_piped = 0;
+    for (const std::string& plan : got)
+      if (plan.find("zero=3") != std::string::npos) {
+        ++zero3;
+        zero3_piped += plan.find("pp=") != std::string::npos;
+      }
+    CHECK(zero3 > 0);
+    CHECK((zero3_piped > 0) == !tied);
+  }
+}

@@ -409,3 +409,24 @@ TEST_CASE("A bounded stage-1 estimate is a lower bound of the full one, and only
     CHECK(hits > 0);
   }
 }
+
+TEST_CASE("Stage-1 time follows the simulator on ZeRO-2 and ZeRO-3 plans of dense models", "[zero]") {
+  {
+    SearchInputs in = inputs(test::shipped_model("gpt3-175b"), "dgx-a100", 256, 512);
+    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+    in.constraints.mbs = {{1, 2}, {}, {}};
+    in.constraints.recompute_modules = false;
+    in.constraints.zero = {2, 3};
+    int i = 0;
+    check_stage1_time(in, 256, 10, "GPT-3 ZeRO-2/3 plans", [&](const Candidate& c) { return i++ % 499 == 0 && c.pp <= 16; });
+  }
+  {
+    SearchInputs in = inputs(test::shipped_model("llama3-70b"), "dgx-h100", 64, 128);
+    in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+    in.constraints.mbs = {{1}, {}, {}};
+    in.constraints.recompute_modules = false;
+    in.constraints.zero = {3};
+    int i = 0;
+    check_stage1_time(in, 64, 10, "Llama 3 70B ZeRO-3 plans", [&](const Candidate& c) { return i++ % 97 == 0; });
+  }
+}
