@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "exec/mpi_env.hpp"
 #include "kernels/activation.hpp"
@@ -33,6 +34,9 @@ void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, d
   hidden_.clear();
   grad_.clear();
   grad_buckets_seen_.clear();
+  mb_buckets_seen_.clear();
+  mb_done_.clear();
+  grad_shard_.clear();
   gathered_chunks_.clear();
   load_batch();
   const auto t0 = std::chrono::steady_clock::now();
@@ -230,6 +234,12 @@ void CpuRank::p2p(const Op& op) {
 void CpuRank::grad_sync(const Op& op) {
   const int c = op.chunk.value_or(0);
   const bool expert = op.group == CommGroup::edp;
+  if (zero_stage(s_.plan) >= 2) {
+    Chunk& ch = expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)];
+    if (op.kind != OpKind::reduce_scatter || !op.microbatch)
+      throw ProgramMismatch("sharded gradients are reduce-scattered per micro-batch");
+    return reduce_microbatch(op, ch, expert);
+  }
   if (grad_buckets_.empty())
     for (const Op& o : stage_.ops)
       if (o.phase == Phase::gradient_sync && o.label == OpLabel::dp_grad)
@@ -319,11 +329,74 @@ void CpuRank::optimizer() {
       ops_.adamw_update(ch.w.data() + a, ch.g.data() + a, m_[ci].data() + (a - base), v_[ci].data() + (a - base), b - a,
                       o_.lr, o_.beta1, o_.beta2, o_.eps, p.decay ? o_.weight_decay : 0.0f, step_, scale);
     }
+    // zero 3: a rank keeps its shard of the weights only. The rest is
+    // cleared, so that a pass reading a parameter no gather restored gets
+    // zeros (and a different loss) instead of a stale copy.
+    if (zero_stage(s_.plan) >= 3 && sharded(ch)) {
+      std::fill(ch.w.begin(), ch.w.begin() + lo, 0.0f);
+      std::fill(ch.w.begin() + hi, ch.w.end(), 0.0f);
+    }
+  }
+}
+
+void CpuRank::reduce_microbatch(const Op& op, Chunk& ch, bool expert) {
+  const int c = op.chunk.value_or(0);
+  if (mb_buckets_.empty()) {
+    std::set<std::tuple<int, bool, int>> seen;
+    for (const Op& o : stage_.ops)
+      if (o.phase == Phase::gradient_sync && o.label == OpLabel::dp_grad) {
+        const std::tuple<int, bool, int> k{o.chunk.value_or(0), o.group == CommGroup::edp, o.microbatch.value_or(-1)};
+        ++mb_buckets_[k];
+        if (seen.insert(k).second) ++mb_count_[{std::get<0>(k), std::get<1>(k)}];
+      }
+  }
+  // Each micro-batch's buckets are reduced as its backward completes them;
+  // the executor reduces the chunk's whole buffer at the micro-batch's last.
+  const std::tuple<int, bool, int> k{c, expert, *op.microbatch};
+  if (++mb_buckets_seen_[k] < mb_buckets_.at(k)) return;
+  Communicator& dp = group_of(ch);
+  const std::int64_t n = static_cast<std::int64_t>(ch.g.size()) / dp.size();
+  Vec part = zeros(n);
+  dp.reduce_scatter(part.data(), ch.g.data(), n);
+  Vec& acc = grad_shard_[{c, expert}];
+  if (acc.empty()) acc = zeros(n);
+  for (std::int64_t i = 0; i < n; ++i) acc[static_cast<std::size_t>(i)] += part[static_cast<std::size_t>(i)];
+  // Only the shard is kept: the next micro-batch accumulates from zero.
+  std::fill(ch.g.begin(), ch.g.end(), 0.0f);
+  if (++mb_done_[{c, expert}] == mb_count_.at({c, expert}))
+    std::copy(acc.begin(), acc.end(), ch.g.begin() + dp.rank() * n);
+}
+
+void CpuRank::gather_unit(const Op& op, Chunk& ch) {
+  if (!sharded(ch)) return;
+  Communicator& dp = group_of(ch);
+  const std::int64_t n = static_cast<std::int64_t>(ch.w.size()) / dp.size();
+  Vec shard(ch.w.begin() + dp.rank() * n, ch.w.begin() + (dp.rank() + 1) * n);
+  Vec full = zeros(static_cast<std::int64_t>(ch.w.size()));
+  dp.all_gather(full.data(), shard.data(), n);
+  // The unit: layer l's parameters ("layer.<l>."), or, without a layer, the
+  // chunk's parameters outside its transformer layers.
+  const auto layer_of = [](const std::string& name) -> std::optional<int> {
+    if (name.rfind("layer.", 0) != 0) return std::nullopt;
+    const std::size_t dot = name.find('.', 6);
+    return std::stoi(name.substr(6, dot - 6));
+  };
+  const ChunkLayers& layers = ch.layers;
+  for (const Param& p : ch.params) {
+    const std::optional<int> l = layer_of(p.name);
+    const bool in_chunk_layers = l && *l >= layers.first && *l < layers.first + layers.count;
+    const bool in_unit = op.layer ? (l && *l == *op.layer) : !in_chunk_layers;
+    if (in_unit)
+      std::copy(full.begin() + p.offset, full.begin() + p.offset + p.size(), ch.w.begin() + p.offset);
   }
 }
 
 void CpuRank::param_sync(const Op& op) {
   const bool expert = op.group == CommGroup::edp;
+  if (zero_stage(s_.plan) >= 3) {
+    const int c = op.chunk.value_or(0);
+    return gather_unit(op, expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)]);
+  }
   std::vector<int> which;
   if (op.chunk) which = {*op.chunk};
   else

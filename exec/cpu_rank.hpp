@@ -239,6 +239,12 @@ class CpuRank {
   void optimizer();
 
   void param_sync(const Op& op);
+  // zero 3: one unit's parameters (a layer's, or the chunk's others)
+  // gathered from the DP shards before a pass uses them.
+  void gather_unit(const Op& op, Chunk& ch);
+  // zero 2 and 3: one micro-batch's gradients of a chunk, complete,
+  // reduce-scattered into the rank's accumulated shard.
+  void reduce_microbatch(const Op& op, Chunk& ch, bool expert);
 
   const Setup& s_;
   const Program& p_;
@@ -266,6 +272,12 @@ class CpuRank {
   // how many of them this step has reached: the whole buffer is reduced at
   // the last one, when every gradient of the chunk is complete.
   std::map<std::pair<int, bool>, int> grad_buckets_, grad_buckets_seen_;
+  // Sharded gradients: buckets per (chunk, expert part, micro-batch), those
+  // reached, the micro-batches each (chunk, part) reduces, and its shard of
+  // the gradients summed over the micro-batches reduced so far.
+  std::map<std::tuple<int, bool, int>, int> mb_buckets_, mb_buckets_seen_;
+  std::map<std::pair<int, bool>, int> mb_count_, mb_done_;
+  std::map<std::pair<int, bool>, Vec> grad_shard_;
   std::map<std::pair<int, std::uint64_t>, int> send_tag_, recv_tag_;
   PointToPoint p2p_;
   // Host copies of the messages (MPI never touches a Vec), declared before

@@ -89,6 +89,13 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {2, "cp=2"},
       {4, "cp=2,tp=2,sp=on"},
       {4, "cp=4"},
+      // Sharded gradients (reduce-scattered per micro-batch) and parameters (gathered per layer).
+      {2, "dp=2,zero=2"},
+      {4, "dp=4,zero=2,overlap_grad_reduce=on"},
+      {2, "dp=2,zero=3"},
+      {4, "dp=4,zero=3,overlap_grad_reduce=on,fsdp_prefetch=0"},
+      {4, "tp=2,dp=2,sp=on,zero=3,overlap_grad_reduce=on,fsdp_prefetch=2"},
+      {4, "cp=2,dp=2,zero=3,recompute=full,recompute_method=uniform,recompute_layers=2"},
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-gpt", np, plan), ref); }
@@ -103,6 +110,8 @@ TEST_CASE("Every sharding of tiny-llama (GQA, RoPE, SwiGLU, untied) trains the s
       {4, "pp=2,dp=2,vpp=2,schedule=interleaved,distopt=on"},
       {4, "tp=2,pp=2,sp=on,recompute=selective"},
       {4, "cp=2,dp=2,distopt=on"},
+      {4, "pp=2,dp=2,vpp=2,schedule=interleaved,zero=3,overlap_grad_reduce=on"},
+      {2, "dp=2,zero=3,reshard_after_forward=off"},
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-llama", np, plan), ref); }
@@ -137,6 +146,8 @@ TEST_CASE("Expert parallelism of tiny-moe (top-2 of 4 experts) trains the same a
       {4, "ep=2,dp=2,pp=2"},
       {4, "ep=4,dp=4,distopt=on"},
       {4, "ep=2,cp=2,dp=2"},
+      {4, "ep=2,dp=4,zero=3,overlap_grad_reduce=on"},
+      {2, "ep=2,dp=2,zero=2"},
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-moe", np, plan), ref); }
