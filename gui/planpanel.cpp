@@ -113,12 +113,15 @@ PlanPanel::PlanPanel(QWidget* parent) : QWidget(parent) {
   rcRow->addWidget(m_recomputeLayers);
   pf->addRow(tr("Recompute"), rcRow);
   m_sp = new QCheckBox(tr("sequence parallel"));
-  m_distopt = new QCheckBox(tr("distributed optimizer"));
+  m_sharding = new QComboBox;
+  m_sharding->addItems({tr("none"), tr("ZeRO-1: optimizer state (distributed optimizer)"), tr("ZeRO-2: + gradients"),
+                        tr("ZeRO-3 / FSDP: + parameters")});
+  m_sharding->setToolTip(tr("What data parallelism shards over its ranks"));
   m_overlapGrad = new QCheckBox(tr("overlap grad reduce"));
   m_overlapParam = new QCheckBox(tr("overlap param gather"));
   m_tpOverlap = new QCheckBox(tr("overlap TP comm"));
   pf->addRow(m_sp);
-  pf->addRow(m_distopt);
+  pf->addRow(tr("DP sharding"), m_sharding);
   pf->addRow(m_overlapGrad);
   pf->addRow(m_overlapParam);
   pf->addRow(m_tpOverlap);
@@ -140,9 +143,9 @@ PlanPanel::PlanPanel(QWidget* parent) : QWidget(parent) {
     if (m_updating) return;
     m_gpus->setValue(n * std::max(1, m_inputs.cluster.node.devices_per_node));
   });
-  for (QCheckBox* c : {m_sp, m_distopt, m_overlapGrad, m_overlapParam, m_tpOverlap})
+  for (QCheckBox* c : {m_sp, m_overlapGrad, m_overlapParam, m_tpOverlap})
     connect(c, &QCheckBox::toggled, this, [this] { readControls(); });
-  for (QComboBox* c : {m_schedule, m_recompute})
+  for (QComboBox* c : {m_schedule, m_recompute, m_sharding})
     connect(c, &QComboBox::currentIndexChanged, this, [this] { readControls(); });
   connect(m_model, &QComboBox::activated, this, [this] { chooseModel(m_model->currentText()); });
   connect(m_model->lineEdit(), &QLineEdit::returnPressed, this, [this] { chooseModel(m_model->currentText()); });
@@ -186,7 +189,7 @@ void PlanPanel::writeControls() {
   m_recompute->setCurrentIndex(static_cast<int>(p.recompute.granularity));
   m_recomputeLayers->setValue(p.recompute.num_layers.value_or(1));
   m_recomputeLayers->setEnabled(p.recompute.granularity == RecomputeGranularity::full);
-  m_distopt->setChecked(p.distributed_optimizer);
+  m_sharding->setCurrentIndex(zero_stage(p));
   m_overlapGrad->setChecked(p.overlap_grad_reduce);
   m_overlapParam->setChecked(p.overlap_param_gather);
   m_tpOverlap->setChecked(p.tp_comm_overlap);
@@ -233,7 +236,9 @@ void PlanPanel::readControls() {
   }
   // A searched plan's module set holds while recompute stays selective.
   if (p.recompute.granularity != RecomputeGranularity::selective) p.recompute.modules.reset();
-  p.distributed_optimizer = m_distopt->isChecked();
+  const int zero = m_sharding->currentIndex();
+  p.distributed_optimizer = zero >= 1;
+  p.zero = zero >= 2 ? zero : 0;
   p.overlap_grad_reduce = m_overlapGrad->isChecked();
   p.overlap_param_gather = m_overlapParam->isChecked();
   p.tp_comm_overlap = m_tpOverlap->isChecked();

@@ -61,7 +61,7 @@ class PlanPanel : public QWidget {
   QCheckBox* m_sp = nullptr;
   QComboBox* m_recompute = nullptr;
   QSpinBox* m_recomputeLayers = nullptr;
-  QCheckBox* m_distopt = nullptr;
+  QComboBox* m_sharding = nullptr;   // ZeRO stage 0-3 (1: the distributed optimizer)
   QCheckBox* m_overlapGrad = nullptr;
   QCheckBox* m_overlapParam = nullptr;
   QCheckBox* m_tpOverlap = nullptr;
