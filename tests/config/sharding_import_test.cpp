@@ -157,3 +157,48 @@ TEST_CASE("DeepSpeed keys that are not modelled or not known are errors naming t
   REQUIRE_FALSE(missing);
   CHECK_THAT(missing.error().message, Catch::Contains("/nonexistent/ds.json"));
 }
+
+TEST_CASE("Mutated DeepSpeed configs give a config or one error, never a crash or an exception", "[config][zero]") {
+  // Every truncation, and seeded single-byte substitutions, deletions and
+  // insertions of JSON's structural characters, of a full config.
+  const std::string base = kZero3;
+  std::uint64_t state = 0x9e3779b97f4a7c15ULL;
+  const auto next = [&]() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const std::string alphabet = "{}[]:,\"0123456789.-+eE truefalsnul\\\n";
+  std::vector<std::string> cases;
+  for (std::size_t n = 0; n <= base.size(); ++n) cases.push_back(base.substr(0, n));
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = base;
+    const std::size_t at = next() % t.size();
+    switch (next() % 3) {
+      case 0: t[at] = alphabet[next() % alphabet.size()]; break;
+      case 1: t.erase(at, 1); break;
+      default: t.insert(at, 1, alphabet[next() % alphabet.size()]); break;
+    }
+    cases.push_back(std::move(t));
+  }
+  int parsed = 0, refused = 0;
+  const ModelSpec m = import_ok(kSmall).model;
+  for (const std::string& text : cases) {
+    Result<DeepSpeedConfig> r = DeepSpeedConfig{};
+    REQUIRE_NOTHROW(r = parse_deepspeed_config(text, "ds.json"));
+    if (!r) {
+      ++refused;
+      CHECK_FALSE(r.error().message.empty());
+      REQUIRE(r.error().where);
+      CHECK(r.error().where->file == "ds.json");
+      continue;
+    }
+    ++parsed;
+    PlanSpec plan;
+    TrainingSpec t;
+    REQUIRE_NOTHROW((void)apply_deepspeed_config(*r, m, plan, t, 8));
+  }
+  CHECK(parsed > 0);
+  CHECK(refused > 0);
+}
