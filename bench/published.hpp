@@ -167,6 +167,30 @@ inline std::vector<PublishedRun> narayanan_table2_ptdp(const std::string& ref_di
   return out;
 }
 
+// Narayanan Table 2, its ZeRO-3 rows: DeepSpeed's ZeRO-3 inside Megatron-LM
+// of 2021, no model parallelism, the published micro-batch and batch. The
+// paper gives no configuration beyond that; the plan takes the 2021 kernels
+// (megatron_2021_plan: unfused attention, every layer recomputed) and
+// DeepSpeed's ZeRO-3 defaults as apply_deepspeed_config sets them:
+// overlap_comm on, gradients reduced in buckets of reduce_bucket_size (5e8
+// elements), parameters prefetched up to stage3_prefetch_bucket_size (5e7
+// elements), less than one 1.8B-parameter layer of these models, so each
+// layer is gathered when it is reached (fsdp_prefetch 0); fp16.
+inline std::vector<PublishedRun> narayanan_table2_zero3(const std::string& ref_dir) {
+  std::vector<PublishedRun> out;
+  for (const auto& row : read_csv(ref_dir + "/narayanan2021_table2_zero3_vs_ptdp.csv")) {
+    if (row.at("scheme") != "ZeRO-3") continue;
+    const std::string& size = row.at("params_b");
+    const bool gpt3 = size == "174.6";
+    const std::string plan = megatron_2021_plan(1, 1, std::stoi(row.at("micro_batch")), 1, true) +
+                             ",zero=3,fsdp_prefetch=0,grad_bucket=500000000";
+    out.push_back({"narayanan-table2-zero3", size + "B", gpt3 ? "gpt3-175b" : model_name("gpt-", size), "dgx-a100",
+                   plan, std::stoi(row.at("gpus")), static_cast<std::int64_t>(std::stod(row.at("global_batch"))),
+                   std::stod(row.at("tflops_per_gpu")), Dtype::fp16, Dtype::fp16});
+  }
+  return out;
+}
+
 // Megatron-LM README (H100): the table's tp/pp/dp with the README's flags
 // (distributed optimizer, overlapped gradient reduce and parameter gather, TP
 // communication overlap with sequence parallelism), micro-batch 1.
@@ -185,7 +209,8 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
 
 // The rows of megatron_bridge_nemo_perf_summary.csv of a model in `models`
 // (the summary's name -> the shipped model) on a shipped system (DGX H100,
-// DGX B200, GB200 NVL72), not NVFP4 and without FSDP (not modelled): each
+// DGX B200, GB200 NVL72), not NVFP4, without FSDP (with `fsdp`: only the
+// FSDP rows, their plan zero=3 instead of the parameter gather): each
 // passed to `use` with a run holding what every row states (model, cluster,
 // GPU, GPUs, batch, sequence length, cp, throughputs, number formats) and
 // the plan every recipe shares (the published tp, pp, vp and micro-batch,
@@ -197,7 +222,8 @@ inline std::vector<PublishedRun> megatron_h100(const std::string& ref_dir) {
 // are current (tensorwise) scaling, the performance scripts' default;
 // MXFP8/FP8-MX is mxfp8; FP8-blockwise is blockwise.
 template <class Use>
-void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std::string>& models, Use use) {
+void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std::string>& models, Use use,
+                     bool fsdp = false) {
   const std::map<std::string, std::pair<std::string, std::string>> systems = {
       {"DGX-H100", {"dgx-h100", "H100"}}, {"DGX-B200", {"dgx-b200", "B200"}}, {"DGX-GB200", {"gb200-nvl72", "GB200"}}};
   for (const auto& row : read_csv(ref_dir + "/megatron_bridge_nemo_perf_summary.csv")) {
@@ -205,7 +231,7 @@ void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std
     const auto sys = systems.find(row.at("system"));
     const std::string& prec = row.at("precision");
     if (m == models.end() || sys == systems.end() || prec == "NVFP4") continue;
-    if (!row.at("fsdp").empty() && row.at("fsdp") != "0") continue;
+    if ((!row.at("fsdp").empty() && row.at("fsdp") != "0") != fsdp) continue;
     PublishedRun r;
     r.model = m->second;
     r.cluster = sys->second.first;
@@ -224,8 +250,8 @@ void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std
                                                            : Fp8Recipe::tensorwise;
     }
     const int tp = int_cell(row, "tp", 1), vp = int_cell(row, "vp", 1);
-    r.plan = fmt::format("tp={},pp={},mbs={},distopt=on,overlap_grad_reduce=on,overlap_param_gather=on", tp,
-                         int_cell(row, "pp", 1), int_cell(row, "mbs", 1));
+    r.plan = fmt::format("tp={},pp={},mbs={},distopt=on,overlap_grad_reduce=on,{}", tp, int_cell(row, "pp", 1),
+                         int_cell(row, "mbs", 1), fsdp ? "zero=3" : "overlap_param_gather=on");
     if (tp > 1) r.plan += ",sp=on,tp_comm_overlap=on";
     if (vp > 1) r.plan += fmt::format(",vpp={},schedule=interleaved", vp);
     use(row, r);
@@ -252,6 +278,35 @@ inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
     if (r.model == "llama3-405b") r.plan += ",embedding_in_split=on,loss_in_split=on";
     out.push_back(std::move(r));
   });
+  return out;
+}
+
+// The summaries' FSDP rows on a shipped cluster (Megatron-FSDP,
+// optim_grads_params, as Megatron-Bridge's set_megatron_fsdp_overrides sets
+// it): zero 3 with the next layer's gather overlapped (fsdp_prefetch 1),
+// gradient accumulation fusion off and FP8 parameter gathers with FP8, as
+// the Llama 3 and 3.1 performance configs (v0.2.0) run FSDP; Llama 3 8B on
+// H100 in FP8 with its recipe's full recomputation of 5 layers (block). The
+// 70B and 405B recipes also offload 20 to 92 layers' activations to the CPU
+// (cpu_offloading_num_layers), which Megascope does not model: their memory
+// is reported as it would be without.
+inline std::vector<PublishedRun> bridge_fsdp(const std::string& ref_dir) {
+  const std::map<std::string, std::string> models = {
+      {"LLAMA3_8B", "llama3-8b"}, {"LLAMA3_70B", "llama3-70b"}, {"LLAMA3.1_405B", "llama3-405b"}};
+  std::vector<PublishedRun> out;
+  for_bridge_rows(
+      ref_dir, models,
+      [&](const auto& row, PublishedRun& r) {
+        r.table = "bridge-fsdp";
+        r.label = fmt::format("{} {} {}", row.at("source"), row.at("model"), row.at("precision"));
+        r.plan += ",grad_accum_fusion=off";
+        if (r.precision == Precision::fp8) r.plan += ",fp8_param_gather=on";
+        if (r.cp > 1) r.plan += fmt::format(",cp={}", r.cp);
+        if (r.model == "llama3-8b" && r.gpu == "H100" && r.precision == Precision::fp8)
+          r.plan += ",recompute=full,recompute_method=block,recompute_layers=5";
+        out.push_back(std::move(r));
+      },
+      true);
   return out;
 }
 

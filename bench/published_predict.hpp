@@ -21,6 +21,7 @@
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
 #include "config/library.hpp"
+#include "config/plan_settings.hpp"
 #include "core/program/builder.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/engine.hpp"
@@ -62,12 +63,19 @@ inline Result<cli::Scenario> scenario_of(const PublishedRun& run) {
   o.model = run.model;
   o.cluster = run.cluster;
   o.gpus = run.gpus;
-  o.plan = run.plan;
+  // FP8 parameter gathers need the run's FP8, set below: the plan is loaded
+  // without them and they are put back with it.
+  auto parsed = parse_inline_plan(run.plan);
+  if (!parsed) return tl::unexpected(parsed.error());
+  const bool fp8_gather = parsed->fp8_param_gather;
+  parsed->fp8_param_gather = false;
+  o.plan = format_inline_plan(*parsed);
   o.global_batch = run.batch;
   if (run.seq_len > 0) o.seq_len = run.seq_len;
   if (run.mtp_layers >= 0) o.mtp_layers = run.mtp_layers;
   auto sc = cli::load_scenario(o);
   if (!sc) return sc;
+  sc->setup.plan.fp8_param_gather = fp8_gather;
   TrainingSpec t = sc->setup.training;
   t.params_dtype = run.params_dtype;
   t.grad_dtype = run.grad_dtype;

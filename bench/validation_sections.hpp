@@ -46,6 +46,9 @@ std::string shoeybi_section();
 // The Megatron-LM README's H100 strong scaling (bench::readme_strong_scaling),
 // as 1F1B and interleaved (markdown).
 std::string strong_scaling_section();
+// Narayanan Table 2's ZeRO-3 rows against its PTD-P rows, and the
+// Megatron-Bridge FSDP rows (markdown).
+std::string sharding_section(const std::string& ref_dir);
 // Each table's error with compute slowed by collectives at the published SM
 // count, beside the shipped profiles' (markdown).
 std::string interference_section(const std::string& ref_dir);
