@@ -155,8 +155,12 @@ std::string estimate_text(const Scenario& sc) {
   for (std::size_t i = 0; i < std::min<std::size_t>(5, terms.size()); ++i)
     top += fmt::format("{}{} {:.2f}", i ? ", " : "", terms[i].name, terms[i].bytes / kGiB);
   addl(o, "  largest activations on stage {}: {}", mem.peak_stage, top);
-  addl(o, "  Megatron-LM's own estimator, first stage: weights+optimizer {:.2f} GiB, activations {:.2f} GiB",
-       meg.weight_and_optimizer_bytes / kGiB, meg.activation_bytes / kGiB);
+  std::string other;
+  for (const ActivationTerm& t : peak.other_terms) other += fmt::format("{}{} {:.2f}", other.empty() ? "" : ", ", t.name, t.bytes / kGiB);
+  addl(o, "  other on stage {}: {}", mem.peak_stage, other);
+  addl(o, "  Megatron-LM's own estimator, first stage: weights+optimizer {:.2f} GiB, activations {:.2f} GiB{}",
+       meg.weight_and_optimizer_bytes / kGiB, meg.activation_bytes / kGiB,
+       zero_stage(s.plan) >= 2 ? " (it shards the optimizer state only)" : "");
   for (const auto& w : s.warnings) addl(o, "warning: {}", w);
   for (const auto& n : sc.notes) addl(o, "note: {}", n);
   return o;
