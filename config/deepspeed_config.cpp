@@ -1,4 +1,5 @@
 #include "config/deepspeed_config.hpp"
+#include "config/json_file.hpp"
 
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <system_error>
+#include <tuple>
 
 #include "core/accounting/params.hpp"
 
@@ -38,17 +40,7 @@ class Locator {
       start = dot + 1;
     }
     SourceLocation loc{source_, std::nullopt, std::nullopt};
-    if (pos != std::string_view::npos) {
-      int line = 1;
-      std::size_t line_start = 0;
-      for (std::size_t i = 0; i < pos; ++i)
-        if (text_[i] == '\n') {
-          ++line;
-          line_start = i + 1;
-        }
-      loc.line = line;
-      loc.column = static_cast<int>(pos - line_start) + 1;
-    }
+    if (pos != std::string_view::npos) std::tie(loc.line, loc.column) = json_detail::line_column(text_, pos);
     return loc;
   }
 
@@ -97,14 +89,9 @@ Result<void> check_keys(const json& obj, const std::string& prefix, const Locato
 }  // namespace
 
 Result<DeepSpeedConfig> parse_deepspeed_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    if (auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    return tl::unexpected(Error{fmt::format("malformed JSON: {}", what), "deepspeed", SourceLocation{source, std::nullopt, std::nullopt}});
-  }
+  auto parsed = json_detail::parse_json(json_text, source, "deepspeed");
+  if (!parsed) return tl::unexpected(parsed.error());
+  const json root = std::move(*parsed);
   const Locator loc(json_text, source);
   if (!root.is_object()) return loc.error("", fmt::format("a DeepSpeed config is a JSON object, found {}", type_of(root)));
   DeepSpeedConfig ds;
@@ -295,22 +282,9 @@ Result<DeepSpeedConfig> parse_deepspeed_config(std::string_view json_text, const
 }
 
 Result<DeepSpeedConfig> load_deepspeed_config(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    const int err = errno;
-    return fail("deepspeed", fmt::format("cannot open DeepSpeed config \"{}\": {}", path, std::generic_category().message(err)));
-  }
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-    text.append(buf, n);
-    if (n < sizeof buf) break;
-  }
-  const bool read_failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (read_failed) return fail("deepspeed", fmt::format("cannot read DeepSpeed config \"{}\"", path));
-  return parse_deepspeed_config(text, path);
+  auto text = json_detail::read_text_file(path, "DeepSpeed config", "deepspeed");
+  if (!text) return tl::unexpected(text.error());
+  return parse_deepspeed_config(*text, path);
 }
 
 Result<void> apply_deepspeed_config(const DeepSpeedConfig& ds, const ModelSpec& model, PlanSpec& plan,

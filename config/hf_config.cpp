@@ -9,6 +9,7 @@
 //   deepseek_v2/v3:       layer i is MoE iff i >= first_k_dense_replace and
 //                         i % moe_layer_freq == 0.
 #include "config/hf_config.hpp"
+#include "config/json_file.hpp"
 
 #include <fmt/format.h>
 
@@ -212,19 +213,6 @@ class Reader {
   std::string model_type_;
 };
 
-// 1-based line and column of the character at 0-based `offset` in `text`.
-std::pair<int, int> line_column(std::string_view text, std::size_t offset) {
-  offset = std::min(offset, text.size());
-  int line = 1;
-  std::size_t line_start = 0;
-  for (std::size_t i = 0; i < offset; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-  }
-  return {line, static_cast<int>(offset - line_start) + 1};
-}
 
 // The name used in reports: "_name_or_path", else the file's stem (or its
 // folder for a plain "config.json"), else "hf-model".
@@ -452,54 +440,15 @@ Result<ModelSpec> convert(const json& root, const std::string& source) {
 }  // namespace
 
 Result<ModelSpec> parse_hf_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann's "[json.exception.parse_error.101] parse error at line 3,
-    // column 5: <what>": keep <what>, the location goes into `where`.
-    std::string what = e.what();
-    if (auto at = what.find("parse error"); at != std::string::npos) {
-      if (auto colon = what.find(": ", at); colon != std::string::npos) what = what.substr(colon + 2);
-    }
-    Error err{fmt::format("malformed JSON: {}", what), "", SourceLocation{source, std::nullopt, std::nullopt}};
-    if (e.byte > 0) {
-      // `byte` is the 1-based index of the last character read.
-      auto [line, column] = line_column(json_text, e.byte - 1);
-      err.where->line = line;
-      err.where->column = column;
-    }
-    return tl::unexpected(std::move(err));
-  } catch (const json::exception& e) {
-    // A number out of double's range (out_of_range.406) and the like.
-    std::string what = e.what();
-    if (auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
-    return tl::unexpected(Error{fmt::format("malformed JSON: {}", what), "", SourceLocation{source, std::nullopt, std::nullopt}});
-  }
-  return convert(root, source);
+  auto root = json_detail::parse_json(json_text, source, "");
+  if (!root) return tl::unexpected(root.error());
+  return convert(*root, source);
 }
 
 Result<ModelSpec> load_hf_config(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    const int err = errno;
-    return fail("", fmt::format("cannot open Hugging Face config \"{}\": {}", path,
-                                std::generic_category().message(err)));
-  }
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-    text.append(buf, n);
-    if (n < sizeof buf) break;
-  }
-  const bool read_failed = std::ferror(f) != 0;
-  const int err = errno;
-  std::fclose(f);
-  if (read_failed)
-    return fail("", fmt::format("cannot read Hugging Face config \"{}\": {}", path,
-                                std::generic_category().message(err)));
-  return parse_hf_config(text, path);
+  auto text = json_detail::read_text_file(path, "Hugging Face config", "");
+  if (!text) return tl::unexpected(text.error());
+  return parse_hf_config(*text, path);
 }
 
 }  // namespace megascope

@@ -571,9 +571,10 @@ TEST_CASE("Exporting gradient dtypes Megatron cannot express fails on training.g
   CHECK(r.error().field == "training.grad_dtype");
 }
 
-TEST_CASE("A model with sliding windows exports --window-size and --window-attn-skip-freq and round-trips", "[config]") {
+// A small GPT of 4 layers, hidden 512, 8 heads, 1024 tokens, 32k vocabulary.
+ModelSpec small_gpt(const char* name) {
   ModelSpec m;
-  m.name = "gpt-windowed";
+  m.name = name;
   m.num_layers = 4;
   m.hidden_size = 512;
   m.ffn_hidden_size = 2048;
@@ -582,6 +583,11 @@ TEST_CASE("A model with sliding windows exports --window-size and --window-attn-
   m.kv_channels = 64;
   m.vocab_size = 32000;
   m.seq_length = 1024;
+  return m;
+}
+
+TEST_CASE("A model with sliding windows exports --window-size and --window-attn-skip-freq and round-trips", "[config]") {
+  ModelSpec m = small_gpt("gpt-windowed");
   m.window_size = 128;
   m.window_skip_freq = 2;
   TrainingSpec t;
@@ -594,16 +600,7 @@ TEST_CASE("A model with sliding windows exports --window-size and --window-attn-
 }
 
 TEST_CASE("Sharded data-parallel plans export as Megatron-FSDP or PyTorch FSDP2 flags and round-trip", "[config][zero]") {
-  ModelSpec m;
-  m.name = "gpt-fsdp";
-  m.num_layers = 4;
-  m.hidden_size = 512;
-  m.ffn_hidden_size = 2048;
-  m.num_attention_heads = 8;
-  m.num_query_groups = 8;
-  m.kv_channels = 64;
-  m.vocab_size = 32000;
-  m.seq_length = 1024;
+  ModelSpec m = small_gpt("gpt-fsdp");
   m.tied_embeddings = false;   // FSDP2 needs untied embeddings
   TrainingSpec t;
   t.global_batch_size = 4096;
