@@ -269,13 +269,13 @@ Result<DeepSpeedConfig> parse_deepspeed_config(std::string_view json_text, const
                                                      "change what each collective moves)",
                                                      key));
     }
-    for (const char* key : {"zero_hpz_partition_size", "mics_shard_size"}) {
-      MEGASCOPE_DS_TRY(n, integer(z, zp, key, -1, 1 << 30));
-      if (n->value_or(1) > 1)
-        return loc.error(zp + "." + key, fmt::format("\"{}\" (hierarchical partitioning: shard inside a group, "
-                                                     "replicate across) is not modelled",
-                                                     key));
-    }
+    MEGASCOPE_DS_TRY(hpz, integer(z, zp, "zero_hpz_partition_size", -1, 1 << 30));
+    if (hpz->value_or(1) > 1)
+      return loc.error(zp + ".zero_hpz_partition_size", "\"zero_hpz_partition_size\" (ZeRO++'s secondary copy of the "
+                                                        "parameters inside a group) is not modelled");
+    // MiCS: the state sharded inside groups of this many ranks, replicated across.
+    MEGASCOPE_DS_TRY(mics, integer(z, zp, "mics_shard_size", -1, 1 << 30));
+    if (mics->value_or(-1) > 0) ds.mics_shard_size = static_cast<int>(**mics);
   }
 #undef MEGASCOPE_DS_TRY
   return ds;
@@ -298,6 +298,15 @@ Result<void> apply_deepspeed_config(const DeepSpeedConfig& ds, const ModelSpec& 
                                                         ds.stage, plan.pp));
   plan.zero = ds.stage;
   plan.distributed_optimizer = ds.stage >= 1;
+  plan.dp_replicas = 1;
+  if (ds.mics_shard_size) {
+    if (!data_parallel)
+      return error("zero_optimization.mics_shard_size", "mics_shard_size needs the data-parallel size: give --gpus");
+    if (*data_parallel % *ds.mics_shard_size != 0)
+      return error("zero_optimization.mics_shard_size",
+                   fmt::format("mics_shard_size {} must divide the data-parallel size {}", *ds.mics_shard_size, *data_parallel));
+    plan.dp_replicas = *data_parallel / *ds.mics_shard_size;
+  }
   // DeepSpeed's overlap_comm default: on at stage 3, off below.
   const bool overlap = ds.overlap_comm.value_or(ds.stage == 3);
   plan.overlap_grad_reduce = overlap && ds.stage >= 1;

@@ -16,6 +16,7 @@
 //   train_batch_size, train_micro_batch_size_per_gpu,
 //   gradient_accumulation_steps             global batch and micro-batch
 //   bf16.enabled / fp16.enabled             16-bit weights (fp16: fp16 gradients)
+//   zero_optimization.mics_shard_size       dp_replicas = DP / it (MiCS: hybrid sharding)
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,7 @@ struct DeepSpeedConfig {
   std::optional<std::int64_t> micro_batch;         // train_micro_batch_size_per_gpu
   std::optional<std::int64_t> grad_accum;          // gradient_accumulation_steps
   std::optional<bool> bf16, fp16;                  // *.enabled
+  std::optional<int> mics_shard_size;              // MiCS: ranks per sharding group (plan dp_replicas)
   std::vector<std::string> ignored;                // keys read and not priced ("zero_optimization.sub_group_size")
 };
 

@@ -151,9 +151,10 @@ Result<MegatronLaunch> interpret(Args& args) {
                 "--use-precision-aware-optimizer needs --use-distributed-optimizer (Megatron-LM asserts it)");
   if (args.has("--no-store-param-remainders") && !precision_aware)
     return fail("megatron.--no-store-param-remainders", "--no-store-param-remainders needs --use-precision-aware-optimizer");
-  if (optimizer_instances && *optimizer_instances != 1)
+  if (optimizer_instances && *optimizer_instances > 1 && !args.has("--use-distributed-optimizer") &&
+      !args.has("--use-megatron-fsdp"))
     return fail("megatron.--num-distributed-optimizer-instances",
-                "more than one distributed-optimizer instance is not modelled");
+                "--num-distributed-optimizer-instances needs --use-distributed-optimizer (or --use-megatron-fsdp)");
   if (offload_layers && *offload_layers != 0)
     return fail("megatron.--cpu-offloading-num-layers", "activation CPU offloading is not modelled");
   if (position && (*position == "mrope" || *position == "relative"))
@@ -459,6 +460,8 @@ Result<MegatronLaunch> interpret(Args& args) {
   p.overlap_param_gather = args.has("--overlap-param-gather");
   p.fp8_param_gather = args.has("--fp8-param-gather");
   if (auto ok = megatron_detail::import_sharding(args, out.model, sharding, p); !ok) return tl::unexpected(ok.error());
+  // Hybrid sharding: each instance shards over its share of DP x CP.
+  p.dp_replicas = static_cast<int>(optimizer_instances.value_or(1));
   p.tp_comm_overlap = args.has("--tp-comm-overlap");
   p.tp_grad_overlap = !args.has("--no-async-tensor-model-parallel-allreduce");
   p.grad_accum_fusion = !args.has("--no-gradient-accumulation-fusion");

@@ -85,6 +85,7 @@ Result<std::vector<std::string>> export_sharding(const Setup& s) {
   } else if (p.distributed_optimizer) {
     sw("--use-distributed-optimizer");
   }
+  if (p.dp_replicas > 1) kv("--num-distributed-optimizer-instances", p.dp_replicas);
   return a;
 }
 

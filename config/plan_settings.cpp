@@ -77,7 +77,7 @@ const std::vector<std::string>& plan_keys() {
   static const std::vector<std::string> keys = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "zero", "reshard_after_forward", "fsdp_prefetch",
-      "fp8_param_gather", "grad_bucket", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "fp8_param_gather", "grad_bucket", "dp_replicas", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
       "moe_shared_expert_overlap", "moe_ep_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
@@ -146,6 +146,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
     return {};
   }
   if (key == "grad_bucket") return set_opt_int(plan.grad_bucket);
+  if (key == "dp_replicas") return set_int(plan.dp_replicas);
   if (key == "reshard_after_forward") return set_bool(plan.reshard_after_forward);
   if (key == "fp8_param_gather") return set_bool(plan.fp8_param_gather);
   if (key == "overlap_grad_reduce") return set_bool(plan.overlap_grad_reduce);
@@ -297,6 +298,7 @@ std::string format_inline_plan(const PlanSpec& plan) {
     else if (key == "fsdp_prefetch") add_int(key, plan.fsdp_prefetch, d.fsdp_prefetch);
     else if (key == "fp8_param_gather") add_bool(key, plan.fp8_param_gather, d.fp8_param_gather);
     else if (key == "grad_bucket") add_opt(key, plan.grad_bucket);
+    else if (key == "dp_replicas") add_int(key, plan.dp_replicas, d.dp_replicas);
     else if (key == "overlap_grad_reduce") add_bool(key, plan.overlap_grad_reduce, d.overlap_grad_reduce);
     else if (key == "overlap_param_gather") add_bool(key, plan.overlap_param_gather, d.overlap_param_gather);
     else if (key == "tp_comm_overlap") add_bool(key, plan.tp_comm_overlap, d.tp_comm_overlap);
@@ -352,7 +354,7 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.sequence_parallel == b.sequence_parallel && a.recompute == b.recompute &&
          a.distributed_optimizer == b.distributed_optimizer && a.zero == b.zero &&
          a.reshard_after_forward == b.reshard_after_forward && a.fsdp_prefetch == b.fsdp_prefetch &&
-         a.fp8_param_gather == b.fp8_param_gather && a.grad_bucket == b.grad_bucket && a.overlap_grad_reduce == b.overlap_grad_reduce &&
+         a.fp8_param_gather == b.fp8_param_gather && a.grad_bucket == b.grad_bucket && a.dp_replicas == b.dp_replicas && a.overlap_grad_reduce == b.overlap_grad_reduce &&
          a.overlap_param_gather == b.overlap_param_gather && a.tp_comm_overlap == b.tp_comm_overlap &&
          a.tp_grad_overlap == b.tp_grad_overlap && a.grad_accum_fusion == b.grad_accum_fusion &&
          a.pp_scatter_gather == b.pp_scatter_gather && a.overlap_p2p_comm == b.overlap_p2p_comm &&

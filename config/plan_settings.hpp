@@ -5,7 +5,7 @@
 //
 // Keys (see docs/spec-format.md): tp pp vpp dp cp ep etp mbs sp recompute
 // recompute_method recompute_layers distopt zero reshard_after_forward
-// fsdp_prefetch fp8_param_gather grad_bucket overlap_grad_reduce
+// fsdp_prefetch fp8_param_gather grad_bucket dp_replicas overlap_grad_reduce
 // overlap_param_gather tp_comm_overlap tp_grad_overlap grad_accum_fusion
 // pp_scatter_gather overlap_p2p_comm moe_shared_expert_overlap schedule
 // attention cp_comm moe_dispatcher first_stage_layers last_stage_layers. Booleans: on/off/true/false/1/0.

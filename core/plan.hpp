@@ -120,6 +120,14 @@ struct PlanSpec {
   // Absent: Megatron-LM DDP's max(40M, 1M x dp) at zero 0 and 1, and one
   // unit (a layer) at zero 2 and 3, as Megatron-FSDP reduces them.
   std::optional<int> grad_bucket;
+  // Hybrid sharded data parallelism (HSDP; Megatron-LM's
+  // --num-distributed-optimizer-instances, DeepSpeed's MiCS): the DP x CP
+  // ranks form this many replicas of consecutive ranks; each shards the
+  // optimizer state (and the gradients and parameters at zero 2 and 3) over
+  // its own ranks, reduce-scatters and gathers inside them, and the
+  // replicas all-reduce their shards of the gradients once a step. 1: one
+  // replica, sharded over all of DP x CP. Needs zero 1-3; not with MoE.
+  int dp_replicas = 1;
   bool overlap_grad_reduce = false;                 // DP gradient reduce overlapped with backward
   bool overlap_param_gather = false;                // distopt parameter all-gather overlapped with forward
   bool tp_comm_overlap = false;                     // TP communication overlapped with GEMMs

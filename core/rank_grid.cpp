@@ -61,6 +61,18 @@ std::vector<int> RankGrid::group(int rank, CommGroup g) const {
       out.push_back(rank_of(c.tp, c.cp, c.dp, 0));
       if (pp > 1) out.push_back(rank_of(c.tp, c.cp, c.dp, pp - 1));
       break;
+    case CommGroup::dp_shard:
+    case CommGroup::dp_replica: {
+      // Positions in the DP x CP group (cp fastest, as dp_cp lists them).
+      const int n = dp * cp, s = shard > 0 ? shard : n;
+      const int at = c.cp + cp * c.dp;
+      const auto member = [&](int pos) { return rank_of(c.tp, pos % cp, pos / cp, c.pp); };
+      if (g == CommGroup::dp_shard)
+        for (int i = at / s * s; i < at / s * s + s; ++i) out.push_back(member(i));
+      else
+        for (int i = at % s; i < n; i += s) out.push_back(member(i));
+      break;
+    }
   }
   return out;
 }
@@ -84,6 +96,8 @@ const char* to_string(CommGroup g) {
     case CommGroup::etp: return "etp";
     case CommGroup::edp: return "edp";
     case CommGroup::embedding: return "embedding";
+    case CommGroup::dp_shard: return "dp-shard";
+    case CommGroup::dp_replica: return "dp-replica";
   }
   return "?";
 }

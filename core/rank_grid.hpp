@@ -15,8 +15,12 @@
 
 namespace megascope {
 
-enum class CommGroup : std::uint8_t { tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding };
-inline constexpr int kCommGroupCount = 9;
+// dp_shard and dp_replica: hybrid sharded data parallelism (HSDP) splits
+// the DP x CP group into replicas of `shard` consecutive members each; a
+// rank's dp_shard group is its replica, its dp_replica group the members at
+// its position in every replica.
+enum class CommGroup : std::uint8_t { tp, cp, dp, dp_cp, pp, ep, etp, edp, embedding, dp_shard, dp_replica };
+inline constexpr int kCommGroupCount = 11;
 
 struct GridCoord {
   int tp = 0, cp = 0, dp = 0, pp = 0;   // dense grid
@@ -26,6 +30,7 @@ struct GridCoord {
 struct RankGrid {
   int tp = 1, cp = 1, dp = 1, pp = 1;
   int etp = 1, ep = 1, edp = 1;
+  int shard = 0;   // HSDP: members of DP x CP per replica (0: all of them)
 
   [[nodiscard]] int world() const { return tp * cp * dp * pp; }
   [[nodiscard]] GridCoord coord(int rank) const;

@@ -487,6 +487,20 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
                                            "or use zero 1",
                                            p.zero));
   }
+  if (p.dp_replicas < 1)
+    return fail("plan.dp_replicas", fmt::format("dp_replicas must be a positive number of replicas, found {}", p.dp_replicas));
+  s.dp_shard = s.dp * p.cp / std::max(1, p.dp_replicas);
+  if (p.dp_replicas > 1) {
+    if (!p.distributed_optimizer)
+      return fail("plan.dp_replicas", "hybrid sharding (dp_replicas > 1) shards the optimizer state: it needs zero 1-3");
+    if ((s.dp * p.cp) % p.dp_replicas != 0)
+      return fail("plan.dp_replicas", fmt::format("dp_replicas = {} must divide the dp x cp = {} x {} ranks of a stage's "
+                                                  "data-parallel group",
+                                                  p.dp_replicas, s.dp, p.cp));
+    if (m.moe)
+      return fail("plan.dp_replicas", "hybrid sharding of a mixture-of-experts model is not modelled (its experts shard "
+                                      "over expert-DP)");
+  }
   if (p.grad_bucket && *p.grad_bucket < 1)
     return fail("plan.grad_bucket", fmt::format("grad_bucket must be a positive number of parameters, found {}", *p.grad_bucket));
   if (p.fsdp_prefetch < 0 || p.fsdp_prefetch > 64)

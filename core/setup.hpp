@@ -45,6 +45,9 @@ struct Setup {
   int microbatch_group = 0;     // interleaved: micro-batches per virtual-stage group (the plan's, or pp); else 0
   int etp = 1;                  // expert tensor parallel
   int edp = 1;                  // expert data parallel = world / (etp * ep * pp)
+  // The ranks of DP x CP the sharded state spans: all of them, or with
+  // dp_replicas (HSDP) dp * cp / dp_replicas.
+  int dp_shard = 1;
   bool sequence_parallel = false;  // effective SP (off when tp == 1)
   double expert_load = 1.0;     // MoE: the busiest EP rank's expert tokens over the balanced share (expert_load_factor)
   // The flex dispatcher (DeepEP), per routed token: the copies a rank sends

@@ -71,6 +71,8 @@ Stream stream_of(CommGroup g) {
     case CommGroup::dp:
     case CommGroup::dp_cp:
     case CommGroup::edp:
+    case CommGroup::dp_shard:
+    case CommGroup::dp_replica:
     case CommGroup::embedding: return Stream::dp;
     case CommGroup::pp: return Stream::pp_send;
   }

@@ -203,6 +203,9 @@ struct Estimator::Impl {
       case CommGroup::ep: return {g.ep, g.etp};
       case CommGroup::edp: return {g.edp, g.etp * g.ep};
       case CommGroup::embedding: return {std::min(2, g.pp), g.tp * g.cp * g.dp * std::max(1, g.pp - 1)};
+      // HSDP is not searched: shapes for completeness.
+      case CommGroup::dp_shard: return {g.shard > 0 ? g.shard : g.dp * g.cp, g.tp};
+      case CommGroup::dp_replica: return {g.shard > 0 ? g.dp * g.cp / g.shard : 1, g.tp * (g.shard > 0 ? g.shard : 1)};
     }
     return {1, 1};
   }

@@ -130,7 +130,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
       (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)) ||
-      !p.reshard_after_forward || p.fsdp_prefetch != 1 || p.grad_bucket)
+      !p.reshard_after_forward || p.fsdp_prefetch != 1 || p.grad_bucket || p.dp_replicas > 1)
     return std::nullopt;
   Candidate c;
   c.gpus = gpus;

@@ -112,7 +112,7 @@ MemoryReport memory_report(const Setup& s) {
   rep.capacity_bytes = s.cluster.device.memory_bytes;
   const BytesPerParam bpp = bytes_per_param(s);
   const int zero = zero_stage(s.plan);
-  const double dense_shard = zero >= 1 ? s.dp * s.plan.cp : 1.0;
+  const double dense_shard = zero >= 1 ? s.dp_shard : 1.0;
   const double expert_shard = zero >= 1 ? s.edp : 1.0;
   const double gather_bytes = param_gather_bytes(s.training, s.plan);
   const auto inflight = inflight_microbatches(s);

@@ -133,6 +133,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   const int pp = s.plan.pp;
   const int m = s.num_microbatches;
   prog.grid = RankGrid{s.plan.tp, s.plan.cp, s.dp, pp, s.etp, s.plan.ep, s.edp};
+  prog.grid.shard = s.dp_shard;
   prog.schedule = s.plan.schedule;
   prog.microbatches = m;
   std::vector<RankSchedule> schedule =
@@ -186,6 +187,11 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   const bool fsdp = zero_stage(s.plan) >= 3;
   const double gather_b = param_gather_bytes(s.training, s.plan);
   const Sharding shard{s.plan.tp, s.etp, s.plan.ep};
+  // Hybrid sharding: the sharded collectives inside a replica (dp_shard),
+  // the gradients' shards all-reduced across the replicas once a step.
+  const bool hsdp = s.plan.dp_replicas > 1;
+  const CommGroup shard_group = hsdp ? CommGroup::dp_shard : CommGroup::dp_cp;
+  const bool shard_collectives = s.dp_shard > 1;
 
   prog.stages.resize(static_cast<std::size_t>(pp));
   for (int r = 0; r < pp; ++r) {
@@ -225,7 +231,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         auto flush = [&]() {
           if (dense + expert == 0) return;
           std::optional<std::uint32_t> ag;
-          if (dense > 0) ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * gather_b);
+          if (dense > 0 && shard_collectives)
+            ag = w.collective(OpKind::all_gather, Stream::dp, shard_group, OpLabel::dp_param, ctx, dense * gather_b);
           if (expert > 0 && s.edp > 1)
             ag = w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * gather_b);
           if (ag) {
@@ -255,8 +262,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     // returns the last gather (the stream runs them in order).
     const auto gather_unit = [&](ParamSplit p, const OpContext& ctx, std::optional<std::uint32_t> after) {
       std::optional<std::uint32_t> ag;
-      if (p.dense > 0 && s.dp * s.plan.cp > 1)
-        ag = w.collective(OpKind::all_gather, Stream::dp_param, CommGroup::dp_cp, OpLabel::dp_param, ctx, p.dense * gather_b, after);
+      if (p.dense > 0 && shard_collectives)
+        ag = w.collective(OpKind::all_gather, Stream::dp_param, shard_group, OpLabel::dp_param, ctx, p.dense * gather_b, after);
       if (p.expert > 0 && s.edp > 1)
         ag = w.collective(OpKind::all_gather, Stream::dp_param, CommGroup::edp, OpLabel::dp_param, ctx, p.expert * gather_b, after);
       return ag;
@@ -302,10 +309,21 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     // gradient, by (direction, micro-batch, virtual stage).
     std::map<std::tuple<int, int, int>, std::uint32_t> f_out, b_out;
     // Sharded gradients: each micro-batch's reductions carry its number.
-    auto reduce = [&](std::size_t c, double dense, double expert, Deps deps, std::optional<std::int32_t> mb = std::nullopt) {
+    // Hybrid sharding: the step's last reduction of a bucket (`last`) is
+    // followed by the all-reduce of its shard across the replicas.
+    auto reduce = [&](std::size_t c, double dense, double expert, Deps deps, std::optional<std::int32_t> mb = std::nullopt,
+                      bool last = true) {
       OpContext ctx{Phase::gradient_sync, std::nullopt, sharded_grads ? mb : std::nullopt, static_cast<std::int32_t>(c)};
       const OpKind kind = distopt ? OpKind::reduce_scatter : OpKind::all_reduce;
-      if (dense > 0 && s.dp * s.plan.cp > 1)
+      if (dense > 0 && hsdp) {
+        std::optional<std::uint32_t> rs;
+        if (shard_collectives)
+          rs = w.collective(kind, Stream::dp, shard_group, OpLabel::dp_grad, ctx, dense * grad_bytes, deps);
+        if (rs) grad_syncs.push_back(*rs);
+        if (last)
+          grad_syncs.push_back(w.collective(OpKind::all_reduce, Stream::dp, CommGroup::dp_replica, OpLabel::dp_grad, ctx,
+                                            dense * grad_bytes / s.dp_shard, rs ? Deps{*rs} : deps));
+      } else if (dense > 0 && s.dp * s.plan.cp > 1)
         grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::dp_cp, OpLabel::dp_grad, ctx, dense * grad_bytes, deps));
       if (expert > 0 && s.edp > 1)
         grad_syncs.push_back(w.collective(kind, Stream::dp, CommGroup::edp, OpLabel::dp_grad, ctx, expert * grad_bytes, deps));
@@ -531,7 +549,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           dense += piece.dense;
           expert += piece.expert;
           if (w_overlap && dense + expert >= grad_bucket(s)) {
-            reduce(static_cast<std::size_t>(st.chunk), dense, expert, wdep, st.microbatch);
+            reduce(static_cast<std::size_t>(st.chunk), dense, expert, wdep, st.microbatch,
+                   i + 1 == last_w[static_cast<std::size_t>(st.chunk)]);
             dense = expert = 0;
           }
         };
@@ -628,7 +647,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           dense += piece.dense;
           expert += piece.expert;
           if (overlap && dense + expert >= grad_bucket(s)) {
-            reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep, st.microbatch);
+            reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep, st.microbatch, last_of_chunk);
             dense = expert = 0;
           }
         }
@@ -642,7 +661,8 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
                boundary_bytes(vs - 1), send_deps);
         }
         // Sharded gradients without overlap: the whole chunk's after each backward.
-        if (overlap || sharded_grads) reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep, st.microbatch);
+        if (overlap || sharded_grads)
+          reduce(static_cast<std::size_t>(st.chunk), dense, expert, dep, st.microbatch, last_of_chunk);
         else if (last_of_chunk) pending_chunks.push_back(static_cast<std::size_t>(st.chunk));
       }
       if (sync_step[i] && (i + 1 == steps.size() || group_of[i + 1] != group_of[i])) {
@@ -690,7 +710,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
       dense += p.dense;
       expert += p.expert;
     }
-    const double owned = distopt ? dense / (s.dp * s.plan.cp) + expert / s.edp : dense + expert;
+    const double owned = distopt ? dense / s.dp_shard + expert / s.edp : dense + expert;
     OpContext octx{Phase::optimizer, std::nullopt, std::nullopt, std::nullopt};
     Deps opt_deps;
     if (last) opt_deps.push(*last);
@@ -700,7 +720,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
     for (std::uint32_t g : grad_syncs) w.add_dep(opt, g);
     if (distopt && !s.plan.overlap_param_gather && !fsdp) {
       OpContext ctx{Phase::param_sync, std::nullopt, std::nullopt, std::nullopt};
-      w.collective(OpKind::all_gather, Stream::dp, CommGroup::dp_cp, OpLabel::dp_param, ctx, dense * gather_b, {opt});
+      if (shard_collectives) w.collective(OpKind::all_gather, Stream::dp, shard_group, OpLabel::dp_param, ctx, dense * gather_b, {opt});
       if (expert > 0 && s.edp > 1)
         w.collective(OpKind::all_gather, Stream::dp, CommGroup::edp, OpLabel::dp_param, ctx, expert * gather_b, {opt});
     }

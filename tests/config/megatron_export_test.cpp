@@ -610,6 +610,8 @@ TEST_CASE("Sharded data-parallel plans export as Megatron-FSDP or PyTorch FSDP2 
                        Row{"zero=3,overlap_grad_reduce=on", "--data-parallel-sharding-strategy optim_grads_params"},
                        Row{"zero=3,fsdp_prefetch=0", "--data-parallel-sharding-strategy optim_grads_params"},
                        Row{"zero=3,pp=2,overlap_grad_reduce=on", "--use-megatron-fsdp"},
+                       Row{"distopt=on,dp_replicas=2", "--use-distributed-optimizer --num-distributed-optimizer-instances 2"},
+                       Row{"zero=3,dp_replicas=4,fsdp_prefetch=0", "--num-distributed-optimizer-instances 4"},
                        Row{"zero=3,reshard_after_forward=off,grad_accum_fusion=off",
                            "--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward"}}) {
     auto p = parse_inline_plan(r.plan);

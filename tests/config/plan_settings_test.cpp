@@ -227,11 +227,11 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather, a2a"));
 }
 
-TEST_CASE("plan_keys lists the 40 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 41 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "zero", "reshard_after_forward", "fsdp_prefetch",
-      "fp8_param_gather", "grad_bucket", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+      "fp8_param_gather", "grad_bucket", "dp_replicas", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
       "moe_shared_expert_overlap", "moe_ep_overlap", "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
       "embedding_in_split", "loss_in_split", "layout", "post_validation"};

@@ -132,7 +132,7 @@ TEST_CASE("DeepSpeed keys that are not modelled or not known are errors naming t
            Row{"{\n  \"zero_optimization\": {\n    \"stage\": 3,\n    \"offload_optimizer\": {\"device\": \"cpu\"}\n  }\n}",
                "deepspeed.zero_optimization.offload_optimizer", 4, "ZeRO-Offload"},
            Row{"{\n  \"zero_optimization\": {\"stage\": 2,\n  \"zero_hpz_partition_size\": 8}\n}",
-               "deepspeed.zero_optimization.zero_hpz_partition_size", 3, "hierarchical"},
+               "deepspeed.zero_optimization.zero_hpz_partition_size", 3, "ZeRO++"},
            Row{"{\n  \"train_batch_size\": 8,\n  \"zero_optimisation\": {\"stage\": 2}\n}", "deepspeed.zero_optimisation", 3,
                "unknown DeepSpeed key"},
            Row{"{\"zero_optimization\": {\"stage\": 4}}", "deepspeed.zero_optimization.stage", 1, "[0, 3]"},
@@ -201,4 +201,25 @@ TEST_CASE("Mutated DeepSpeed configs give a config or one error, never a crash o
   }
   CHECK(parsed > 0);
   CHECK(refused > 0);
+}
+
+TEST_CASE("Hybrid sharding imports from distributed-optimizer instances and MiCS, and exports back", "[config][zero]") {
+  const PlanSpec p = import_ok(kSmall + "--use-distributed-optimizer --num-distributed-optimizer-instances 4").plan;
+  CHECK(p.dp_replicas == 4);
+  CHECK(zero_stage(p) == 1);
+  CHECK(import_ok(kSmall + "--use-megatron-fsdp --num-distributed-optimizer-instances 2").plan.dp_replicas == 2);
+  CHECK(import_error(kSmall + "--num-distributed-optimizer-instances 2").field ==
+        "megatron.--num-distributed-optimizer-instances");
+  // MiCS: shard groups of 4 ranks over DP 16 are 4 replicas.
+  DeepSpeedConfig ds = parse_ok(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})");
+  PlanSpec plan;
+  TrainingSpec t;
+  REQUIRE(apply_deepspeed_config(ds, import_ok(kSmall).model, plan, t, 16));
+  CHECK(plan.dp_replicas == 4);
+  const auto unknown_dp = apply_deepspeed_config(ds, import_ok(kSmall).model, plan, t, std::nullopt);
+  REQUIRE_FALSE(unknown_dp);
+  CHECK(unknown_dp.error().field == "deepspeed.zero_optimization.mics_shard_size");
+  const auto odd = apply_deepspeed_config(ds, import_ok(kSmall).model, plan, t, 6);
+  REQUIRE_FALSE(odd);
+  CHECK_THAT(odd.error().message, Catch::Contains("divide"));
 }

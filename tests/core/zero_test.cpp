@@ -194,3 +194,40 @@ TEST_CASE("Sharded data parallelism is refused where it is not modelled, naming 
   REQUIRE_FALSE(bad);
   CHECK(bad.error().field == "plan.zero");
 }
+
+TEST_CASE("Hybrid sharding shards inside each replica and all-reduces the gradient shards across replicas once a step",
+          "[core][zero]") {
+  // The groups: DP x CP positions split into replicas of consecutive ranks.
+  RankGrid g{2, 1, 4, 1, 2, 1, 4};
+  g.shard = 2;
+  // rank 5 = tp 1, dp 2: its replica is DP positions 2-3, its peers position 0 of the other replica.
+  CHECK(g.group(5, CommGroup::dp_shard) == std::vector<int>{5, 7});
+  CHECK(g.group(5, CommGroup::dp_replica) == std::vector<int>{1, 5});
+  CHECK(g.group(0, CommGroup::dp_shard) == std::vector<int>{0, 2});
+  CHECK(g.group(0, CommGroup::dp_replica) == std::vector<int>{0, 4});
+
+  const ModelSpec m = gpt_no_bias(4, 1024, 16);
+  const int mb = 2;
+  const Setup s = make_setup(m, "dgx-a100", "tp=1,zero=3,dp_replicas=2,overlap_grad_reduce=on", 8 * mb, 8);
+  REQUIRE(s.dp_shard == 4);
+  const Program p = build(s);
+  const double chunk = rank_params(s, 0).total();
+  double replica_ar = 0;
+  for (const Op& op : p.stages[0].ops) {
+    if (op.label == OpLabel::dp_param) CHECK(op.group == CommGroup::dp_shard);
+    if (op.kind == OpKind::reduce_scatter && op.label == OpLabel::dp_grad) CHECK(op.group == CommGroup::dp_shard);
+    if (op.kind == OpKind::all_reduce && op.label == OpLabel::dp_grad) {
+      CHECK(op.group == CommGroup::dp_replica);
+      replica_ar += op.bytes;
+    }
+  }
+  // The shards of the fp32 gradients, once: chunk x 4 bytes / 4 ranks per replica.
+  CHECK(replica_ar == Approx(4.0 * chunk / 4).epsilon(1e-4));
+  // State sharded over the replica's 4 ranks, not all 8.
+  const StageMemory st = memory_report(s).stages[0];
+  CHECK(st.optimizer_bytes / st.params == Approx(12.0 / 4));
+  CHECK(st.weights_bytes / st.params == Approx(2.0 / 4));
+  // The rules.
+  expect_error(try_setup(m, "dgx-a100", "tp=1,zero=3,dp_replicas=3", 16, 8), "plan.dp_replicas", "divide");
+  expect_error(try_setup(m, "dgx-a100", "tp=1,dp_replicas=2", 16, 8), "plan.dp_replicas", "zero 1-3");
+}
