@@ -427,6 +427,6 @@ TEST_CASE("Stage-1 time follows the simulator on ZeRO-2 and ZeRO-3 plans of dens
     in.constraints.recompute_modules = false;
     in.constraints.zero = {3};
     int i = 0;
-    check_stage1_time(in, 64, 10, "Llama 3 70B ZeRO-3 plans", [&](const Candidate& c) { return i++ % 97 == 0; });
+    check_stage1_time(in, 64, 10, "Llama 3 70B ZeRO-3 plans", [&](const Candidate&) { return i++ % 97 == 0; });
   }
 }
