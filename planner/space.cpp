@@ -223,6 +223,9 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   const bool moe = m.moe.has_value();
   const bool need_distopt = in.training.optimizer_precision.enabled;
   const bool fp8 = in.training.precision == Precision::fp8;
+  bool zero_allowed[4] = {false, false, false, false};
+  for (int z : k.zero)
+    if (z >= 0 && z <= 3) zero_allowed[z] = true;
   // Selective recomputation's module sets: the default (0: core_attn), then
   // every non-empty set of the other modules the model has. Not core_attn
   // with others: with fused attention (all the planner enumerates) it saves
@@ -413,7 +416,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                             const bool d = z >= 1;
                             // distopt changes nothing without DP, but the precision-aware optimizer needs it.
                             if ((need_distopt ? !d : d && !has_dp) || !allowed(k.distopt, d)) continue;
-                            if (std::find(k.zero.begin(), k.zero.end(), z) == k.zero.end()) continue;
+                            if (!zero_allowed[z]) continue;
                             // Sharded gradients and parameters: synchronised in each backward, with the
                             // schedules that keep weight gradients in it (validate_setup).
                             if (z >= 2 && (!has_dp || !zero_schedule || (pp > 1 && m.tied_embeddings))) continue;
