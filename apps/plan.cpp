@@ -175,7 +175,10 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--distopt", o.distopt, "fix the distributed optimizer: on|off (default: both)");
   cmd.add_option("--zero", o.zero,
                  "ZeRO stages to search, comma-separated from 0-3 (0: none, 1: the distributed optimizer, 2: gradients "
-                 "too, 3: parameters too, FSDP; default 0,1)");
+                 "too, 3: parameters too, FSDP; default all)");
+  cmd.add_option("--hsdp", o.hsdp,
+                 "with stages 1-3 on dense models, also shard inside each scale-up domain and replicate across "
+                 "(hybrid sharding, --num-distributed-optimizer-instances): on|off (default on)");
   cmd.add_option("--overlap-grad-reduce", o.overlap_grad_reduce, "fix: on|off (default: both)");
   cmd.add_option("--overlap-param-gather", o.overlap_param_gather, "fix: on|off (default: both)");
   cmd.add_option("--tp-comm-overlap", o.tp_comm_overlap, "fix: on|off (default: both)");
@@ -329,6 +332,9 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
   auto block = on_off(o.block_recompute, "--block-recompute");
   if (!block) return Err(block.error());
   k.block_recompute = block->value_or(true);
+  auto hsdp = on_off(o.hsdp, "--hsdp");
+  if (!hsdp) return Err(hsdp.error());
+  k.hsdp = hsdp->value_or(true);
   auto modules = on_off(o.recompute_modules, "--recompute-modules");
   if (!modules) return Err(modules.error());
   k.recompute_modules = modules->value_or(true);

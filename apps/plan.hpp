@@ -25,7 +25,7 @@ struct PlanCommandOptions {
   bool json = false, csv = false, no_progress = false;
   // Constraints as given (parsed in run_plan so that errors name the option).
   std::optional<std::string> tp, pp, vpp, dp, cp, ep, etp, mbs, schedules, recompute, sp, distopt, zero, overlap_grad_reduce,
-      overlap_param_gather, tp_comm_overlap, block_recompute, recompute_modules, uneven_stages;
+      overlap_param_gather, tp_comm_overlap, block_recompute, recompute_modules, uneven_stages, hsdp;
   int uneven_depth = 4;
   double headroom_gib = 2.0;
   int min_dp = 1;

@@ -169,6 +169,8 @@ int main(int argc, char** argv) {
       k.overlap_param_gather = plan->overlap_param_gather;
       k.tp_comm_overlap = plan->tp_comm_overlap;
       if (plan->tp > 1) k.sp = plan->sequence_parallel;
+      k.zero = {zero_stage(*plan)};
+      k.hsdp = plan->dp_replicas > 1;
       PlanSpec flash = *plan;
       flash.attention = AttentionKernel::flash;   // the search has fused attention only
       flash.tp_grad_overlap = true;               // and the asynchronous TP all-reduce

@@ -113,6 +113,7 @@ PlanSpec to_plan(const Candidate& c) {
   if (c.recompute == RecomputeGranularity::selective && c.recompute_modules != 0) p.recompute.modules = c.recompute_modules;
   p.distributed_optimizer = c.distopt;
   if (c.zero >= 2) p.zero = c.zero;
+  p.dp_replicas = c.dp_replicas;
   p.fp8_param_gather = c.fp8_param_gather;
   p.overlap_grad_reduce = c.overlap_grad_reduce;
   p.overlap_param_gather = c.overlap_param_gather;
@@ -130,7 +131,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
       (p.cp > 1 && p.cp_comm != CpCommType::p2p) || (!p.tp_grad_overlap && p.tp > 1) ||
       !p.grad_accum_fusion || p.pp_scatter_gather || p.moe_dispatcher != MoeDispatcher::alltoall ||
       (p.pp > 1 && p.overlap_p2p_comm && *p.overlap_p2p_comm != default_overlap_p2p_comm(p.schedule)) ||
-      !p.reshard_after_forward || p.fsdp_prefetch != 1 || p.grad_bucket || p.dp_replicas > 1)
+      !p.reshard_after_forward || p.fsdp_prefetch != 1 || p.grad_bucket)
     return std::nullopt;
   Candidate c;
   c.gpus = gpus;
@@ -155,6 +156,7 @@ std::optional<Candidate> from_plan(const PlanSpec& p, int gpus, int dp) {
   c.sp = p.sequence_parallel && p.tp > 1;
   c.distopt = p.distributed_optimizer;
   c.zero = static_cast<std::int8_t>(zero_stage(p));
+  c.dp_replicas = static_cast<std::int16_t>(p.dp_replicas);
   c.fp8_param_gather = p.fp8_param_gather;
   c.overlap_grad_reduce = p.overlap_grad_reduce;
   c.overlap_param_gather = p.overlap_param_gather;
@@ -389,6 +391,13 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     c.post_validation = s == Schedule::zb_h2 || s == Schedule::zb_2p;
                     c.p2p_warmup_flush = s == Schedule::interleaved;
                     const bool has_dp = dp * cp > 1 || (moe && N / (etp * ep * pp) > 1);
+                    // The DP x CP members of a scale-up domain (consecutive, tp apart) as
+                    // one replica, where that is a proper divisor of DP x CP of two or more.
+                    const int node_shard = domain % tp == 0 ? domain / tp : 0;
+                    const int hsdp_replicas = k.hsdp && !moe && node_shard >= 2 && node_shard < dp * cp &&
+                                                      (dp * cp) % node_shard == 0
+                                                  ? dp * cp / node_shard
+                                                  : 1;
                     for (int sp = 0; sp < 2; ++sp) {
                       if (sp && (tp == 1 || (seq / cp) % tp != 0)) continue;
                       if (!sp && ep > 1 && tp > 1) continue;   // EP with TP needs SP
@@ -423,18 +432,23 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                             c.distopt = d;
                             c.zero = static_cast<std::int8_t>(z);
                             c.fp8_param_gather = d && fp8;
-                            for (int o = 0; o < 2; ++o) {
-                              if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;
-                              c.overlap_grad_reduce = o != 0;
-                              for (int g2 = 0; g2 < 2; ++g2) {
-                                if ((g2 && !(c.distopt && c.overlap_grad_reduce && c.zero < 3)) ||
-                                    !allowed(k.overlap_param_gather, g2 != 0))
-                                  continue;
-                                c.overlap_param_gather = g2 != 0;
-                                for (int t = 0; t < 2; ++t) {
-                                  if ((t && !c.sp) || !allowed(k.tp_comm_overlap, t != 0)) continue;
-                                  c.tp_comm_overlap = t != 0;
-                                  visit(c);
+                            for (int hs = 0; hs < 2; ++hs) {
+                              // Hybrid sharding: one replica per scale-up domain's DP x CP members.
+                              c.dp_replicas = static_cast<std::int16_t>(hs ? hsdp_replicas : 1);
+                              if (hs && (!d || c.dp_replicas <= 1)) continue;
+                              for (int o = 0; o < 2; ++o) {
+                                if ((o && !has_dp) || !allowed(k.overlap_grad_reduce, o != 0)) continue;
+                                c.overlap_grad_reduce = o != 0;
+                                for (int g2 = 0; g2 < 2; ++g2) {
+                                  if ((g2 && !(c.distopt && c.overlap_grad_reduce && c.zero < 3)) ||
+                                      !allowed(k.overlap_param_gather, g2 != 0))
+                                    continue;
+                                  c.overlap_param_gather = g2 != 0;
+                                  for (int t = 0; t < 2; ++t) {
+                                    if ((t && !c.sp) || !allowed(k.tp_comm_overlap, t != 0)) continue;
+                                    c.tp_comm_overlap = t != 0;
+                                    visit(c);
+                                  }
                                 }
                               }
                             }

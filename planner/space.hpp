@@ -79,12 +79,12 @@ struct Constraints {
   std::optional<bool> sp, distopt, overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
   // ZeRO stages searched (0: no sharding, 1: the distributed optimizer, 2:
   // gradients too, 3: parameters too, FSDP); distopt, when set, keeps those
-  // it allows. By default 0 and 1: stages 2 and 3 on request (plan --zero),
-  // while their prediction is validated on few runs (docs/validation.md: the
-  // Megatron-FSDP rows within 6%, DeepSpeed's ZeRO-3 of 2021 far slower than
-  // predicted) and stage 1's estimate of MoE plans with them strays up to
-  // 71% from the simulator (docs/planner.md).
-  std::vector<int> zero = {0, 1};
+  // it allows. All four by default; plan --zero narrows them.
+  std::vector<int> zero = {0, 1, 2, 3};
+  // Hybrid sharding (HSDP, Megatron-LM's --num-distributed-optimizer-instances):
+  // beside sharding over all of DP x CP, shard inside each scale-up domain
+  // and replicate across them, for dense plans with stages 1-3.
+  bool hsdp = true;
   double headroom_bytes = 2.0 * 1024 * 1024 * 1024;  // memory kept free on every GPU
   int min_dp = 1;
   bool tp_in_scale_up = true;                       // TP groups inside one NVLink domain
@@ -106,6 +106,8 @@ struct Candidate {
   bool sp = false, distopt = false, overlap_grad_reduce = false, overlap_param_gather = false,
        tp_comm_overlap = false;
   std::int8_t zero = 0;   // ZeRO stage: 1 with distopt alone, 2 and 3 sharded further (distopt on)
+  // Hybrid sharding: replicas of the sharded state over DP x CP (1: one, sharded over all of it).
+  std::int16_t dp_replicas = 1;
   // --fp8-param-gather: set with FP8 training and a sharded optimizer (half
   // the gather bytes and no 16-bit weight copy: never slower nor larger here).
   bool fp8_param_gather = false;

@@ -89,6 +89,7 @@ int communicator_count(const Setup& s) {
   n += p.tp > 1;
   n += p.cp > 1;
   n += s.dp * p.cp > 1;            // gradient reduction over DP x CP
+  if (p.dp_replicas > 1) n += 2;   // HSDP: the shard group and the replica group
   n += p.pp > 1;                   // pipeline point-to-point
   if (s.model.moe) {
     n += p.ep > 1;

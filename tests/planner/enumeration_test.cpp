@@ -500,3 +500,44 @@ TEST_CASE("ZeRO stages: every legal stage the constraints allow once, none where
     CHECK((zero3_piped > 0) == !tied);
   }
 }
+
+TEST_CASE("Hybrid sharding: one replica per scale-up domain, where that is a proper divisor of DP x CP, stages 1-3 only",
+          "[zero]") {
+  SearchInputs in = inputs(small_gpt(), 32, 32);
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.schedules = {Schedule::one_f_one_b};
+  in.constraints.recompute = {RecomputeGranularity::none};
+  in.constraints.tp_comm_overlap = false;
+  const int domain = in.cluster.scale_up_domain > 0 ? in.cluster.scale_up_domain : in.cluster.node.devices_per_node;
+  REQUIRE(domain < 32);
+  Rejections rej;
+  std::size_t hybrid = 0, eligible = 0;
+  std::set<std::string> with, without;   // plans with dp_replicas > 1, and their full-DP twins
+  enumerate(in, rej, [&](const Candidate& c) {
+    const PlanSpec p = to_plan(c);
+    auto s = validate_setup(in.model, in.cluster, in.training, p, c.gpus);
+    INFO(format_inline_plan(p));
+    REQUIRE(s);
+    const int members = c.dp * c.cp, shard = domain % c.tp == 0 ? domain / c.tp : 0;
+    const bool proper = c.zero >= 1 && shard >= 2 && shard < members && members % shard == 0;
+    if (c.dp_replicas > 1) {
+      ++hybrid;
+      CHECK(proper);
+      CHECK(s->dp_shard == shard);   // a replica is the DP x CP members of one domain
+      PlanSpec twin = p;
+      twin.dp_replicas = 1;
+      with.insert(format_inline_plan(twin));
+    } else if (proper) {
+      ++eligible;
+      without.insert(format_inline_plan(p));
+    }
+  });
+  CHECK(hybrid > 0);
+  CHECK(hybrid == eligible);
+  CHECK(with == without);   // every eligible plan also once with hybrid sharding
+  // --hsdp off: none.
+  in.constraints.hsdp = false;
+  std::size_t off = 0;
+  enumerate(in, rej, [&](const Candidate& c) { off += c.dp_replicas > 1; });
+  CHECK(off == 0);
+}

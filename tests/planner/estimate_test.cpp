@@ -150,9 +150,10 @@ namespace {
 
 // Stage 1's step time against the simulator's on the candidates `pick`
 // keeps (those that fit); checks a median |error| under 10% and a worst
-// under 35% over at least `at_least` plans, and prints both.
+// under `worst` (35% by default) over at least `at_least` plans, and prints both.
 template <class Pick>
-void check_stage1_time(const SearchInputs& in, int gpus, std::size_t at_least, const char* what, Pick pick) {
+void check_stage1_time(const SearchInputs& in, int gpus, std::size_t at_least, const char* what, Pick pick,
+                       double worst = 0.35) {
   auto cost = sim::CostModel::for_device(in.cluster.device);
   REQUIRE(cost);
   Estimator est(in, *cost);
@@ -182,7 +183,7 @@ void check_stage1_time(const SearchInputs& in, int gpus, std::size_t at_least, c
   WARN("stage 1 vs simulator on " << abs_err.size() << " " << what << ": median |error| " << 100 * median
                                   << "%, worst " << 100 * abs_err.back() << "%");
   CHECK(median < 0.10);
-  CHECK(abs_err.back() < 0.35);
+  CHECK(abs_err.back() < worst);
 }
 
 }  // namespace
@@ -205,6 +206,7 @@ TEST_CASE("Stage-1 time follows the simulator on selective plans with recompute 
     in.constraints.mbs = {{1, 2}, {}, {}};
     in.constraints.pp = {{}, {}, 16};
     in.constraints.recompute = {RecomputeGranularity::selective};
+    in.constraints.zero = {0, 1};   // the ZeRO-2/3 samples are the [zero] tests'
     int i = 0;
     check_stage1_time(in, gpus, 15, what, [&](const Candidate& c) { return c.recompute_modules != 0 && i++ % stride == 0; });
   };
@@ -217,6 +219,7 @@ TEST_CASE("Stage-1 time follows the simulator on a model with sliding-window and
   in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
   in.constraints.mbs = {{1}, {}, {}};
   in.constraints.recompute_modules = false;
+  in.constraints.zero = {0, 1};   // the ZeRO-2/3 samples are the [zero] tests'
   int i = 0;
   check_stage1_time(in, 64, 10, "gpt-oss plans", [&](const Candidate& c) { return c.ep > 1 && i++ % 97 == 0; });
 }
@@ -429,4 +432,32 @@ TEST_CASE("Stage-1 time follows the simulator on ZeRO-2 and ZeRO-3 plans of dens
     int i = 0;
     check_stage1_time(in, 64, 10, "Llama 3 70B ZeRO-3 plans", [&](const Candidate&) { return i++ % 97 == 0; });
   }
+}
+
+TEST_CASE("Stage-1 time follows the simulator on hybrid-sharded (HSDP) plans, stages 1-3", "[zero]") {
+  SearchInputs in = inputs(test::shipped_model("llama3-70b"), "dgx-h100", 128, 256);
+  in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.recompute_modules = false;
+  in.constraints.zero = {1, 2, 3};
+  int i = 0;
+  check_stage1_time(in, 128, 10, "Llama 3 70B HSDP plans", [&](const Candidate& c) {
+    return c.dp_replicas > 1 && i++ % 53 == 0;
+  });
+}
+
+TEST_CASE("Stage-1 time follows the simulator on ZeRO-2 and ZeRO-3 plans of a MoE model (Mixtral, 64 H100s)", "[zero]") {
+  SearchInputs in = inputs(test::shipped_model("mixtral-8x7b"), "dgx-h100", 64, 128);
+  in.constraints.schedules = {Schedule::one_f_one_b, Schedule::interleaved};
+  in.constraints.mbs = {{1}, {}, {}};
+  in.constraints.recompute_modules = false;
+  in.constraints.zero = {2, 3};
+  // The worst plans are the ones whose in-layer collectives (expert TP over
+  // two nodes) share the scale-out links with the sharded DP traffic, which
+  // stage 1 lets hide behind the compute, and interleaving with one layer
+  // per virtual stage, whose every pass waits for its first gather in stage
+  // 1 but overlaps it with the pipeline's receives in the simulator.
+  int i = 0;
+  check_stage1_time(
+      in, 64, 10, "Mixtral ZeRO-2/3 plans", [&](const Candidate&) { return i++ % 2111 == 0; }, 0.45);
 }

@@ -48,6 +48,10 @@ SearchInputs open_inputs(const Case& c) {
   in.training.global_batch_size = c.batch;
   in.gpu_counts = {c.gpus};
   in.constraints.tp_in_scale_up = false;   // TP may span nodes: nothing keeps it inside one but its cost
+  // The guidance is PTD-P's, with the optimizer state at most sharded: ZeRO-2
+  // and ZeRO-3 fit models by sharding instead of model parallelism (the
+  // paper's Table 2 compares the two; tests/apps/validation_test.cpp).
+  in.constraints.zero = {0, 1};
   return in;
 }
 

@@ -44,6 +44,8 @@ SearchInputs regime_of(SearchInputs in, const PlanSpec& plan) {
   k.overlap_param_gather = plan.overlap_param_gather;
   k.tp_comm_overlap = plan.tp_comm_overlap;
   if (plan.tp > 1) k.sp = plan.sequence_parallel;
+  k.zero = {zero_stage(plan)};
+  k.hsdp = plan.dp_replicas > 1;
   return in;
 }
 
