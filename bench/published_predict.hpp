@@ -489,7 +489,9 @@ inline std::vector<cli::RegimeStats> regime_stats(const std::string& ref_dir) {
                           {shoeybi_2019(), "Shoeybi et al. 2019"},
                           {megatron_h100(ref_dir), "Megatron-LM README H100 table"},
                           {bridge_nemo_dense(ref_dir), "Megatron-Bridge and NeMo performance summaries"},
-                          {bridge_nemo_moe(ref_dir), "Megatron-Bridge MoE rows"}};
+                          {bridge_nemo_moe(ref_dir), "Megatron-Bridge MoE rows"},
+                          {bridge_fsdp(ref_dir), "Megatron-Bridge rows with Megatron-FSDP"},
+                          {narayanan_table2_zero3(ref_dir), "Narayanan et al. 2021 Table 2, ZeRO-3 rows"}};
   std::vector<cli::RegimeStats> out;
   for (const Table& t : tables)
     for (const PublishedRun& run : t.runs) {

@@ -30,7 +30,7 @@ bool known_generation(std::string_view g) { return g == "volta" || g == "ampere"
 
 }  // namespace
 
-Regime regime_of(const DeviceSpec& device, const TrainingSpec& training, const ModelSpec& model, int cp) {
+Regime regime_of(const DeviceSpec& device, const TrainingSpec& training, const ModelSpec& model, int cp, int zero) {
   Regime r;
   if (device.kind != DeviceKind::cpu) {
     const std::string n = upper(device.name);
@@ -43,14 +43,17 @@ Regime regime_of(const DeviceSpec& device, const TrainingSpec& training, const M
   r.fp8 = training.precision == Precision::fp8;
   r.moe = model.moe.has_value();
   r.cp = cp > 1;
+  r.sharded = zero >= 2;
   return r;
 }
 
-Regime regime_of(const Setup& s) { return regime_of(s.cluster.device, s.training, s.model, s.plan.cp); }
+Regime regime_of(const Setup& s) {
+  return regime_of(s.cluster.device, s.training, s.model, s.plan.cp, zero_stage(s.plan));
+}
 
 std::string describe(const Regime& r) {
-  return fmt::format("{}, {}, {}, {}", title(r.generation), r.fp8 ? "FP8" : "16-bit", r.moe ? "MoE" : "dense",
-                     r.cp ? "with CP" : "without CP");
+  return fmt::format("{}, {}, {}, {}{}", title(r.generation), r.fp8 ? "FP8" : "16-bit", r.moe ? "MoE" : "dense",
+                     r.cp ? "with CP" : "without CP", r.sharded ? ", ZeRO-2/3" : "");
 }
 
 std::string regimes_path() { return (std::filesystem::path(data_dir()) / "validation" / "regimes.toml").string(); }
@@ -76,6 +79,7 @@ Result<std::vector<RegimeStats>> load_regimes(const std::string& path) {
       st.regime.fp8 = r.boolean("fp8");
       st.regime.moe = r.boolean("moe");
       st.regime.cp = r.boolean("context_parallel");
+      st.regime.sharded = r.opt_boolean("sharded").value_or(false);
       st.rows = static_cast<int>(r.integer("rows"));
       st.mean_abs_error = r.number("mean_abs_error");
       st.signed_mean_error = r.number("signed_mean_error");
@@ -106,10 +110,10 @@ void write_regimes(std::ostream& out, const std::vector<RegimeStats>& regimes) {
          "# simulate and plan state them beside their results (config/validation_regimes.hpp).\n";
   for (const RegimeStats& r : regimes)
     out << fmt::format(
-        "\n[[regime]]\ngeneration = \"{}\"\nfp8 = {}\nmoe = {}\ncontext_parallel = {}\nrows = {}\n"
+        "\n[[regime]]\ngeneration = \"{}\"\nfp8 = {}\nmoe = {}\ncontext_parallel = {}\nsharded = {}\nrows = {}\n"
         "mean_abs_error = {:.4f}\nsigned_mean_error = {:.4f}\nworst_abs_error = {:.4f}\nmax_published_mfu = {:.4f}\n"
         "tables = \"{}\"\n",
-        r.regime.generation, r.regime.fp8, r.regime.moe, r.regime.cp, r.rows, r.mean_abs_error, r.signed_mean_error,
+        r.regime.generation, r.regime.fp8, r.regime.moe, r.regime.cp, r.regime.sharded, r.rows, r.mean_abs_error, r.signed_mean_error,
         r.worst_abs_error, r.max_published_mfu, r.tables);
 }
 

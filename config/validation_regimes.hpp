@@ -23,12 +23,14 @@ struct Regime {
   bool fp8 = false;         // FP8 GEMMs (else 16-bit)
   bool moe = false;
   bool cp = false;          // context parallelism
+  bool sharded = false;     // ZeRO-2/3: gradients, or parameters too, sharded over DP (FSDP)
   bool operator==(const Regime&) const = default;
 };
 
-Regime regime_of(const DeviceSpec& device, const TrainingSpec& training, const ModelSpec& model, int cp);
+Regime regime_of(const DeviceSpec& device, const TrainingSpec& training, const ModelSpec& model, int cp,
+                 int zero = 0);
 Regime regime_of(const Setup& s);
-std::string describe(const Regime& r);   // "Hopper, FP8, dense, with CP"
+std::string describe(const Regime& r);   // "Hopper, FP8, dense, with CP" (", ZeRO-2/3" when sharded)
 
 // The published runs of one class, as validated.
 struct RegimeStats {

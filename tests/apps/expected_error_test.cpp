@@ -38,6 +38,12 @@ TEST_CASE("A run's class: the GPU generation of its device, FP8 or 16-bit GEMMs,
   CHECK(regime_of(h800) == Regime{"hopper", false, false, true});
   const Setup gb200 = make_setup(shipped_model("qwen3-30b-a3b"), "gb200-nvl72", "tp=1,ep=8", 8, 8);
   CHECK(regime_of(gb200) == Regime{"blackwell", false, true, false});
+  // ZeRO-2/3 is a class of its own (the distributed optimizer, stage 1, is not).
+  const Setup fsdp = make_setup(shipped_model("gpt3-175b"), "dgx-a100", "tp=8,zero=3", 64, 64);
+  CHECK(regime_of(fsdp) == Regime{"ampere", false, false, false, true});
+  CHECK(describe(regime_of(fsdp)) == "Ampere, 16-bit, dense, without CP, ZeRO-2/3");
+  const Setup distopt = make_setup(shipped_model("gpt3-175b"), "dgx-a100", "tp=8,distopt=on", 64, 64);
+  CHECK_FALSE(regime_of(distopt).sharded);
   const Setup cpu = make_setup(shipped_model("tiny-gpt"), "cpu-host", "tp=1", 2, 2);
   CHECK(regime_of(cpu).generation.empty());
   CHECK(describe(regime_of(cpu)) == "an unvalidated device, 16-bit, dense, without CP");
