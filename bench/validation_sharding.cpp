@@ -113,8 +113,14 @@ std::string sharding_section(const std::string& ref_dir) {
   add("That is 12-18 GB/s per GPU, half to three quarters of one 200 Gb/s HDR NIC. The simulator prices these");
   add("collectives as NCCL runs them over whole 8-GPU nodes (rings whose node-to-node hops spread over the node's");
   add("eight NICs; the collective model is checked against NCCL's published bandwidths), several times faster, so");
-  add("the traffic hides behind the compute. What held DeepSpeed's ZeRO-3 of 2021 to about one NIC's rate per GPU");
-  add("is not known from the paper and is not in the model; no factor is fitted to these rows.");
+  add("the traffic hides behind the compute. DeepSpeed's code of that time (v0.3.13 to v0.4.0,");
+  add("`deepspeed/runtime/zero/stage3.py` and `partition_parameters.py`) gathers one parameter per collective,");
+  add("synchronises the device before each gather and in every module hook, so that gathers and compute do not");
+  add("overlap (the plans above already make each layer wait for its own gather), and with its default");
+  add("`contiguous_gradients: false` all-reduces each gradient bucket and keeps its slice, twice a reduce-scatter's");
+  add("traffic. At NCCL's rates none of this comes near the published steps: serialised gathers are already in the");
+  add("predicted step, and twice the gradient traffic adds at most a third of the bytes above. What held these runs");
+  add("to 12-18 GB/s per GPU is not known and is not in the model; no factor is fitted to these rows.");
   add("");
 
   add("### Megatron-Bridge rows with Megatron-FSDP");
