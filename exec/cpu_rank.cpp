@@ -236,7 +236,9 @@ void CpuRank::grad_sync(const Op& op) {
   const bool expert = op.group == CommGroup::edp;
   if (zero_stage(s_.plan) >= 2) {
     Chunk& ch = expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)];
-    if (op.kind != OpKind::reduce_scatter || !op.microbatch)
+    // Reduce-scatters, and with hybrid sharding the replicas' all-reduces.
+    const bool replica = op.kind == OpKind::all_reduce && op.group == CommGroup::dp_replica;
+    if ((op.kind != OpKind::reduce_scatter && !replica) || !op.microbatch)
       throw ProgramMismatch("sharded gradients are reduce-scattered per micro-batch");
     return reduce_microbatch(op, ch, expert);
   }
@@ -250,12 +252,15 @@ void CpuRank::grad_sync(const Op& op) {
   if (++grad_buckets_seen_[{c, expert}] < grad_buckets_[{c, expert}]) return;
   Chunk& ch = expert ? experts_of(c) : chunks_[static_cast<std::size_t>(c)];
   Communicator& dp = group_of(ch);
-  if (op.kind == OpKind::all_reduce) {
+  if (!s_.plan.distributed_optimizer) {
     dp.all_reduce(ch.g.data(), static_cast<std::int64_t>(ch.g.size()));
   } else {
+    // Reduce-scattered over the group; with hybrid sharding the shard is
+    // then summed across the replicas (the Program's replica all-reduce).
     const std::int64_t n = static_cast<std::int64_t>(ch.g.size()) / dp.size();
     Vec shard = zeros(n);
     dp.reduce_scatter(shard.data(), ch.g.data(), n);
+    if (Communicator* rep = replicas_of(ch)) rep->all_reduce(shard.data(), n);
     std::copy(shard.begin(), shard.end(), ch.g.begin() + dp.rank() * n);
   }
 }
@@ -274,7 +279,15 @@ void CpuRank::embedding_grad_sync() {
 }
 
 Communicator& CpuRank::group_of(const Chunk& ch) const {
-  return *groups_.get(ch.expert ? CommGroup::edp : CommGroup::dp_cp);
+  if (ch.expert) return *groups_.get(CommGroup::edp);
+  return *groups_.get(s_.plan.dp_replicas > 1 ? CommGroup::dp_shard : CommGroup::dp_cp);
+}
+
+Communicator* CpuRank::replicas_of(const Chunk& ch) const {
+  if (ch.expert || s_.plan.dp_replicas <= 1) return nullptr;
+  Communicator* r = groups_.get(CommGroup::dp_replica);
+  if (!r) throw ProgramMismatch("a hybrid-sharded plan on a rank outside a replica group");
+  return r;
 }
 
 bool CpuRank::sharded(const Chunk& ch) const {
@@ -308,7 +321,9 @@ void CpuRank::optimizer() {
   // Global gradient norm over unique elements (Megatron's clip_grad_norm_fp32).
   double sq = 0;
   for (Chunk& ch : chunks_) {
-    const bool dp_owner = sharded(ch) || group_of(ch).rank() == 0;
+    // With hybrid sharding every replica holds the same shard: the first counts it.
+    const Communicator* rep = replicas_of(ch);
+    const bool dp_owner = (sharded(ch) || group_of(ch).rank() == 0) && (!rep || rep->rank() == 0);
     const auto [lo, hi] = owned(ch);
     for (const Param& p : ch.params) {
       if (p.tied_copy || !dp_owner || (p.sync != TpSync::sharded && d_.tp_rank != 0)) continue;
@@ -363,8 +378,11 @@ void CpuRank::reduce_microbatch(const Op& op, Chunk& ch, bool expert) {
   for (std::int64_t i = 0; i < n; ++i) acc[static_cast<std::size_t>(i)] += part[static_cast<std::size_t>(i)];
   // Only the shard is kept: the next micro-batch accumulates from zero.
   std::fill(ch.g.begin(), ch.g.end(), 0.0f);
-  if (++mb_done_[{c, expert}] == mb_count_.at({c, expert}))
+  if (++mb_done_[{c, expert}] == mb_count_.at({c, expert})) {
+    // Hybrid sharding: the step's shard summed across the replicas.
+    if (Communicator* rep = replicas_of(ch)) rep->all_reduce(acc.data(), n);
     std::copy(acc.begin(), acc.end(), ch.g.begin() + dp.rank() * n);
+  }
 }
 
 void CpuRank::gather_unit(const Op& op, Chunk& ch) {

@@ -230,8 +230,12 @@ class CpuRank {
 
   // Elements [lo, hi) of a chunk's buffers this rank updates.
   std::pair<std::int64_t, std::int64_t> owned(const Chunk& ch) const;
-  // The group a chunk's gradients are reduced over: DP x CP, or expert-DP for experts.
+  // The group a chunk's gradients are reduced over: DP x CP, or expert-DP for
+  // experts; with hybrid sharding (dp_replicas) the rank's replica of DP x CP.
   [[nodiscard]] Communicator& group_of(const Chunk& ch) const;
+  // Hybrid sharding: the group that all-reduces a dense chunk's gradient
+  // shard across the replicas; nullptr without it.
+  [[nodiscard]] Communicator* replicas_of(const Chunk& ch) const;
   // Whether the distributed optimizer shards the chunk (over group_of).
   [[nodiscard]] bool sharded(const Chunk& ch) const;
   Chunk& experts_of(int c) { return chunks_.at(dense_chunks_ + static_cast<std::size_t>(c)); }

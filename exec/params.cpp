@@ -37,7 +37,6 @@ Result<void> check_supported(const Setup& s) {
     return fail(std::move(field), what + " is not supported by the executor yet");
   };
   if (m.moe && p.tp > 1) return no("plan.tp", "tensor parallelism in a mixture-of-experts model");
-  if (p.dp_replicas > 1) return no("plan.dp_replicas", "hybrid sharded data parallelism");
   if (m.moe && m.moe->shared_expert_ffn_hidden > 0) return no("model.moe.shared_expert_ffn_hidden", "shared experts");
   if (m.moe && m.moe->capacity_factor)
     return no("model.moe.capacity_factor", "an expert capacity (dropping or padding tokens)");

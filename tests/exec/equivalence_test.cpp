@@ -96,6 +96,11 @@ TEST_CASE("Every sharding of tiny-gpt trains the same losses and gradient norms 
       {4, "dp=4,zero=3,overlap_grad_reduce=on,fsdp_prefetch=0"},
       {4, "tp=2,dp=2,sp=on,zero=3,overlap_grad_reduce=on,fsdp_prefetch=2"},
       {4, "cp=2,dp=2,zero=3,recompute=full,recompute_method=uniform,recompute_layers=2"},
+      // Hybrid sharding: sharded inside two replicas, the shards all-reduced across them.
+      {4, "dp=4,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on,dp_replicas=2"},
+      {4, "dp=4,zero=2,overlap_grad_reduce=on,dp_replicas=2"},
+      {4, "dp=4,zero=3,dp_replicas=2"},
+      {4, "cp=2,dp=2,zero=3,dp_replicas=2"},
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-gpt", np, plan), ref); }
@@ -112,6 +117,7 @@ TEST_CASE("Every sharding of tiny-llama (GQA, RoPE, SwiGLU, untied) trains the s
       {4, "cp=2,dp=2,distopt=on"},
       {4, "pp=2,dp=2,vpp=2,schedule=interleaved,zero=3,overlap_grad_reduce=on"},
       {2, "dp=2,zero=3,reshard_after_forward=off"},
+      {4, "pp=2,dp=2,zero=2,dp_replicas=2"},   // replicas of one rank: the shard is all of it
   };
   for (const auto& [np, plan] : plans) {
     SECTION(plan) { check_same(train("tiny-llama", np, plan), ref); }
