@@ -418,8 +418,8 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     if (!res->ranked.empty()) {
       const planner::SimulatedPlan& w = res->ranked.front();
       j["bounded_by"] = planner::bounding_factors(w);
-      j["expected_error"] = expected_error_json(
-          expected_error(regime_of(in->cluster.device, in->training, in->model, w.plan.cp), w.report.mfu, shipped_regimes()));
+      const Regime regime = regime_of(in->cluster.device, in->training, in->model, w.plan.cp, zero_stage(w.plan));
+      j["expected_error"] = expected_error_json(expected_error(regime, w.report.mfu, shipped_regimes()));
     }
     j["considered"] = {{"structural", rej.structural},
                        {"rejected_divisibility", rej.divisibility},
@@ -506,8 +506,9 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     out << "  bounded by:\n";
     for (const std::string& b : planner::bounding_factors(w)) out << "    " << b << "\n";
     out << "  expected: "
-        << expected_error_text(expected_error(regime_of(in->cluster.device, in->training, in->model, w.plan.cp),
-                                              w.report.mfu, shipped_regimes()))
+        << expected_error_text(
+               expected_error(regime_of(in->cluster.device, in->training, in->model, w.plan.cp, zero_stage(w.plan)),
+                              w.report.mfu, shipped_regimes()))
         << "\n";
     if (!megatron.empty()) out << "  Megatron-LM arguments:\n    " << megatron << "\n";
     else out << "  Megatron-LM arguments: not available: " << megatron_error << "\n";

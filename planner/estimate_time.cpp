@@ -37,8 +37,8 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
   const int edp_all = c.gpus / (c.etp * c.ep * c.pp);
   const bool sharded = c.zero >= 2 && (c.dp * c.cp > 1 || edp_all > 1);
   // HSDP: the last micro-batch also all-reduces each unit's shard across
-  // the replicas after its reduce-scatter (replica_tail: what that adds to
-  // its communication beyond its compute, and the last unit's).
+  // the replicas after its reduce-scatter. replica_tail: what is left after
+  // the last backward, with or without HSDP.
   std::vector<double> last_unit_rs, replica_tail;
   if (sharded) {
     last_unit_rs.assign(static_cast<std::size_t>(p), 0.0);
@@ -82,8 +82,10 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
     const Link moe_rs = rl.moe_layers > 0 ? layer_rs[1] : Link{};
     const Link root_rs = unit_time(sim::Collective::reduce_scatter, u.root, grad_b);
     const Link rs = dense_rs * rl.dense_layers + moe_rs * rl.moe_layers + root_rs;
-    // The last unit reduced: the root on the embedding's rank, else a layer.
-    last_unit_rs[static_cast<std::size_t>(r)] = (rl.embedding ? root_rs : rl.dense_layers > 0 ? dense_rs : moe_rs).all;
+    // The last unit reduced: the root on the embedding's rank (or a rank
+    // without layers), else a layer.
+    const bool root_last = rl.embedding || rl.dense_layers + rl.moe_layers == 0;
+    last_unit_rs[static_cast<std::size_t>(r)] = (root_last ? root_rs : rl.dense_layers > 0 ? dense_rs : moe_rs).all;
     Link ag;
     double largest_ag = 0;
     if (c.zero >= 3) {
@@ -109,7 +111,7 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
                           : 0.0;
       };
       z.replica = rl.dense_layers * replica_ar(u.dense) + replica_ar(u.root);
-      z.replica_last = replica_ar(rl.embedding ? u.root : u.dense);
+      z.replica_last = replica_ar(root_last ? u.root : u.dense);
     }
     return z;
   };
@@ -155,7 +157,11 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
       const ZeroComm z = zero_comm(r, rl);
       const double busy =
           std::max({cr + std::min(net, z.scale_out) * share, z.traffic * share, (z.scale_out + net) * share});
-      replica_tail[static_cast<std::size_t>(r)] = std::max(busy, (z.traffic + z.replica) * share) - busy + z.replica_last;
+      // After the last backward: the last unit's reduction (and its
+      // replicas' all-reduce), or whatever of the traffic the last
+      // micro-batch could not fit, whichever ends later.
+      const std::size_t ri = static_cast<std::size_t>(r);
+      replica_tail[ri] = std::max(last_unit_rs[ri] + z.replica_last, (z.traffic + z.replica) * share - busy);
       cr = busy + z.first * share;
     }
     cmax = std::max(cmax, cr);
@@ -193,7 +199,7 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
   const double optimizer_step_bytes = optimizer_step_bytes_per_param(in.training);
   // Parameters whose optimizer state a rank updates.
   const auto owned_of = [&](const RankLayout& rl) {
-    return distopt ? rl.params.dense / (c.dp * c.cp) + rl.params.expert / edp : rl.params.total();
+    return distopt ? rl.params.dense / (c.dp * c.cp / c.dp_replicas) + rl.params.expert / edp : rl.params.total();
   };
   // A lower bound of the step that needs no collective: the pipeline below
   // is m (cmax + waits) + bubble + fill transfers, every term non-negative,
@@ -259,7 +265,7 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
       grad += nch * time_on(expert_reduce, rl.params.expert / nch * grad_b);
       last_bucket += time_on(expert_reduce, std::min(bucket, rl.params.expert) * grad_b);
     }
-    double exposed = sharded ? last_unit_rs[static_cast<std::size_t>(r)] + replica_tail[static_cast<std::size_t>(r)]
+    double exposed = sharded ? replica_tail[static_cast<std::size_t>(r)]
                      : c.overlap_grad_reduce ? std::max(last_bucket, grad - back[static_cast<std::size_t>(r)]) : grad;
     if (rl.embedding != rl.output) exposed += time_on(embedding, embedding_bytes);
     exposed += cost.memory_s(MemoryOp::optimizer, optimizer_step_bytes * owned_of(rl));

@@ -129,7 +129,16 @@ TEST_CASE("simulate and plan state the expected error of their class", "[apps]")
   CHECK(j["expected_error"]["validated"] == true);
   CHECK(j["expected_error"]["class"] == "Hopper, 16-bit, MoE, without CP");
   const Run plan = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "16", "--cp", "1",
-                        "--top", "2"});
+                        "--zero", "0,1", "--top", "2"});
   REQUIRE(plan.code == 0);
   REQUIRE_THAT(plan.out, Catch::Contains("  expected: throughput within"));
+  // A ZeRO-3 pick states the ZeRO-2/3 class's error (Narayanan's ZeRO-3 rows on A100s), not PTD-P's.
+  const Run fsdp = run({"plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "64", "--global-batch", "64",
+                        "--zero", "3", "--top", "2", "--json"});
+  REQUIRE(fsdp.code == 0);
+  const nlohmann::json f = nlohmann::json::parse(fsdp.out);
+  INFO(f.dump().substr(0, 2000));
+  REQUIRE(f.contains("expected_error"));
+  CHECK(f["expected_error"]["class"] == "Ampere, 16-bit, dense, without CP, ZeRO-2/3");
+  CHECK(f["expected_error"]["validated"] == true);
 }
