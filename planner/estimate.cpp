@@ -13,7 +13,7 @@ Result<Estimate> Estimator::Impl::memory(const Candidate& c) {
   const ActEntry& A = **acts_of;
   const RuntimeOverheads& o = in.training.overheads;
   const int edp = c.gpus / (c.etp * c.ep * c.pp);
-  const double dense_shard = c.distopt ? c.dp * c.cp / c.dp_replicas : 1.0;
+  const double dense_shard = c.distopt ? shard_size(c) : 1.0;
   const double expert_shard = c.distopt ? edp : 1.0;
   const bool full = c.recompute == RecomputeGranularity::full;
   const bool uniform = c.recompute_method == RecomputeMethod::uniform;

@@ -203,10 +203,12 @@ struct Estimator::Impl {
 
   static RankGrid grid_of(const Candidate& c) {
     const int edp = c.gpus / (c.etp * c.ep * c.pp);
-    return RankGrid{c.tp, c.cp, c.dp, c.pp, c.etp, c.ep, edp, c.dp_replicas > 1 ? c.dp * c.cp / c.dp_replicas : 0};
+    return RankGrid{c.tp, c.cp, c.dp, c.pp, c.etp, c.ep, edp, c.dp_replicas > 1 ? shard_size(c) : 0};
   }
   // The group the sharded collectives run over: DP x CP, or with HSDP one replica of it.
   static CommGroup shard_group(const Candidate& c) { return c.dp_replicas > 1 ? CommGroup::dp_shard : CommGroup::dp_cp; }
+  // The members of that group: DP x CP, or one replica's share of it.
+  static int shard_size(const Candidate& c) { return c.dp * c.cp / c.dp_replicas; }
 
   const sim::Topology& topology(int n) {
     auto it = topologies.find(n);

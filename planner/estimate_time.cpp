@@ -104,7 +104,7 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
     z.traffic = rs.all + ag.all;
     z.scale_out = rs.net + ag.net;
     if (c.dp_replicas > 1) {
-      const double shard = static_cast<double>(c.dp * c.cp / c.dp_replicas);
+      const double shard = shard_size(c);
       const auto replica_ar = [&](double params) {
         return params > 0 ? time_on(table(c.gpus, zgrid, sim::Collective::all_reduce, CommGroup::dp_replica),
                                     params / shard * grad_b)
@@ -199,7 +199,7 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
   const double optimizer_step_bytes = optimizer_step_bytes_per_param(in.training);
   // Parameters whose optimizer state a rank updates.
   const auto owned_of = [&](const RankLayout& rl) {
-    return distopt ? rl.params.dense / (c.dp * c.cp / c.dp_replicas) + rl.params.expert / edp : rl.params.total();
+    return distopt ? rl.params.dense / shard_size(c) + rl.params.expert / edp : rl.params.total();
   };
   // A lower bound of the step that needs no collective: the pipeline below
   // is m (cmax + waits) + bubble + fill transfers, every term non-negative,
@@ -238,7 +238,7 @@ Result<Estimate> Estimator::Impl::evaluate(const Candidate& c, double fit_bound,
   const double v_eff = c.schedule == Schedule::interleaved ? c.vpp : 1.0;
   const bool has_dp = c.dp * c.cp > 1;
   const bool hsdp = c.dp_replicas > 1;
-  const double shard = static_cast<double>(c.dp * c.cp / c.dp_replicas);
+  const double shard = shard_size(c);
   CommTable* dense_reduce = has_dp && shard > 1 ? table(c.gpus, grid, reduce, shard_group(c)) : nullptr;
   // HSDP: each bucket's shard all-reduced across the replicas after its reduce-scatter.
   CommTable* replica_reduce = hsdp ? table(c.gpus, grid, sim::Collective::all_reduce, CommGroup::dp_replica) : nullptr;
