@@ -44,6 +44,11 @@ std::optional<Fabric> parse_fabric(std::string_view s) {
     if (s == to_string(f)) return f;
   return std::nullopt;
 }
+std::optional<Routing> parse_routing(std::string_view s) {
+  for (auto r : {Routing::adaptive, Routing::ecmp})
+    if (s == to_string(r)) return r;
+  return std::nullopt;
+}
 std::optional<Precision> parse_precision(std::string_view s) {
   if (s == "bf16") return Precision::bf16;
   if (s == "fp8") return Precision::fp8;
@@ -241,6 +246,8 @@ Result<ClusterSpec> cluster_from_toml(const toml::table& root, const std::string
     o.oversubscription = so->number("oversubscription");
     o.switch_radix = to_int(*so, "switch_radix", so->integer("switch_radix"));
     o.p2p_efficiency = so->opt_number("p2p_efficiency").value_or(1.0);
+    const Routing by_fabric = o.fabric == Fabric::infiniband ? Routing::adaptive : Routing::ecmp;
+    o.routing = so->choice("routing", parse_routing, "adaptive, ecmp", by_fabric, /*required=*/false);
     if (auto e = so->finish()) return Err(*e);
   } else if (c.node.nics_per_node == 0) {
     c.scale_out.fabric = Fabric::none;

@@ -111,4 +111,6 @@ const char* to_string(Fabric f) {
   return "?";
 }
 
+const char* to_string(Routing r) { return r == Routing::adaptive ? "adaptive" : "ecmp"; }
+
 }  // namespace megascope

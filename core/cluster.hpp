@@ -17,6 +17,13 @@ namespace megascope {
 enum class DeviceKind { gpu, cpu };
 enum class ScaleUpKind { nvswitch, nvlink_mesh, pcie, none };
 enum class Fabric { infiniband, roce, ethernet, none };
+// How the fabric spreads traffic between leaves over its equal-cost paths.
+// adaptive: evenly over all of them (InfiniBand's fat-tree routing engines,
+// built for congestion-free shift patterns such as rings, and its adaptive
+// routing): the switches above a leaf act as one trunk of their cables'
+// summed capacity. ecmp: each flow on one path, picked by a fixed hash of
+// its endpoints (Ethernet ECMP), so flows can collide on one uplink.
+enum class Routing { adaptive, ecmp };
 
 struct DeviceSpec {
   std::string name;                        // "H100-SXM5-80GB"
@@ -50,6 +57,7 @@ struct ScaleOutSpec {
   bool rail_optimized = true;              // NIC i of every node on leaf (rail) i
   double oversubscription = 1.0;           // down:up ratio at the leaves (1 = full bisection)
   int switch_radix = 64;                   // ports per switch
+  Routing routing = Routing::adaptive;     // default: ecmp on roce and ethernet fabrics
   // The share of a collective's rate on the same NIC that a lone send/recv
   // between scale-up domains reaches (pipeline transfers). 1: the same rate.
   double p2p_efficiency = 1.0;
@@ -89,5 +97,6 @@ Result<ClusterSpec> with_device_count(ClusterSpec c, int devices);
 const char* to_string(DeviceKind k);
 const char* to_string(ScaleUpKind k);
 const char* to_string(Fabric f);
+const char* to_string(Routing r);
 
 }  // namespace megascope

@@ -13,7 +13,11 @@
 // level below and gives each group radix/2 upper switches, every lower switch
 // cabled to every upper one of its group; the top level takes one group. The
 // leaf uplinks run at the NIC rate / oversubscription, higher cables at the
-// NIC rate. The fabric's end-to-end latency is split over the two NIC-leaf
+// NIC rate. With adaptive routing (ScaleOutSpec::routing) the radix/2 upper
+// switches of a group are one vertex and the cables between two vertices one
+// link of their summed rate: traffic spread evenly over equal-cost paths
+// loads them as it would that link. With ecmp every switch and cable is its
+// own. The fabric's end-to-end latency is split over the two NIC-leaf
 // cables of a path; switch-to-switch cables add none.
 //
 // Paths: breadth-first search from the destination (resumed, not restarted,
@@ -26,7 +30,7 @@
 // every device under it. The walk picks exactly what the walk from the device
 // would (the same candidates in the same order, the same ECMP hash and hop
 // numbers: distances differ by a constant two). Among equal-cost next hops (the spines of
-// a fat tree) the walk picks one by a fixed hash of (source, destination):
+// a fat tree routed by ecmp) the walk picks one by a fixed hash of (source, destination):
 // deterministic ECMP. Devices are endpoints only, and a NIC is not a shortcut
 // between two devices of its node.
 #include <atomic>
@@ -381,23 +385,36 @@ Topology Topology::build(const ClusterSpec& cluster, int devices) {
       t.out_of_nic[static_cast<std::size_t>(d)] = up_of_nic[static_cast<std::size_t>(j)];
     }
   }
-  std::vector<std::pair<Vertex, std::string>> level;  // switches of the current level, in order
+  // Switches of the current level, in order, each standing for `count`
+  // switches of the fat tree: one with ecmp routing; with adaptive routing
+  // the upper switches of a group are one vertex, since traffic spreads evenly
+  // over them, cabled to each lower one by the summed capacity of the cables.
+  struct Level {
+    Vertex v;
+    std::string name;
+    int count;
+  };
+  const bool adaptive = so.routing == Routing::adaptive;
+  std::vector<Level> level;
   for (int s = 0; s < leaf_slots; ++s)
     if (leaf_vertex[static_cast<std::size_t>(s)] >= 0)
-      level.emplace_back(static_cast<Vertex>(leaf_vertex[static_cast<std::size_t>(s)]), fmt::format("leaf{}", s));
+      level.push_back({static_cast<Vertex>(leaf_vertex[static_cast<std::size_t>(s)]), fmt::format("leaf{}", s), 1});
   int up_count = 0;
   for (int lvl = 1; lvl < so.tiers && level.size() > 1; ++lvl) {
     const bool top = lvl + 1 == so.tiers || static_cast<int>(level.size()) <= half;
     const std::size_t group = top ? level.size() : static_cast<std::size_t>(half);
     const double bw = lvl == 1 ? nic_bw / std::max(1.0, so.oversubscription) : nic_bw;
-    std::vector<std::pair<Vertex, std::string>> next;
+    std::vector<Level> next;
     for (std::size_t g0 = 0; g0 < level.size(); g0 += group) {
       const std::size_t first_up = next.size();
-      for (int k = 0; k < half; ++k)
-        next.emplace_back(t.add_vertex(VertexKind::fabric_switch), fmt::format("{}{}", level_name(lvl + 1), up_count++));
+      if (adaptive)
+        next.push_back({t.add_vertex(VertexKind::fabric_switch), fmt::format("{}s{}", level_name(lvl + 1), up_count++), half});
+      else
+        for (int k = 0; k < half; ++k)
+          next.push_back({t.add_vertex(VertexKind::fabric_switch), fmt::format("{}{}", level_name(lvl + 1), up_count++), 1});
       for (std::size_t i = g0; i < std::min(level.size(), g0 + group); ++i)
         for (std::size_t k = first_up; k < next.size(); ++k)
-          t.cable(level[i].first, next[k].first, level[i].second, next[k].second, bw, 0.0);
+          t.cable(level[i].v, next[k].v, level[i].name, next[k].name, bw * level[i].count * next[k].count, 0.0);
     }
     level = std::move(next);
     up_count = 0;

@@ -335,6 +335,47 @@ TEST_CASE("A cluster's scale_out.p2p_efficiency slows pipeline transfers between
   std::remove(file.c_str());
 }
 
+TEST_CASE("A cluster's scale_out.routing: ECMP's hashed paths slow data-parallel rings that adaptive routing runs at full "
+          "rate, and a bad value names its file, line and field",
+          "[apps]") {
+  // The README H100 table's 70B split: each pipeline stage's 48-node DP
+  // rings cross leaves at once; with ECMP two of their hops share a spine cable.
+  std::ifstream in(std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/clusters/dgx-h100.toml");
+  REQUIRE(in);
+  std::string shipped((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = shipped.find("routing = \"adaptive\"");
+  REQUIRE(at != std::string::npos);
+  const std::string file = "megascope-routing-cluster.toml";
+  const auto cluster_with = [&](const std::string& value) {
+    std::string text = shipped;
+    text.replace(at, std::string("routing = \"adaptive\"").size(), "routing = " + value);
+    std::ofstream(file) << text;
+  };
+  const std::vector<std::string> args = {"simulate", "--model", "mcore-gpt-70b", "--cluster", file, "--gpus", "768",
+                                         "--global-batch", "384", "--plan",
+                                         "tp=8,pp=2,sp=on,distopt=on,overlap_grad_reduce=on,overlap_param_gather=on,tp_comm_overlap=on"};
+  const auto dp_exposed = [&]() {
+    std::vector<std::string> a = args;
+    a.push_back("--json");
+    const Run r = run(a);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    return std::pair{j["step_time_s"].get<double>(), j["exposed_comm_s"]["dp"].get<double>()};
+  };
+  cluster_with("\"adaptive\"");
+  const auto adaptive = dp_exposed();
+  cluster_with("\"ecmp\"");
+  const auto ecmp = dp_exposed();
+  CHECK(ecmp.first > adaptive.first);
+  CHECK(ecmp.second > 1.3 * adaptive.second);
+  cluster_with("\"spray\"");
+  expect_one_error(run(args), "megascope-routing-cluster.toml:");
+  expect_one_error(run(args), "cluster.scale_out.routing");
+  expect_one_error(run(args), "adaptive, ecmp");
+  std::remove(file.c_str());
+}
+
 TEST_CASE("An MoE model's load imbalance slows the simulated step, and a bad value names its file, line and field",
           "[apps]") {
   const auto model_with = [](const std::string& file, const std::string& moe_extra) {

@@ -157,10 +157,10 @@ TEST_CASE("EP all-to-all overlap (combined 1F1B) does the same work in a shorter
   m.moe->moe_layers.assign(4, true);
   m.moe->num_experts = 16;
   // EP 16 over two DGX H100 nodes: the all-to-alls cross InfiniBand.
-  for (const char* plan : {"tp=1,ep=16", "tp=1,ep=8,pp=2,vpp=2,schedule=interleaved"}) {
+  for (const auto& [plan, gpus] : {std::pair{"tp=1,ep=16", 16}, std::pair{"tp=1,ep=16,pp=2,vpp=2,schedule=interleaved", 32}}) {
     INFO(plan);
-    const Setup off = make_setup(m, "dgx-h100", plan, 64, 16, 4096);
-    const Setup on = make_setup(m, "dgx-h100", std::string(plan) + ",moe_ep_overlap=on", 64, 16, 4096);
+    const Setup off = make_setup(m, "dgx-h100", plan, 64, gpus, 4096);
+    const Setup on = make_setup(m, "dgx-h100", std::string(plan) + ",moe_ep_overlap=on", 64, gpus, 4096);
     auto p_off = build_program(off), p_on = build_program(on);
     REQUIRE(p_off);
     REQUIRE(p_on);

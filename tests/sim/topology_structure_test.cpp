@@ -50,8 +50,10 @@ bool crosses(const std::vector<std::string>& names, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("A 16-device DGX H100 has two NVSwitch domains, 16 NICs, 8 rail leaves and 32 spines", "[sim]") {
-  const Topology t = Topology::build(cluster_with("dgx-h100", 16), 16);
+TEST_CASE("A 16-device DGX H100 routed by ECMP has two NVSwitch domains, 16 NICs, 8 rail leaves and 32 spines", "[sim]") {
+  auto c = cluster_with("dgx-h100", 16);
+  c.scale_out.routing = Routing::ecmp;
+  const Topology t = Topology::build(c, 16);
   CHECK(t.devices() == 16);
   // Cables (two directed links each): 16 GPU-NVSwitch, 16 GPU-NIC, 16 NIC-leaf,
   // and each of the 8 leaves (one per rail; 2 nodes fit one leaf of radix/2 = 32
@@ -153,8 +155,62 @@ TEST_CASE("GB200 NVL72 devices in different trays of one rack talk over NVLink o
   CHECK_FALSE(crosses(q, "nvswitch"));
 }
 
+TEST_CASE("With adaptive routing a leaf's spines are one trunk of their cables' summed rate", "[sim]") {
+  auto c = cluster_with("dgx-h100", 16);
+  REQUIRE(c.scale_out.routing == Routing::adaptive);   // InfiniBand's default
+  const Topology t = Topology::build(c, 16);
+  // The 8 rail leaves each cabled once to one vertex standing for the 32
+  // spines of their group, at 32 x 400 Gb/s.
+  const auto n = count_by_kind(t);
+  CHECK(n.at("nic->leaf") == 16);
+  CHECK(n.at("leaf->spines") == 8);
+  CHECK(n.at("spines->leaf") == 8);
+  CHECK(t.links().size() == 2 * (16 + 16 + 16 + 8));
+  for (const auto& l : t.links())
+    if (kinds(l.name) == "leaf->spines") CHECK(l.capacity_Bps == Approx(32 * 400e9 / 8));
+  // Rails 0 and 3 of different nodes: up one trunk and down another, 6 links as with ECMP.
+  const auto p = path_names(t, 0, 11);
+  CHECK(p.size() == 6);
+  CHECK(crosses(p, "spines0"));
+}
+
+TEST_CASE("Two rings whose ECMP paths collide on a spine run at full rate with adaptive routing", "[sim]") {
+  // Two data-parallel groups of 48 nodes each, one GPU per node on rail 0
+  // (tp 8 fills each node), as the two pipeline stages of tp 8, pp 2, dp 48
+  // on 768 H100s place them: nodes 0-47 and 48-95, leaves of 32 nodes, so
+  // both rings cross leaves. A reduce-scatter of 400 MB on each at once.
+  for (const Routing r : {Routing::ecmp, Routing::adaptive}) {
+    auto c = cluster_with("dgx-h100", 768);
+    c.scale_out.routing = r;
+    const Topology t = Topology::build(c, 768);
+    std::vector<int> a, b;
+    for (int i = 0; i < 48; ++i) {
+      a.push_back(8 * i);
+      b.push_back(384 + 8 * i);
+    }
+    const FlowSpec fa = collective_flow(t, Collective::reduce_scatter, a, 400e6);
+    const FlowSpec fb = collective_flow(t, Collective::reduce_scatter, b, 400e6);
+    const double alone = isolated_time(t, fa);
+    CHECK(isolated_time(t, fb) == Approx(alone));
+    Network net(t);
+    net.start(fa, 0.0);
+    net.start(fb, 0.0);
+    double last = 0;
+    while (auto e = net.next_event_time()) {
+      net.advance_to(*e);
+      last = *e;
+    }
+    INFO(to_string(r) << ": together " << last << " s, alone " << alone << " s");
+    if (r == Routing::adaptive)
+      CHECK(last == Approx(alone).epsilon(1e-9));
+    else
+      CHECK(last > 1.5 * alone);   // two ring hops share one spine cable: half the rate
+  }
+}
+
 TEST_CASE("An oversubscription of 2 halves the leaf uplinks", "[sim]") {
   auto c = cluster_with("dgx-h100", 16);
+  c.scale_out.routing = Routing::ecmp;
   const Topology full = Topology::build(c, 16);
   c.scale_out.oversubscription = 2.0;
   const Topology half = Topology::build(c, 16);
@@ -172,6 +228,7 @@ TEST_CASE("A large non-rail cluster builds leaf spine and core levels and routes
   auto c = cluster_with("dgx-h100", 2048);
   c.scale_out.rail_optimized = false;
   c.scale_out.tiers = 3;
+  c.scale_out.routing = Routing::ecmp;
   // 256 nodes, 4 per leaf (32 down ports / 8 NICs): 64 leaves in 2 pods of 32,
   // each pod with 32 spines, every spine cabled to the 32 cores.
   const Topology t = Topology::build(c, 2048);
@@ -184,6 +241,15 @@ TEST_CASE("A large non-rail cluster builds leaf spine and core levels and routes
   CHECK(p.size() == 8);
   // Within a leaf (same node group) no spine.
   CHECK_FALSE(crosses(path_names(t, 0, 8), "spine"));
+  // Adaptive: each pod's 32 spines one trunk, the 32 cores one, the same hops.
+  c.scale_out.routing = Routing::adaptive;
+  const Topology ta = Topology::build(c, 2048);
+  const auto na = count_by_kind(ta);
+  CHECK(na.at("leaf->spines") == 64);
+  CHECK(na.at("spines->cores") == 2);
+  for (const auto& l : ta.links())
+    if (kinds(l.name) == "spines->cores") CHECK(l.capacity_Bps == Approx(32 * 32 * 400e9 / 8));
+  CHECK(path_names(ta, 0, 2047).size() == 8);
 }
 
 TEST_CASE("Paths over PCIe and NVLink-mesh nodes use the host switch or direct links", "[sim]") {
@@ -199,6 +265,7 @@ TEST_CASE("Paths over PCIe and NVLink-mesh nodes use the host switch or direct l
 TEST_CASE("Paths are deterministic across builds and spread over spines by source and destination", "[sim]") {
   auto c = cluster_with("pcie-8gpu", 64);  // not rail-optimized: cross-leaf traffic uses spines
   c.scale_out.switch_radix = 8;            // 4 down ports a leaf: 2 nodes of 2 NICs, 4 leaves, 4 spines
+  c.scale_out.routing = Routing::ecmp;
   const Topology a = Topology::build(c, 64);
   const Topology b = Topology::build(c, 64);
   std::map<std::string, int> spine_use;
