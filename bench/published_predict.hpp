@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
 #include "core/program/builder.hpp"
+#include "planner/planner.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/engine.hpp"
 #include "published.hpp"
@@ -90,6 +92,66 @@ inline Result<cli::Scenario> scenario_of(const PublishedRun& run) {
   if (!s) return tl::unexpected(s.error());
   sc->setup = std::move(*s);
   return sc;
+}
+
+// A published run whose table leaves the micro-batch size and the pipeline
+// schedule unsaid (the Megatron-LM README H100 table): the plan the planner
+// picks with everything the table and its text state held fixed (tp, pp,
+// dp, no CP, the distributed optimizer, the overlaps, sequence parallelism
+// with tp > 1, no recomputation, even stages) and the rest searched (micro-
+// batch size, 1F1B or interleaved with any virtual stages), as whoever ran
+// the benchmark tuned them. The pick is made once, with the shipped cost
+// profile; on failure the run keeps its stated plan and `error` says why.
+inline PublishedRun tuned(PublishedRun run, std::string* error = nullptr) {
+  auto sc = scenario_of(run);
+  auto fail = [&](const std::string& why) {
+    if (error) *error = run.label + ": " + why;
+    return run;
+  };
+  if (!sc) return fail(sc.error().str());
+  const PlanSpec& stated = sc->setup.plan;
+  planner::SearchInputs in;
+  in.model = sc->setup.model;
+  in.cluster = sc->setup.cluster;
+  in.training = sc->setup.training;
+  in.gpu_counts = {run.gpus};
+  planner::Constraints& c = in.constraints;
+  c.tp.values = {stated.tp};
+  c.pp.values = {stated.pp};
+  c.dp.values = {run.gpus / (stated.tp * stated.pp * stated.cp)};
+  c.cp.values = {stated.cp};
+  c.ep.values = {1};
+  c.recompute = {RecomputeGranularity::none};
+  c.zero = {1};
+  c.hsdp = false;
+  c.sp = stated.sequence_parallel;
+  c.distopt = stated.distributed_optimizer;
+  c.overlap_grad_reduce = stated.overlap_grad_reduce;
+  c.overlap_param_gather = stated.overlap_param_gather;
+  c.tp_comm_overlap = stated.tp_comm_overlap;
+  c.uneven = planner::UnevenStages::off;
+  auto checked = planner::check_inputs(std::move(in));
+  if (!checked) return fail(checked.error().str());
+  planner::SearchOptions o;
+  o.threads = 1;
+  auto r = planner::search(*checked, o);
+  if (!r) return fail(r.error().str());
+  if (r->ranked.empty()) return fail("the planner found no plan that fits");
+  run.plan = format_inline_plan(r->ranked.front().plan);
+  return run;
+}
+
+// The Megatron-LM README H100 rows with their plans tuned (tuned()), picked
+// once per reference directory.
+inline const std::vector<PublishedRun>& megatron_h100_tuned(const std::string& ref_dir) {
+  static std::map<std::string, std::vector<PublishedRun>> cache;
+  auto it = cache.find(ref_dir);
+  if (it == cache.end()) {
+    std::vector<PublishedRun> runs;
+    for (const PublishedRun& run : megatron_h100(ref_dir)) runs.push_back(tuned(run));
+    it = cache.emplace(ref_dir, std::move(runs)).first;
+  }
+  return it->second;
 }
 
 // One published run simulated with the shipped model, cluster and cost
@@ -487,7 +549,7 @@ inline std::vector<cli::RegimeStats> regime_stats(const std::string& ref_dir) {
   const Table tables[] = {{narayanan_table1(ref_dir), "Narayanan et al. 2021 Tables 1 and 2"},
                           {narayanan_table2_ptdp(ref_dir), "Narayanan et al. 2021 Tables 1 and 2"},
                           {shoeybi_2019(), "Shoeybi et al. 2019"},
-                          {megatron_h100(ref_dir), "Megatron-LM README H100 table"},
+                          {megatron_h100_tuned(ref_dir), "Megatron-LM README H100 table"},
                           {bridge_nemo_dense(ref_dir), "Megatron-Bridge and NeMo performance summaries"},
                           {bridge_nemo_moe(ref_dir), "Megatron-Bridge MoE rows"},
                           {bridge_fsdp(ref_dir), "Megatron-Bridge rows with Megatron-FSDP"},
@@ -564,7 +626,7 @@ inline ClockFit fit_sustained_clock(const std::string& ref_dir, const std::strin
   };
   std::vector<Row> rows;
   constexpr double kAt[3] = {0.7, 0.85, 1.0};
-  std::vector<PublishedRun> runs = megatron_h100(ref_dir);
+  std::vector<PublishedRun> runs = megatron_h100_tuned(ref_dir);
   for (PublishedRun& r : bridge_nemo_dense(ref_dir)) runs.push_back(std::move(r));
   std::vector<std::unique_ptr<TempFile>> files;
   for (double at : kAt)

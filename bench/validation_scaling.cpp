@@ -169,7 +169,7 @@ std::string interference_section(const std::string& ref) {
   };
   row("Narayanan et al. 2021 Table 1 (A100)", errors(bench::narayanan_table1(ref), all));
   row("Narayanan et al. 2021 Table 2 (A100)", errors(bench::narayanan_table2_ptdp(ref), all));
-  row("Megatron-LM README (H100)", errors(bench::megatron_h100(ref), all));
+  row("Megatron-LM README (H100)", errors(bench::megatron_h100_tuned(ref), all));
   const std::vector<bench::PublishedRun> dense = bench::bridge_nemo_dense(ref);
   row("Bridge / NeMo dense, H100, no CP", errors(dense, [](const bench::PublishedRun& r) { return r.cp == 1 && r.gpu == "H100"; }));
   row("Bridge dense, B200 and GB200, no CP", errors(dense, [](const bench::PublishedRun& r) { return r.cp == 1 && r.gpu != "H100"; }));

@@ -181,7 +181,7 @@ TEST_CASE("The H100 profile at its measurement clock reproduces cuDNN fused atte
     CHECK(f / cm.attention_fwd_s(a) / 1e12 == Approx(fwd[i]).epsilon(0.02));
     CHECK(b / cm.attention_bwd_s(a) / 1e12 == Approx(bwd[i]).epsilon(0.02));
   }
-  // At the sustained clock of training load every call takes 1 / 0.833 as long (less the launch).
+  // At the sustained clock of training load every call takes 1 / sustained_clock as long (less the launch).
   const CostModel shipped = model_for("dgx-h100");
   const AttentionShape a = causal(1, 32, 4096, 128);
   const double launch = cm.profile().launch_overhead_s;
