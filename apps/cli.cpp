@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "apps/calibrate.hpp"
 #include "apps/compare.hpp"
@@ -14,6 +17,7 @@
 #include "apps/simulate.hpp"
 #include "apps/sweep.hpp"
 #include "config/library.hpp"
+#include "core/accounting/memory.hpp"
 
 namespace megascope::cli {
 
@@ -39,11 +43,59 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--mtp-layers", o.mtp_layers, "multi-token-prediction layers (default: the model's; 0: trained without)");
 }
 
+// Edit distance (insertions, deletions, substitutions) between two names.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The unexpected arguments of a parse, as one message: each unknown option
+// of the command with the nearest option it has ("did you mean"), and what
+// to do when no command was given.
+std::string unexpected_message(const CLI::App& app, const std::vector<std::string>& extras) {
+  const CLI::App* cmd = nullptr;
+  for (const CLI::App* sub : app.get_subcommands()) cmd = sub;
+  std::string msg;
+  for (const std::string& x : extras) {
+    if (x.rfind("--", 0) != 0) continue;
+    const std::string name = x.substr(0, x.find('='));
+    std::string best;
+    std::size_t best_d = 4;   // suggest only names within 3 edits
+    if (cmd)
+      for (const CLI::Option* opt : cmd->get_options())
+        for (const std::string& l : opt->get_lnames()) {
+          const std::size_t d = edit_distance(name.substr(2), l);
+          if (d < best_d) best_d = d, best = "--" + l;
+        }
+    msg += fmt::format("{}unknown option {}{}", msg.empty() ? "" : "; ", name,
+                       best.empty() ? "" : fmt::format(" (did you mean {}?)", best));
+  }
+  if (msg.empty()) {
+    std::string list;
+    for (const std::string& x : extras) list += (list.empty() ? "" : " ") + x;
+    msg = "unexpected arguments: " + list;
+  }
+  if (cmd) return fmt::format("megascope {}: {}; see megascope {} --help", cmd->get_name(), msg, cmd->get_name());
+  return fmt::format("megascope: {}; give a command first (estimate, simulate, plan, sweep, compare, run, calibrate, "
+                     "list), as in megascope simulate --help", msg);
+}
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"Megascope: plan, simulate and measure 5-D parallel transformer training"};
   app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("megascope ") + MEGASCOPE_VERSION);
 
   ScenarioOptions est;
   bool json = false;
@@ -104,12 +156,23 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return 0;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << "\n";
+    return 0;
+  } catch (const CLI::ExtrasError&) {
+    std::vector<std::string> extras = app.remaining();
+    for (const CLI::App* sub : app.get_subcommands())
+      for (const std::string& x : sub->remaining()) extras.push_back(x);
+    err << unexpected_message(app, extras) << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) {
       out << (e.get_name() == "CallForAllHelp" ? app.help("", CLI::AppFormatMode::All) : app.help());
       return 0;
     }
-    err << "megascope: " << e.what() << "\n";
+    std::string who = "megascope";
+    for (const CLI::App* sub : app.get_subcommands()) who += " " + sub->get_name();
+    err << who << ": " << e.what() << (who == "megascope" ? "" : "; see " + who + " --help") << "\n";
     return 2;
   }
 
@@ -121,7 +184,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     if (json) out << estimate_json(*sc).dump(2) << "\n";
     else out << estimate_text(*sc);
-    return 0;
+    return memory_report(sc->setup).fits ? 0 : kExitDoesNotFit;
   }
   if (*simulate) {
     sim_opts.mode = mode == "full" ? sim::Mode::full : sim::Mode::reduced;
@@ -137,7 +200,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     }
     if (sim_json) out << simulate_json(*sc, *outcome, sim_opts).dump(2) << "\n";
     else out << simulate_text(*sc, *outcome, sim_opts);
-    return 0;
+    return memory_report(sc->setup).fits ? 0 : kExitDoesNotFit;
   }
   if (*plan) return run_plan(plan_opts, out, err);
   if (*sweep) return run_sweep(sweep_opts, out, err);

@@ -122,6 +122,9 @@ std::string estimate_text(const Scenario& sc) {
   addl(o, "  batch     global {} x seq {}: {} micro-batches of {} per pipeline, schedule {}{}",
        s.training.global_batch_size, s.seq_length, s.num_microbatches, s.plan.micro_batch_size,
        to_string(s.plan.schedule), s.vpp > 1 ? fmt::format(" (vpp {})", s.vpp) : std::string());
+  if (!mem.fits)
+    addl(o, "  memory    DOES NOT FIT: {:.2f} GiB at the peak (stage {}), {:.2f} GiB more than a GPU's {:.2f} GiB",
+         mem.peak_bytes / kGiB, mem.peak_stage, (mem.peak_bytes - mem.capacity_bytes) / kGiB, mem.capacity_bytes / kGiB);
   addl(o, "");
   addl(o, "Parameters");
   addl(o, "  total     {}  (tokenizer vocab {}; padded to {} for tp {})", billions(mp.total()), s.model.vocab_size,

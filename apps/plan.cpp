@@ -1,5 +1,7 @@
 #include "apps/plan.hpp"
 
+#include "apps/cli.hpp"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -454,7 +456,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
       j["explain"] = e;
     }
     out << j.dump(2) << "\n";
-    return 0;
+    return res->ranked.empty() ? kExitDoesNotFit : 0;
   }
   if (o.csv) {
     out << "rank,plan,gpus,tokens_per_s,tflops_per_gpu,mfu,step_time_s,peak_memory_gib,headroom_gib,bubble_fraction,"
@@ -467,7 +469,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
                          p.memory.peak_bytes / kGiB, p.headroom_bytes() / kGiB, r.bubble_fraction,
                          p.exposed_comm_s() / r.step_time_s, p.stage1.step_s);
     }
-    return 0;
+    return res->ranked.empty() ? kExitDoesNotFit : 0;
   }
 
   // Human report.
@@ -553,7 +555,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
       }
     }
   }
-  return 0;
+  return res->ranked.empty() ? kExitDoesNotFit : 0;
 }
 
 }  // namespace megascope::cli

@@ -134,6 +134,10 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
   if (s.model.moe && s.expert_load != 1.0)
     addl(t, "  experts    the busiest EP rank's experts take {:.2f}x their balanced share of tokens; every EP rank is "
          "priced at it", s.expert_load);
+  if (!mem.fits)
+    addl(t, "  memory     DOES NOT FIT: {:.2f} GiB at the peak (stage {}), {:.2f} GiB more than a GPU's {:.2f} GiB; the "
+         "times below are for a GPU that could hold it", mem.peak_bytes / kGiB, mem.peak_stage,
+         (mem.peak_bytes - mem.capacity_bytes) / kGiB, mem.capacity_bytes / kGiB);
   addl(t, "");
   if (s.plan.post_validation)
     addl(t, "  step time  {:.4f} s (post-validation: the longest rank's own span; first op to last op of any rank "

@@ -14,6 +14,10 @@ struct Run {
   std::string out, err;
 };
 
+// Whether a command printed its result: exit 0, or 4 (printed, but the plan
+// does not fit in memory), for tests about something other than the fit.
+inline bool printed(const Run& r) { return r.code == 0 || r.code == cli::kExitDoesNotFit; }
+
 inline Run run(std::vector<std::string> args) {
   args.insert(args.begin(), "megascope");
   std::vector<const char*> argv;

@@ -19,6 +19,7 @@ namespace {
 
 using megascope::test::Run;
 using megascope::test::run;
+using megascope::test::printed;
 
 std::string fixture(const std::string& name) { return std::string(MEGASCOPE_TEST_FIXTURES) + "/" + name; }
 
@@ -65,14 +66,14 @@ TEST_CASE("The JSON output has the documented schema and consistent totals", "[a
 TEST_CASE("Models come from shipped names, TOML files and config.json, and plans from inline text and TOML", "[apps]") {
   CHECK(run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=2,pp=2",
              "--global-batch", "16"}).code == 0);
-  CHECK(run({"estimate", "--model", fixture("toml/tiny-model.toml"), "--cluster", fixture("toml/tiny-cluster.toml"),
-             "--plan", fixture("toml/plan.toml"), "--global-batch", "8"}).code == 0);
+  CHECK(printed(run({"estimate", "--model", fixture("toml/tiny-model.toml"), "--cluster", fixture("toml/tiny-cluster.toml"),
+                     "--plan", fixture("toml/plan.toml"), "--global-batch", "8"})));
   const Run hf = run({"estimate", "--model", fixture("hf/llama3-8b.json"), "--cluster", "dgx-h100", "--nodes", "1",
                       "--plan", "tp=8", "--global-batch", "4", "--seq-len", "8192", "--json"});
   REQUIRE(hf.code == 0);
   CHECK(nlohmann::json::parse(hf.out)["params_total"].get<double>() == Approx(8.03e9).epsilon(0.002));
   const Run ex = run({"estimate", "--example", fixture("toml/example.toml"), "--json"});
-  REQUIRE(ex.code == 0);
+  REQUIRE(printed(ex));
   CHECK(nlohmann::json::parse(ex.out)["setup"]["pp"] == 2);
 }
 
@@ -153,6 +154,66 @@ TEST_CASE("Unknown options are usage errors (exit 2) and help exits 0", "[apps]"
   CHECK(run({"--help"}).code == 0);
 }
 
+TEST_CASE("A misspelt option is a usage error naming the command and the option it is nearest to; --version prints the version",
+          "[apps]") {
+  const Run sim = run({"simulate", "--glob-batch", "512"});
+  CHECK(sim.code == 2);
+  CHECK(sim.out.empty());
+  CHECK(sim.err == "megascope simulate: unknown option --glob-batch (did you mean --global-batch?); see megascope simulate "
+                   "--help\n");
+  const Run plan = run({"plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "8",
+                        "--tpp", "8"});
+  CHECK(plan.code == 2);
+  CHECK_THAT(plan.err, Catch::Contains("megascope plan: unknown option --tpp (did you mean --tp?)"));
+  // Nothing near: no suggestion.
+  CHECK_THAT(run({"estimate", "--zzzzzzzzzz"}).err, Catch::Contains("unknown option --zzzzzzzzzz;") &&
+                                                       !Catch::Contains("did you mean"));
+  // No command: say to give one first.
+  const Run bare = run({"--glob-batch", "512"});
+  CHECK(bare.code == 2);
+  CHECK_THAT(bare.err, Catch::Contains("megascope: unknown option --glob-batch; give a command first"));
+  // Other usage errors name the command too.
+  CHECK_THAT(run({"simulate", "--mode", "fast"}).err, Catch::StartsWith("megascope simulate: --mode: fast not in"));
+  const Run v = run({"--version"});
+  CHECK(v.code == 0);
+  CHECK_THAT(v.out, Catch::Matches("megascope [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
+TEST_CASE("A plan that does not fit exits 4 with its result printed and says so before the times; plan exits 4 when no plan "
+          "fits",
+          "[apps]") {
+  const std::vector<std::string> big = {"--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=8",
+                                        "--global-batch", "8"};
+  for (const char* cmd : {"simulate", "estimate"}) {
+    std::vector<std::string> args = {cmd};
+    args.insert(args.end(), big.begin(), big.end());
+    const Run r = run(args);
+    INFO(cmd << ": " << r.err);
+    CHECK(r.code == 4);
+    CHECK(r.err.empty());
+    const auto at = r.out.find("DOES NOT FIT:");
+    REQUIRE(at != std::string::npos);
+    if (std::string(cmd) == "simulate") CHECK(at < r.out.find("step time"));
+    else CHECK(at < r.out.find("Memory per rank"));
+    args.push_back("--json");
+    const Run j = run(args);
+    CHECK(j.code == 4);
+    const auto parsed = nlohmann::json::parse(j.out);
+    CHECK_FALSE((std::string(cmd) == "simulate" ? parsed["memory"]["fits"] : parsed["fits"]).get<bool>());
+  }
+  // The same model on 64 GPUs fits: exit 0, no such line.
+  const Run fits = run({"simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--plan",
+                        "tp=8,pp=4,sp=on,recompute=selective,distopt=on", "--global-batch", "64"});
+  CHECK(fits.code == 0);
+  CHECK(fits.out.find("DOES NOT FIT") == std::string::npos);
+  const Run none = run({"plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8",
+                        "--no-progress"});
+  CHECK(none.code == 4);
+  CHECK_THAT(none.out, Catch::Contains("no plan fits in memory"));
+  CHECK(run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8", "--no-progress",
+             "--top", "2"}).code == 0);
+}
+
 TEST_CASE("list names every shipped model and cluster", "[apps]") {
   const Run r = run({"list"});
   REQUIRE(r.code == 0);
@@ -229,7 +290,7 @@ TEST_CASE("Every shipped example simulates, and DeepSeek-V3 on H800s within 10 p
     ++examples;
     const Run r = run({"simulate", "--example", entry.path().string(), "--json"});
     INFO(entry.path().string() << ": " << r.err);
-    REQUIRE(r.code == 0);
+    REQUIRE(printed(r));   // the DeepSeek-V3 run's memory is over-counted (docs/validation.md): exit 4
     const auto j = nlohmann::json::parse(r.out);
     CHECK(j["step_time_s"].get<double>() > 0);
     if (entry.path().stem() == "deepseek-v3-h800") {
@@ -283,7 +344,7 @@ TEST_CASE("An example's [training] fp8_recipe: tensorwise scaling slows FP8 step
   const auto step = [&]() {
     const Run r = run({"simulate", "--example", file, "--json"});
     INFO(r.err);
-    REQUIRE(r.code == 0);
+    REQUIRE(printed(r));
     return nlohmann::json::parse(r.out)["step_time_s"].get<double>();
   };
   example_with("precision = \"fp8\"\n");
@@ -428,15 +489,15 @@ TEST_CASE("The option --moe-imbalance sets the load of a shipped MoE model for s
     return a;
   };
   const Run base = run(sim), skewed = run(with(sim, {"--moe-imbalance", "1.5"}));
-  REQUIRE(base.code == 0);
-  REQUIRE(skewed.code == 0);
+  REQUIRE(printed(base));
+  REQUIRE(printed(skewed));
   const auto jb = nlohmann::json::parse(base.out), js = nlohmann::json::parse(skewed.out);
   CHECK(jb["setup"]["expert_load"].get<double>() == 1.0);
   CHECK(js["setup"]["expert_load"].get<double>() == 1.5);
   CHECK(js["step_time_s"].get<double>() > jb["step_time_s"].get<double>());
   const Run est = run({"estimate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--plan",
                        "tp=1,ep=8", "--global-batch", "16", "--moe-imbalance", "2", "--json"});
-  REQUIRE(est.code == 0);
+  REQUIRE(printed(est));
   CHECK(nlohmann::json::parse(est.out)["setup"]["expert_load"].get<double>() == 2.0);
   expect_one_error(run(with(sim, {"--moe-imbalance", "0.5"})), "--moe-imbalance");
   expect_one_error(run({"simulate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--plan", "tp=1",

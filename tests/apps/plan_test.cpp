@@ -167,7 +167,7 @@ TEST_CASE("plan --uneven-stages: a pipeline that does not divide the layers gets
   std::vector<std::string> off = a;
   off.insert(off.end(), {"--uneven-stages", "off"});
   const Run none = run(off);
-  REQUIRE(none.code == 0);
+  REQUIRE(none.code == 4);
   CHECK(nlohmann::json::parse(none.out).at("ranked").empty());   // no even split of 36 layers over 8 ranks
 }
 
@@ -177,13 +177,13 @@ TEST_CASE("plan says whether no plan is legal or no legal plan fits in memory", 
   none[6] = "4096";
   none[8] = "8";
   const Run illegal = run(none);
-  REQUIRE(illegal.code == 0);
+  REQUIRE(illegal.code == 4);
   CHECK_THAT(illegal.out, Catch::Contains("no legal plan") && !Catch::Contains("fits in memory"));
   CHECK_THAT(illegal.out, Catch::Contains(" 0 plans with every"));
   // A 175B model on one node fits nowhere.
   const Run big = run({"plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "8",
                        "--no-progress"});
-  REQUIRE(big.code == 0);
+  REQUIRE(big.code == 4);
   CHECK_THAT(big.out, Catch::Contains("no plan fits in memory") && Catch::Contains("best plan rejected for memory"));
 }
 
