@@ -242,6 +242,7 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
     in.cluster.num_nodes = *o.nodes;
   }
   if (auto ok = apply_search_options(o, in); !ok) return Err(ok.error());
+  default_hf_seq_length(*o.model, in.model, in.training);   // run_plan prints the note
   return with_training_file(planner::check_inputs(in), o);
 }
 
@@ -480,6 +481,8 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   out << fmt::format("megascope plan: {} on {} of {} ({}), global batch {} x {} tokens\n", in->model.name, counts,
                      in->cluster.name, in->cluster.device.name, in->training.global_batch_size, seq);
   if (const std::string t = training_text(in->training); !t.empty()) out << "  training: " << t << "\n";
+  if (TrainingSpec fresh; !o.seq_len && !o.training)
+    if (auto note = default_hf_seq_length(*o.model, in->model, fresh)) out << "  note: " << *note << "\n";
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),
                      res->ranked.size(), res->stage2_s);

@@ -25,6 +25,13 @@ Result<void> override_moe_imbalance(ModelSpec& m, std::optional<double> imbalanc
   return {};
 }
 
+std::optional<std::string> default_hf_seq_length(const std::string& model_arg, const ModelSpec& m, TrainingSpec& t) {
+  if (!model_arg.ends_with(".json") || t.seq_length || m.seq_length <= kHfSeqLen) return std::nullopt;
+  t.seq_length = kHfSeqLen;
+  return fmt::format("sequence length {} assumed: {}'s max_position_embeddings ({}) is the longest the model takes, not "
+                     "a training length; give --seq-len", kHfSeqLen, model_arg, m.seq_length);
+}
+
 Result<Scenario> load_scenario(const ScenarioOptions& o) {
   Scenario sc;
   ModelSpec model;
@@ -112,6 +119,8 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
     return Err(usage("--global-batch", fmt::format("must be >= 1, found {}", *o.global_batch)));
   if (o.global_batch) training.global_batch_size = *o.global_batch;
   if (o.seq_len) training.seq_length = *o.seq_len;
+  if (o.model)
+    if (auto note = default_hf_seq_length(*o.model, model, training)) sc.notes.push_back(*note);
   if (!have_training && !o.global_batch)
     return Err(usage("--global-batch", "the global batch size is required: --global-batch B"));
   if (training.global_batch_size < 1)

@@ -38,6 +38,14 @@ struct Scenario {
 
 Result<Scenario> load_scenario(const ScenarioOptions& o);
 
+// A Hugging Face config.json states the longest sequence the model takes
+// (max_position_embeddings, 131,072 for Llama 3.1), not a training length.
+// A model loaded from one (`model_arg` ends in .json) with no training
+// length given trains at kHfSeqLen tokens, or its maximum where that is
+// shorter: sets training.seq_length and returns the note that says so.
+inline constexpr std::int64_t kHfSeqLen = 4096;
+std::optional<std::string> default_hf_seq_length(const std::string& model_arg, const ModelSpec& m, TrainingSpec& t);
+
 // --moe-imbalance: sets the model's [model.moe] load_imbalance (the busiest EP
 // rank's tokens over the mean). An error for a dense model or a value that is
 // not a finite number >= 1, naming the option.

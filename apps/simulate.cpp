@@ -108,6 +108,7 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
   j["stages"] = stages;
   j["memory"] = {{"peak_bytes", mem.peak_bytes}, {"capacity_bytes", mem.capacity_bytes}, {"fits", mem.fits},
                  {"peak_stage", mem.peak_stage}};
+  j["notes"] = sc.notes;
   j["simulation"] = {{"mode", o.mode == sim::Mode::full ? "full" : "reduced"},
                      {"simulated_ranks", out.result.simulated_ranks.size()},
                      {"ops_per_stage_total", out.program.op_count()},
@@ -138,6 +139,7 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
     addl(t, "  memory     DOES NOT FIT: {:.2f} GiB at the peak (stage {}), {:.2f} GiB more than a GPU's {:.2f} GiB; the "
          "times below are for a GPU that could hold it", mem.peak_bytes / kGiB, mem.peak_stage,
          (mem.peak_bytes - mem.capacity_bytes) / kGiB, mem.capacity_bytes / kGiB);
+  for (const auto& n : sc.notes) addl(t, "  note       {}", n);
   addl(t, "");
   if (s.plan.post_validation)
     addl(t, "  step time  {:.4f} s (post-validation: the longest rank's own span; first op to last op of any rank "

@@ -77,6 +77,38 @@ TEST_CASE("Models come from shipped names, TOML files and config.json, and plans
   CHECK(nlohmann::json::parse(ex.out)["setup"]["pp"] == 2);
 }
 
+TEST_CASE("A Hugging Face config.json trains at 4096 tokens, not its max_position_embeddings, unless told, and says so",
+          "[apps]") {
+  // The fixture's max_position_embeddings is 8192.
+  const std::vector<std::string> sim = {"simulate", "--model", fixture("hf/llama3-8b.json"), "--cluster", "dgx-h100",
+                                        "--gpus", "64", "--plan", "tp=2", "--global-batch", "64"};
+  const Run r = run(sim);
+  REQUIRE(printed(r));
+  CHECK_THAT(r.out, Catch::Contains("global 64 x seq 4096") &&
+                        Catch::Contains("note       sequence length 4096 assumed") &&
+                        Catch::Contains("max_position_embeddings (8192)"));
+  CHECK(r.out.find("note ") < r.out.find("step time"));
+  std::vector<std::string> json = sim;
+  json.push_back("--json");
+  const auto j = nlohmann::json::parse(run(json).out);
+  CHECK(j["setup"]["seq_length"] == 4096);
+  REQUIRE(j["notes"].size() == 1);
+  // --seq-len decides, with no note.
+  std::vector<std::string> given = sim;
+  given.insert(given.end(), {"--seq-len", "8192"});
+  const Run g = run(given);
+  CHECK_THAT(g.out, Catch::Contains("global 64 x seq 8192") && !Catch::Contains("assumed"));
+  // plan: the same default and note.
+  const Run p = run({"plan", "--model", fixture("hf/llama3-8b.json"), "--cluster", "dgx-h100", "--gpus", "64",
+                     "--global-batch", "64", "--top", "1", "--no-progress"});
+  REQUIRE(p.code == 0);
+  CHECK_THAT(p.out, Catch::Contains("64 x 4096 tokens") && Catch::Contains("note: sequence length 4096 assumed"));
+  // A shipped model keeps its own length.
+  CHECK_THAT(run({"simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--plan", "tp=2",
+                  "--global-batch", "64"}).out,
+             Catch::Contains("seq 8192") && !Catch::Contains("assumed"));
+}
+
 TEST_CASE("A Megatron-LM launch line replaces model, plan and batch, and DP follows from the GPU count", "[apps]") {
   const std::string line =
       "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 105 --hidden-size 20480 --num-attention-heads 128 "
