@@ -32,8 +32,9 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--deepspeed-config", o.deepspeed_config,
                  "a DeepSpeed ds_config.json: its ZeRO stage, overlap, buckets, batch and precision replace the plan's");
   cmd.add_option("--example", o.example, "an [example] TOML file (default: the shipped default example)");
-  auto* nodes = cmd.add_option("--nodes", o.nodes, "nodes used (default: the cluster's)");
-  cmd.add_option("--gpus", o.gpus, "devices used (default: the cluster's or the example's)")->excludes(nodes);
+  auto* nodes = cmd.add_option("--nodes", o.nodes, "nodes used (default: as --gpus)");
+  cmd.add_option("--gpus", o.gpus,
+                 "devices used (default: the example's, else the fewest the plan runs on, with a note)")->excludes(nodes);
   cmd.add_option("--global-batch", o.global_batch, "sequences per iteration");
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
   cmd.add_option("--moe-imbalance", o.moe_imbalance,

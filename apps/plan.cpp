@@ -143,7 +143,7 @@ nlohmann::json training_json(const TrainingSpec& t) {
 void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--model", o.model, "shipped model name, model TOML file or Hugging Face config.json")->required();
   cmd.add_option("--cluster", o.cluster, "shipped cluster name or cluster TOML file")->required();
-  auto* gpus = cmd.add_option("--gpus", o.gpus, "GPU count N, or a range A-B (whole nodes, and powers of two below one)");
+  auto* gpus = cmd.add_option("--gpus", o.gpus, "GPU count N, or a range A-B (whole nodes, and powers of two below one); this or --max-gpus is required");
   cmd.add_option("--max-gpus", o.max_gpus, "search every count up to N (whole nodes, and powers of two below one)")
       ->excludes(gpus);
   add_search_options(cmd, o);
@@ -232,8 +232,12 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
     } else {
       return Err(usage("--gpus", "use N, A-B or a list A,B,C"));
     }
+  } else if (o.nodes && *o.nodes >= 1) {
+    in.gpu_counts = {*o.nodes * in.cluster.node.devices_per_node};
   } else {
-    in.gpu_counts = {in.cluster.total_devices()};
+    return Err(usage("--gpus", fmt::format("say how many GPUs the job uses: --gpus N (or a range A-B, or a list), "
+                                           "or --max-gpus N for every whole-node count up to N ({} holds {})",
+                                           in.cluster.name, in.cluster.total_devices())));
   }
   for (int n : in.gpu_counts) most = std::max(most, n);
   if (auto ok = grow_cluster(in.cluster, most); !ok) return Err(ok.error());

@@ -126,6 +126,25 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   if (training.global_batch_size < 1)
     return Err(usage("--global-batch", "the launch line has no --global-batch-size; give --global-batch B"));
 
+  if (!gpus && !o.nodes) {
+    // No GPU count from --gpus, --nodes or an example: not the whole cluster
+    // (thousands of GPUs, and a data-parallel size no batch divides) but the
+    // fewest the plan runs on: tp x pp x cp x dp with the plan's dp, or the
+    // smallest dp (a power of two, for expert parallelism and the batch) that
+    // makes a legal setup.
+    const int dp_from = plan.dp.value_or(1), dp_to = plan.dp.value_or(1 << 20);
+    const std::int64_t per_dp = static_cast<std::int64_t>(plan.tp) * plan.pp * plan.cp;
+    for (int dp = dp_from; dp <= dp_to && per_dp * dp <= cluster->total_devices(); dp *= 2) {
+      const int n = static_cast<int>(per_dp * dp);
+      auto c = with_device_count(*cluster, n);
+      if (!c || !validate_setup(model, *c, training, plan, n)) continue;
+      gpus = n;
+      sc.notes.push_back(fmt::format("--gpus {} assumed: the fewest GPUs the plan runs on (tp {} x pp {} x cp {} x dp {}); "
+                                     "give --gpus or --nodes for the job's size",
+                                     n, plan.tp, plan.pp, plan.cp, dp));
+      break;
+    }
+  }
   if (o.nodes) {
     if (*o.nodes < 1) return Err(usage("--nodes", fmt::format("must be >= 1, found {}", *o.nodes)));
     cluster->num_nodes = *o.nodes;

@@ -109,6 +109,32 @@ TEST_CASE("A Hugging Face config.json trains at 4096 tokens, not its max_positio
              Catch::Contains("seq 8192") && !Catch::Contains("assumed"));
 }
 
+TEST_CASE("Without --gpus a job takes the fewest GPUs its plan runs on, with a note; plan asks for a GPU count", "[apps]") {
+  const Run dense = run({"simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--plan",
+                         "tp=8,pp=4,sp=on,recompute=selective,distopt=on", "--global-batch", "64", "--json"});
+  REQUIRE(dense.code == 0);
+  const auto j = nlohmann::json::parse(dense.out);
+  CHECK(j["setup"]["gpus"] == 32);
+  REQUIRE(j["notes"].size() == 1);
+  CHECK_THAT(j["notes"][0].get<std::string>(), Catch::StartsWith("--gpus 32 assumed") && Catch::Contains("dp 1"));
+  // Expert parallelism 8 needs 8 data-parallel ranks here (tp 1): 8 GPUs.
+  const Run moe = run({"estimate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--plan", "tp=1,ep=8",
+                       "--global-batch", "64"});
+  REQUIRE(printed(moe));
+  CHECK_THAT(moe.out, Catch::Contains("(8 x H100") && Catch::Contains("note: --gpus 8 assumed"));
+  // A plan's own dp decides.
+  CHECK_THAT(run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", "tp=2,dp=4,distopt=on",
+                  "--global-batch", "64"}).out,
+             Catch::Contains("(8 x H100") && Catch::Contains("--gpus 8 assumed"));
+  // Given, no note.
+  CHECK_THAT(run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--plan", "tp=2,distopt=on",
+                  "--global-batch", "64"}).out,
+             Catch::Contains("(16 x H100") && !Catch::Contains("assumed"));
+  const Run plan = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "64"});
+  CHECK(plan.code == 1);
+  CHECK_THAT(plan.err, Catch::Contains("--gpus: say how many GPUs the job uses") && Catch::Contains("dgx-h100 holds 6144"));
+}
+
 TEST_CASE("A Megatron-LM launch line replaces model, plan and batch, and DP follows from the GPU count", "[apps]") {
   const std::string line =
       "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 105 --hidden-size 20480 --num-attention-heads 128 "
