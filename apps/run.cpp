@@ -7,13 +7,16 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
 #include "apps/simulate.hpp"
+#include "core/accounting/memory.hpp"
 #include "core/program/builder.hpp"
+#include "core/units.hpp"
 #include "sim/network.hpp"
 #include "sim/timed_program.hpp"
 #include "exec/mpi_env.hpp"
@@ -166,6 +169,20 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
     errs << fmt::format("megascope run: error: --inject-failure: step {} is not one of the run's steps (1 to {})\n",
                         o.run.fail_step, o.run.steps);
     return 2;
+  }
+  if (!cuda_train) {
+    // The ranks share this host's memory: a model that cannot fit is one
+    // clear error here, not an allocation failure mid-run.
+    const double page = static_cast<double>(sysconf(_SC_PAGE_SIZE)), pages = static_cast<double>(sysconf(_SC_PHYS_PAGES));
+    const double host = page > 0 && pages > 0 ? page * pages : 0;
+    const double need = memory_report(s).peak_bytes * s.world;
+    if (host > 0 && need > host) {
+      errs << fmt::format("megascope run: error: --model: {} needs about {:.1f} GiB on this host ({} rank{} of {:.1f} GiB "
+                          "each: weights, gradients, optimizer state and activations) and the host has {:.1f} GiB; "
+                          "use a smaller model (tiny-gpt, tiny-llama, tiny-moe), a shorter --seq-len, or more hosts\n",
+                          s.model.name, need / units::GiB, s.world, s.world == 1 ? "" : "s", need / s.world / units::GiB, host / units::GiB);
+      return 1;
+    }
   }
   o.run.plan_text = format_inline_plan(s.plan);
   o.run.model_name = s.model.name;

@@ -572,6 +572,16 @@ TEST_CASE("The option --moe-imbalance sets the load of a shipped MoE model for s
                    "no experts");
 }
 
+TEST_CASE("run --backend cpu refuses a model too large for the host's memory with how much it needs, before allocating",
+          "[apps]") {
+  // Llama 3 8B in the CPU executor: some 177 GiB, more than any test host.
+  const auto r = megascope::test::run({"run", "--backend", "cpu", "--model", "llama3-8b", "--global-batch", "1"});
+  CHECK(r.code == 1);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith("megascope run: error: --model: llama3-8b needs about ") &&
+                        Catch::Contains("GiB on this host") && Catch::Contains("use a smaller model"));
+}
+
 TEST_CASE("run refuses NaN, infinite and negative training numbers and a zero checkpoint interval before training",
           "[apps]") {
   // NaN passes a plain number check (every comparison with it is false):
