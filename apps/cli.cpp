@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -150,7 +151,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
                    "and cluster (under mpirun: mpirun -np 2 megascope calibrate --backend cpu)");
   add_calibrate_options(*calibrate, calibrate_opts);
 
-  auto* list = app.add_subcommand("list", "the shipped models and clusters");
+  auto* list = app.add_subcommand("list", "the shipped models, clusters with their devices, and examples");
 
   try {
     app.parse(argc, argv);
@@ -211,8 +212,17 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   if (*list) {
     out << "models   (" << data_dir() << "/models):\n";
     for (const auto& m : shipped_models()) out << "  " << m << "\n";
-    out << "clusters (" << data_dir() << "/clusters):\n";
-    for (const auto& c : shipped_clusters()) out << "  " << c << "\n";
+    out << "clusters (" << data_dir() << "/clusters), each with its device (sweep --device takes either):\n";
+    for (const auto& c : shipped_clusters()) {
+      const auto spec = resolve_cluster(c);
+      out << fmt::format("  {:<14} {}\n", c, spec ? spec->device.name : "(does not load: " + spec.error().str() + ")");
+    }
+    out << "examples (" << data_dir() << "/examples; simulate --example FILE):\n";
+    std::vector<std::string> examples;
+    for (const auto& e : std::filesystem::directory_iterator(data_dir() + "/examples"))
+      if (e.path().extension() == ".toml") examples.push_back(e.path().filename().string());
+    std::sort(examples.begin(), examples.end());
+    for (const auto& e : examples) out << "  " << e << "\n";
     return 0;
   }
   out << app.help();

@@ -136,8 +136,10 @@ std::string estimate_text(const Scenario& sc) {
   addl(o, "");
   addl(o, "FLOPs per iteration (GEMMs only)");
   addl(o, "  model     {:.4e}  = 3 x forward, causal attention halved (Megatron-LM >= 2025-03 counter)", fl.model);
-  addl(o, "  hardware  {:.4e}  model + recomputed forward ({} recomputation)", fl.hardware,
-       to_string(s.plan.recompute.granularity));
+  addl(o, "  hardware  {:.4e}  {}", fl.hardware,
+       s.plan.recompute.granularity == RecomputeGranularity::none
+           ? std::string("= model (no recomputation)")
+           : fmt::format("model + recomputed forward ({} recomputation)", to_string(s.plan.recompute.granularity)));
   addl(o, "  model     {:.4e}  without causal halving (Megatron-LM <= 2025-02, Korthikanti Eq. 7)", fl.model_no_causal);
   addl(o, "");
   addl(o, "Memory per rank, GiB (capacity {:.2f} GiB)", mem.capacity_bytes / kGiB);

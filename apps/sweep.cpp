@@ -77,8 +77,8 @@ void add_sweep_options(CLI::App& cmd, SweepOptions& o) {
   cmd.add_option("--gpus", o.search.gpus,
                  "GPU counts: N, A,B,C, A-BxK (times K) or A-B+K (plus K), e.g. 64-1024x2 (default: the cluster's)");
   cmd.add_option("--device", o.device,
-                 "GPU types replacing the cluster's: device names or prefixes (h100, h200, b200), shipped clusters or "
-                 "cluster files");
+                 "GPU types replacing the cluster's: device names or unique prefixes (h100-sxm, h100-pcie, h200, "
+                 "b200), shipped clusters or cluster files");
   cmd.add_option("--gpus-per-node", o.gpus_per_node,
                  "GPUs per node (same NICs per GPU; a node-sized NVLink domain follows the node)");
   cmd.add_option("--scale-up-domain", o.scale_up_domain, "GPUs per NVLink (scale-up) domain, a multiple of the node");

@@ -272,11 +272,24 @@ TEST_CASE("A plan that does not fit exits 4 with its result printed and says so 
              "--top", "2"}).code == 0);
 }
 
-TEST_CASE("list names every shipped model and cluster", "[apps]") {
+TEST_CASE("list names every shipped model, cluster with its device, and example", "[apps]") {
   const Run r = run({"list"});
   REQUIRE(r.code == 0);
-  for (const char* name : {"gpt3-175b", "llama3-405b", "deepseek-v3", "dgx-a100", "gb200-nvl72", "cpu-host"})
+  for (const char* name : {"gpt3-175b", "llama3-405b", "deepseek-v3", "dgx-a100", "gb200-nvl72", "cpu-host",
+                           "default.toml", "llama3-70b-h100.toml"})
     CHECK_THAT(r.out, Catch::Contains(name));
+  CHECK_THAT(r.out, Catch::Contains("  dgx-h100       H100-SXM5-80GB\n") && Catch::Contains("  pcie-8gpu      H100-PCIe-80GB\n"));
+  // The device prefixes sweep's help gives resolve.
+  for (const char* device : {"h100-sxm", "h100-pcie", "h200", "b200"}) {
+    INFO(device);
+    CHECK(run({"sweep", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--device", device, "--gpus", "8", "--global-batch",
+               "8", "--top", "1", "--threads", "1"}).code == 0);
+  }
+  CHECK_THAT(run({"sweep", "--help"}).out, Catch::Contains("(h100-sxm, h100-pcie, h200,"));
+  // Without recomputation the hardware FLOPs are the model's, said plainly.
+  CHECK_THAT(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--plan", "tp=1",
+                  "--global-batch", "8"}).out,
+             Catch::Contains("= model (no recomputation)") && !Catch::Contains("none recomputation"));
 }
 
 TEST_CASE("The built binary runs the default example from any working directory", "[apps]") {
