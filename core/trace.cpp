@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -64,13 +65,18 @@ Result<void> write_trace(const std::string& path, const Program& p, const TraceI
     const Op& op = stage.ops.at(sp.op);
     std::string name = op.kind == OpKind::compute ? fmt::format("{} {}", to_string(op.phase), to_string(op.label))
                                                   : fmt::format("{} {}", to_string(op.label), to_string(op.kind));
+    if (op.kind == OpKind::compute && std::strcmp(to_string(op.phase), to_string(op.label)) == 0)
+      name = to_string(op.label);   // "optimizer", not "optimizer optimizer"
     if (op.span == CommSpan::rails) name += " (rails)";   // the flex dispatcher's hops
     if (op.span == CommSpan::domain) name += " (domain)";
     if (op.microbatch) name += fmt::format(" mb{}", *op.microbatch);
+    // Start and end rounded to the nanosecond, the duration their difference:
+    // a span that ends where the next starts does not overlap it after rounding.
+    const double ts = std::round(sp.start * 1e9) / 1e3, end = std::round(sp.end * 1e9) / 1e3;
     buf += fmt::format(",\n{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},\"name\":\"{}\",\"cat\":\"{}\","
                        "\"args\":{{\"op\":{},\"phase\":\"{}\",\"microbatch\":{},\"chunk\":{},\"layer\":{},\"bytes\":{:.0f},"
                        "\"flops\":{:.4g}}}}}",
-                       sp.rank, static_cast<int>(op.stream), sp.start * 1e6, (sp.end - sp.start) * 1e6, name,
+                       sp.rank, static_cast<int>(op.stream), ts, end - ts, name,
                        to_string(op.label), sp.op, to_string(op.phase), json_int(op.microbatch), json_int(op.chunk),
                        json_int(op.layer), op.bytes, op.flops);
     if (buf.size() > (1 << 20)) flush();

@@ -2,10 +2,13 @@
 // schema, every way of naming a model, and one clear error (exit 1, one line
 // on stderr, nothing on stdout) for every kind of bad input.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -327,6 +330,45 @@ TEST_CASE("simulate JSON has the documented keys and writes a Perfetto trace", "
   REQUIRE(in.good());
   CHECK(nlohmann::json::parse(in)["traceEvents"].size() > 100);
   std::remove(trace.c_str());
+}
+
+TEST_CASE("A simulated trace's compute spans on one thread follow each other without overlap, rounding included",
+          "[apps]") {
+  // Perfetto wants the spans of a thread nested; a compute stream runs one op
+  // at a time, so its spans must not overlap, not even by the nanosecond
+  // that rounding start and duration separately could add.
+  const std::string path = "megascope-nesting-trace.json";
+  const Run r = run({"simulate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "16", "--plan",
+                     "tp=2,pp=4,vpp=3,schedule=interleaved,sp=on,recompute=selective", "--global-batch", "32", "--trace",
+                     path});
+  REQUIRE(r.code == 0);
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in);
+  std::map<std::pair<int, int>, std::string> thread;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
+  int optimizer = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    const std::pair key{e.at("pid").get<int>(), e.value("tid", -1)};
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") thread[key] = e.at("args").at("name").get<std::string>();
+    if (e.at("ph") != "X") continue;
+    spans[key].emplace_back(e.at("ts").get<double>(), e.at("dur").get<double>());
+    const std::string name = e.at("name").get<std::string>();
+    CHECK(name != "optimizer optimizer");
+    optimizer += name == "optimizer";
+  }
+  CHECK(optimizer > 0);
+  int threads = 0;
+  for (auto& [key, v] : spans) {
+    if (thread[key] != "compute") continue;
+    ++threads;
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      INFO("rank " << key.first << " span " << i << " at " << v[i].first << " us");
+      CHECK(v[i].first >= v[i - 1].first + v[i - 1].second - 1e-6);
+    }
+  }
+  CHECK(threads == 4);   // reduced mode: one rank per stage
+  std::remove(path.c_str());
 }
 
 TEST_CASE("simulate agrees in full and reduced mode on a single node", "[apps]") {
