@@ -38,6 +38,9 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
                  "devices used (default: the example's, else the fewest the plan runs on, with a note)")->excludes(nodes);
   cmd.add_option("--global-batch", o.global_batch, "sequences per iteration");
   cmd.add_option("--seq-len", o.seq_len, "tokens per sequence (default: the model's)");
+  cmd.add_option("--training", o.training,
+                 "a TOML file with a [training] table: precision, FP8 recipe, dtypes, the precision-aware optimizer, "
+                 "and its batch and length unless --global-batch or --seq-len are given (replaces an example's)");
   cmd.add_option("--moe-imbalance", o.moe_imbalance,
                  "MoE: the busiest EP rank's tokens over the mean (default: the model's load_imbalance, 1 if unset)");
   cmd.add_option("--moe-histogram", o.moe_histogram,

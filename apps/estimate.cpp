@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "apps/plan.hpp"
 #include "config/plan_settings.hpp"
 #include "core/accounting/flops.hpp"
 #include "core/accounting/megatron_estimator.hpp"
@@ -122,6 +123,7 @@ std::string estimate_text(const Scenario& sc) {
   addl(o, "  batch     global {} x seq {}: {} micro-batches of {} per pipeline, schedule {}{}",
        s.training.global_batch_size, s.seq_length, s.num_microbatches, s.plan.micro_batch_size,
        to_string(s.plan.schedule), s.vpp > 1 ? fmt::format(" (vpp {})", s.vpp) : std::string());
+  if (const std::string tt = training_text(s.training); !tt.empty()) addl(o, "  training  {}", tt);
   if (!mem.fits)
     addl(o, "  memory    DOES NOT FIT: {:.2f} GiB at the peak (stage {}), {:.2f} GiB more than a GPU's {:.2f} GiB",
          mem.peak_bytes / kGiB, mem.peak_stage, (mem.peak_bytes - mem.capacity_bytes) / kGiB, mem.capacity_bytes / kGiB);

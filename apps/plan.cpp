@@ -113,7 +113,10 @@ std::string plan_text(const PlanSpec& p) { return format_inline_plan(p); }
 
 std::string training_text(const TrainingSpec& t) {
   std::vector<std::string> parts;
-  if (t.precision != Precision::bf16) parts.push_back(fmt::format("{} GEMMs", to_string(t.precision)));
+  if (t.precision == Precision::fp8)
+    parts.push_back(fmt::format("fp8 GEMMs ({} recipe)", to_string(t.fp8_recipe)));
+  else if (t.precision != Precision::bf16)
+    parts.push_back(fmt::format("{} GEMMs", to_string(t.precision)));
   if (t.params_dtype != Dtype::bf16) parts.push_back(fmt::format("{} weights", to_string(t.params_dtype)));
   if (t.grad_dtype != Dtype::fp32) parts.push_back(fmt::format("{} gradients", to_string(t.grad_dtype)));
   if (const OptimizerPrecision& op = t.optimizer_precision; op.enabled) {

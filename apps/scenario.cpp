@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config/library.hpp"
+#include "config/spec_toml.hpp"
 #include "config/deepspeed_config.hpp"
 #include "config/megatron_args.hpp"
 #include "config/token_histogram.hpp"
@@ -117,6 +118,13 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   if (!have_plan) return Err(usage("--plan", "a plan is required: --plan \"tp=8,pp=2,...\"|FILE"));
   if (o.global_batch && *o.global_batch < 1)
     return Err(usage("--global-batch", fmt::format("must be >= 1, found {}", *o.global_batch)));
+  if (o.training) {
+    if (o.megatron_args) return Err(usage("--training", "--megatron-args carries the training setup; do not give both"));
+    auto t = o.global_batch ? load_training_toml(*o.training, *o.global_batch) : load_training_toml(*o.training);
+    if (!t) return Err(t.error());
+    training = std::move(*t);
+    have_training = true;
+  }
   if (o.global_batch) training.global_batch_size = *o.global_batch;
   if (o.seq_len) training.seq_length = *o.seq_len;
   if (o.model)

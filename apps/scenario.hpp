@@ -24,6 +24,7 @@ struct ScenarioOptions {
   std::optional<int> gpus;
   std::optional<std::int64_t> global_batch;
   std::optional<std::int64_t> seq_len;
+  std::optional<std::string> training;        // a [training] TOML file: precision, dtypes, optimizer, batch, length
   std::optional<double> moe_imbalance;        // overrides the model's [model.moe] load_imbalance
   std::optional<std::string> moe_histogram;   // a measured per-expert token distribution (config/token_histogram.hpp)
   std::optional<int> mtp_layers;              // overrides the model's mtp_num_layers (0: trained without MTP)

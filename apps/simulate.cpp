@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "apps/expected_error.hpp"
+#include "apps/plan.hpp"
 #include "config/plan_settings.hpp"
 #include "core/accounting/memory.hpp"
 #include "core/program/builder.hpp"
@@ -132,6 +133,7 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
   addl(t, "  plan       {}", format_inline_plan(plan));
   addl(t, "  batch      global {} x seq {}: {} micro-batches per pipeline", s.training.global_batch_size, s.seq_length,
        s.num_microbatches);
+  if (const std::string tt = training_text(s.training); !tt.empty()) addl(t, "  training   {}", tt);
   if (s.model.moe && s.expert_load != 1.0)
     addl(t, "  experts    the busiest EP rank's experts take {:.2f}x their balanced share of tokens; every EP rank is "
          "priced at it", s.expert_load);

@@ -112,6 +112,33 @@ TEST_CASE("A Hugging Face config.json trains at 4096 tokens, not its max_positio
              Catch::Contains("seq 8192") && !Catch::Contains("assumed"));
 }
 
+TEST_CASE("estimate and simulate take a [training] file as plan does: its precision moves the step, and it is shown",
+          "[apps]") {
+  const std::string file = "megascope-training-option.toml";
+  std::ofstream(file) << "[training]\nglobal_batch_size = 16\nprecision = \"fp8\"\nfp8_recipe = \"tensorwise\"\n";
+  const std::vector<std::string> base = {"--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--plan",
+                                         "tp=2,sp=on,distopt=on"};
+  const auto with = [&](std::vector<std::string> head, const std::vector<std::string>& more) {
+    head.insert(head.end(), base.begin(), base.end());
+    head.insert(head.end(), more.begin(), more.end());
+    return head;
+  };
+  const Run fp8 = run(with({"simulate"}, {"--training", file, "--json"}));
+  REQUIRE(fp8.code == 0);
+  const Run bf16 = run(with({"simulate"}, {"--global-batch", "16", "--json"}));
+  REQUIRE(bf16.code == 0);
+  CHECK(nlohmann::json::parse(fp8.out)["step_time_s"].get<double>() <
+        0.9 * nlohmann::json::parse(bf16.out)["step_time_s"].get<double>());
+  CHECK_THAT(run(with({"simulate"}, {"--training", file})).out, Catch::Contains("  training   fp8 GEMMs (tensorwise recipe)"));
+  const Run est = run(with({"estimate"}, {"--training", file, "--global-batch", "32"}));
+  REQUIRE(est.code == 0);
+  CHECK_THAT(est.out, Catch::Contains("global 32 x seq") && Catch::Contains("  training  fp8 GEMMs"));
+  std::ofstream(file) << "[training]\nglobal_batch_size = 16\nprecision = \"fp7\"\n";
+  expect_one_error(run(with({"simulate"}, {"--training", file})), "megascope-training-option.toml:3:");
+  expect_one_error(run(with({"simulate"}, {"--training", file})), "training.precision");
+  std::remove(file.c_str());
+}
+
 TEST_CASE("Without --gpus a job takes the fewest GPUs its plan runs on, with a note; plan asks for a GPU count", "[apps]") {
   const Run dense = run({"simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--plan",
                          "tp=8,pp=4,sp=on,recompute=selective,distopt=on", "--global-batch", "64", "--json"});
