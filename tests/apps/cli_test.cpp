@@ -139,7 +139,7 @@ TEST_CASE("estimate and simulate take a [training] file as plan does: its precis
   std::remove(file.c_str());
 }
 
-TEST_CASE("Without --gpus a job takes the fewest GPUs its plan runs on, with a note; plan asks for a GPU count", "[apps]") {
+TEST_CASE("Without --gpus a job takes the fewest GPUs its plan runs on, with a note, and plan asks for a GPU count", "[apps]") {
   const Run dense = run({"simulate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--plan",
                          "tp=8,pp=4,sp=on,recompute=selective,distopt=on", "--global-batch", "64", "--json"});
   REQUIRE(dense.code == 0);
@@ -242,7 +242,7 @@ TEST_CASE("Unknown options are usage errors (exit 2) and help exits 0", "[apps]"
   CHECK(run({"--help"}).code == 0);
 }
 
-TEST_CASE("A misspelt option is a usage error naming the command and the option it is nearest to; --version prints the version",
+TEST_CASE("A misspelt option is a usage error naming the command and the option it is nearest to, and --version prints the version",
           "[apps]") {
   const Run sim = run({"simulate", "--glob-batch", "512"});
   CHECK(sim.code == 2);
@@ -267,7 +267,7 @@ TEST_CASE("A misspelt option is a usage error naming the command and the option 
   CHECK_THAT(v.out, Catch::Matches("megascope [0-9]+\\.[0-9]+\\.[0-9]+\n"));
 }
 
-TEST_CASE("A plan that does not fit exits 4 with its result printed and says so before the times; plan exits 4 when no plan "
+TEST_CASE("A plan that does not fit exits 4 with its result printed and says so before the times, and plan exits 4 when no plan "
           "fits",
           "[apps]") {
   const std::vector<std::string> big = {"--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "8", "--plan", "tp=8",
