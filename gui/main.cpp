@@ -6,6 +6,8 @@
 #include <QTimer>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "config/library.hpp"
 #include "gui/compareview.hpp"
@@ -28,14 +30,8 @@ int usageError(const QString& message) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  QApplication app(argc, argv);
-  QApplication::setApplicationName(QStringLiteral("megascope-gui"));
-  QApplication::setOrganizationName(QStringLiteral("megascope"));
-
-  QCommandLineParser p;
+// The command line's options, help and description.
+void configure(QCommandLineParser& p) {
   p.setApplicationDescription(QStringLiteral("Megascope: plan, simulate and compare 5-D parallel transformer training"));
   p.addHelpOption();
   p.addOptions({
@@ -57,6 +53,46 @@ int main(int argc, char** argv) {
       {QStringLiteral("zoom"), QStringLiteral("Timeline range to show, START:END in seconds (e.g. 2:2.5)."), QStringLiteral("START:END")},
       {QStringLiteral("size"), QStringLiteral("Window size for --screenshot, WxH (default 1600x1000)."), QStringLiteral("WxH"), QStringLiteral("1600x1000")},
   });
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "-?" || a == "--help-all") return true;
+  }
+  return false;
+}
+
+// Whether a windowing system can be reached: a display, or a platform named
+// explicitly (QT_QPA_PLATFORM=offscreen for --screenshot).
+bool has_display() {
+  for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"})
+    if (const char* x = std::getenv(v); x && *x) return true;
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (asks_for_help(argc, argv)) {   // no display needed to print the help
+    QCoreApplication core(argc, argv);
+    QCoreApplication::setApplicationName(QStringLiteral("megascope-gui"));
+    QCommandLineParser p;
+    configure(p);
+    p.process(core);   // prints the help and exits
+    return 0;
+  }
+  if (!has_display()) {
+    std::fprintf(stderr, "megascope-gui: error: no display: neither DISPLAY nor WAYLAND_DISPLAY is set; run it on a "
+                         "desktop, or with QT_QPA_PLATFORM=offscreen and --screenshot FILE to render a view to a PNG\n");
+    return 1;
+  }
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("megascope-gui"));
+  QApplication::setOrganizationName(QStringLiteral("megascope"));
+
+  QCommandLineParser p;
+  configure(p);
   p.process(app);
 
   StartOptions so;

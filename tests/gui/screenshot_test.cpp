@@ -176,6 +176,27 @@ class ScreenshotTest : public QObject {
     QCOMPARE(p.exitCode(), 1);
     QVERIFY(QString::fromLocal8Bit(p.readAllStandardError()).contains(QStringLiteral("plan.tp")));
   }
+  void withoutADisplayHelpPrintsAndAWindowIsOneClearError() {
+    // No DISPLAY, WAYLAND_DISPLAY or QT_QPA_PLATFORM: --help needs none and
+    // exits 0; opening a window says what is missing and exits 1, where Qt
+    // alone would abort.
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}) env.remove(QString::fromLatin1(v));
+    QProcess help;
+    help.setProcessEnvironment(env);
+    help.start(QStringLiteral(MEGASCOPE_GUI_BINARY), {QStringLiteral("--help")});
+    QVERIFY(help.waitForFinished(60000));
+    QCOMPARE(help.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(help.exitCode(), 0);
+    QVERIFY(QString::fromLocal8Bit(help.readAllStandardOutput()).contains(QStringLiteral("--screenshot")));
+    QProcess window;
+    window.setProcessEnvironment(env);
+    window.start(QStringLiteral(MEGASCOPE_GUI_BINARY), {});
+    QVERIFY(window.waitForFinished(60000));
+    QCOMPARE(window.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(window.exitCode(), 1);
+    QVERIFY(QString::fromLocal8Bit(window.readAllStandardError()).contains(QStringLiteral("no display")));
+  }
 };
 
 MEGASCOPE_GUI_TEST("screenshot", ScreenshotTest)
