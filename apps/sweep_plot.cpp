@@ -168,13 +168,13 @@ std::string sweep_svg(const SweepPlotData& d) {
     }
     sub.back() += part;
   }
-  const double panel_h = 250, gap = 40;
   const double top = 56 + 16.0 * static_cast<double>(sub.size());
   std::size_t longest = 0;
   for (const std::string& c : categories) longest = std::max(longest, c.size());
   const double spacing = plot_w / static_cast<double>(std::max<std::size_t>(1, categories.size()));
   const bool rotate = 7.0 * static_cast<double>(longest) > spacing;
   const double xlabels_h = rotate ? 10 + 6.0 * static_cast<double>(std::min<std::size_t>(longest, 30)) : 24;
+  const double panel_h = 250, gap = xlabels_h + 16;   // the top panel's x labels sit in the gap
   const double height = top + 2 * panel_h + gap + xlabels_h + 40;
   auto px = [&](double v) { return left + (v - x0) / (x1 - x0) * plot_w; };
 
@@ -201,19 +201,25 @@ std::string sweep_svg(const SweepPlotData& d) {
     for (double v = std::ceil(x0 / step) * step; v <= x1; v += step) xticks.push_back({v, fmt::format("{:g}", v)});
   }
 
+  // Throughput per GPU, not in total: linear scaling is a flat line, on a
+  // log or a linear GPU axis alike.
   struct Panel {
     const char* label;
-    double (*value)(const SweepResult&);
+    double (*value)(const SweepRow&);
     bool percent;
   };
-  const Panel panels[] = {{"throughput (tokens/s)", [](const SweepResult& r) { return r.tokens_per_s; }, false},
-                          {"MFU (% of dense BF16 peak)", [](const SweepResult& r) { return 100 * r.mfu; }, true}};
+  const Panel panels[] = {{"throughput per GPU (tokens/s)",
+                           [](const SweepRow& r) {
+                             return r.result.tokens_per_s / std::stod(r.values[static_cast<std::size_t>(SweepVar::gpus)]);
+                           },
+                           false},
+                          {"MFU (% of dense BF16 peak)", [](const SweepRow& r) { return 100 * r.result.mfu; }, true}};
   for (int k = 0; k < 2; ++k) {
     const Panel& p = panels[k];
     const double y0 = top + k * (panel_h + gap);  // panel top
     double ymax = 0;
     for (const SweepRow& r : d.rows)
-      if (r.result.status == SweepResult::Status::ok) ymax = std::max(ymax, p.value(r.result));
+      if (r.result.status == SweepResult::Status::ok) ymax = std::max(ymax, p.value(r));
     if (!(ymax > 0)) ymax = p.percent ? 100 : 1;
     const double step = nice_step(ymax * 1.05, 5);
     const double ytop = std::ceil(ymax * 1.05 / step) * step;
@@ -230,7 +236,7 @@ std::string sweep_svg(const SweepPlotData& d) {
                        y0, px(v), y0 + panel_h);
       s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"black\"/>\n", px(v),
                        y0 + panel_h, px(v), y0 + panel_h + 5);
-      if (k == 1) {
+      {   // both panels carry the x labels
         const double ty = y0 + panel_h + 18;
         if (rotate)
           s += fmt::format(
@@ -267,12 +273,12 @@ std::string sweep_svg(const SweepPlotData& d) {
               x, y, color, xml(r->values[xi]));
           continue;
         }
-        const double y = py(p.value(r->result));
+        const double y = py(p.value(*r));
         runs.back() += fmt::format("{}{:.1f},{:.1f}", runs.back().empty() ? "" : " ", x, y);
         s += fmt::format(
             "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}: {}</title></circle>\n", x, y, color,
             xml(r->values[xi]),
-            p.percent ? fmt::format("{:.1f}%", p.value(r->result)) : si_label(p.value(r->result)) + " tokens/s");
+            p.percent ? fmt::format("{:.1f}%", p.value(*r)) : si_label(p.value(*r)) + " tokens/s per GPU");
       }
       for (const std::string& pts : runs)  // categories (devices, models, clusters) are not joined
         if (is_numeric && pts.find(' ') != std::string::npos)

@@ -174,8 +174,16 @@ TEST_CASE("sweep over GPU counts gives plan's winner at every point, as a table,
   const std::string s = slurp(svg);
   CHECK(s.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
   CHECK_THAT(s, Catch::EndsWith("</svg>\n"));
-  CHECK_THAT(s, Catch::Contains("throughput (tokens/s)") && Catch::Contains("MFU (% of dense BF16 peak)") &&
+  CHECK_THAT(s, Catch::Contains("throughput per GPU (tokens/s)") && Catch::Contains("MFU (% of dense BF16 peak)") &&
                     Catch::Contains(">GPUs (log scale)<") && Catch::Contains(">16<"));
+  // Both panels label the x axis: each GPU count appears twice.
+  std::size_t sixteen = 0;
+  for (std::size_t at = 0; (at = s.find(">16</text>", at)) != std::string::npos; ++at) ++sixteen;
+  CHECK(sixteen == 2);
+  // The top panel plots tokens/s per GPU (each point's tooltip says so).
+  std::size_t per_gpu = 0;
+  for (std::size_t at = 0; (at = s.find(" tokens/s per GPU</title>", at)) != std::string::npos; ++at) ++per_gpu;
+  CHECK(per_gpu == 3);
   CHECK(std::count(s.begin(), s.end(), '\n') > 20);
   // One polyline per panel for the single series; a circle per point and panel.
   std::size_t polylines = 0, circles = 0;
