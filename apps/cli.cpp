@@ -17,6 +17,7 @@
 #include "apps/scenario.hpp"
 #include "apps/simulate.hpp"
 #include "apps/sweep.hpp"
+#include "config/edit_distance.hpp"
 #include "config/library.hpp"
 #include "core/accounting/memory.hpp"
 
@@ -46,22 +47,6 @@ void add_scenario_options(CLI::App& cmd, ScenarioOptions& o) {
   cmd.add_option("--moe-histogram", o.moe_histogram,
                  "MoE: a measured per-expert token distribution, one line of counts per layer (replaces --moe-imbalance)");
   cmd.add_option("--mtp-layers", o.mtp_layers, "multi-token-prediction layers (default: the model's; 0: trained without)");
-}
-
-// Edit distance (insertions, deletions, substitutions) between two names.
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 // The unexpected arguments of a parse, as one message: each unknown option

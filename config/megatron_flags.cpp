@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/edit_distance.hpp"
 #include "core/result.hpp"
 
 namespace megascope::megatron_detail {
@@ -529,21 +530,6 @@ constexpr Unmodelled kUnmodelled[] = {
     {"--moe-extended-tp", Arity::none,
      "this flag is deprecated in Megatron-LM; use --expert-tensor-parallel-size"},
 };
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 }  // namespace
 
