@@ -382,6 +382,26 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     err << "megascope plan: error: " << res.error().str() << "\n";
     return 1;
   }
+  // Nothing fits: the fewest GPUs that would hold a plan, searched by
+  // doubling the largest count asked for (stage 1's exact memory only).
+  std::optional<int> enough;
+  if (res->ranked.empty() && res->evaluated > 0) {
+    const int most = *std::max_element(in->gpu_counts.begin(), in->gpu_counts.end());
+    planner::SearchOptions quick;
+    quick.top_k = 1;
+    quick.threads = o.threads;
+    quick.calibration = o.calibration;
+    quick.stage1_only = true;
+    for (long n = 2L * most; n <= kMaxDevices && !enough; n *= 2) {
+      planner::SearchInputs bigger = *in;
+      bigger.gpu_counts = {static_cast<int>(n)};
+      if (!grow_cluster(bigger.cluster, static_cast<int>(n))) break;
+      auto checked = planner::check_inputs(bigger);
+      if (!checked) break;
+      auto r = planner::search(*checked, quick);
+      if (r && r->fitting > 0) enough = static_cast<int>(n);
+    }
+  }
   std::optional<planner::Explanation> ex;
   if (o.explain) {
     auto plan = resolve_plan(*o.explain);
@@ -447,6 +467,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
           {"lacking_bytes", res->best_rejected_estimate.peak_bytes + res->headroom_bytes - res->capacity_bytes},
           {"stage1_step_time_s", res->best_rejected_estimate.step_s}};
     }
+    if (enough) j["fewest_gpus_that_fit"] = *enough;
     j["timing"] = {{"stage1_s", res->stage1_s},
                    {"stage2_s", res->stage2_s},
                    {"stage1_plans_per_s", res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0}};
@@ -497,7 +518,9 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     out << "no legal plan: every combination below breaks a divisibility or schedule rule or a constraint "
            "(the global batch must be a multiple of mbs x dp)\n";
   } else if (res->ranked.empty()) {
-    out << "no plan fits in memory\n";
+    out << "no plan fits in memory";
+    if (enough) out << fmt::format("; {} GPUs would hold one (--gpus {})", *enough, *enough);
+    out << "\n";
   } else {
     std::size_t width = 4;
     for (const planner::SimulatedPlan& p : res->ranked) width = std::max(width, plan_with_gpus(p).size());

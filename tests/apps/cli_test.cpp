@@ -297,7 +297,15 @@ TEST_CASE("A plan that does not fit exits 4 with its result printed and says so 
   const Run none = run({"plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8",
                         "--no-progress"});
   CHECK(none.code == 4);
-  CHECK_THAT(none.out, Catch::Contains("no plan fits in memory"));
+  // It says how many GPUs would hold a plan: the first doubling of 8 that does.
+  CHECK_THAT(none.out, Catch::Contains("no plan fits in memory; 128 GPUs would hold one (--gpus 128)"));
+  const Run at64 = run({"plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "8",
+                        "--no-progress", "--json"});
+  CHECK(at64.code == 4);
+  CHECK(nlohmann::json::parse(at64.out).at("fewest_gpus_that_fit") == 128);
+  const Run at128 = run({"plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "128", "--global-batch",
+                         "8", "--no-progress", "--top", "1"});
+  CHECK(at128.code == 0);
   CHECK(run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8", "--no-progress",
              "--top", "2"}).code == 0);
 }
