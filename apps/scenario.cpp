@@ -134,7 +134,7 @@ Result<Scenario> load_scenario(const ScenarioOptions& o) {
   if (training.global_batch_size < 1)
     return Err(usage("--global-batch", "the launch line has no --global-batch-size; give --global-batch B"));
 
-  if (!gpus && !o.nodes) {
+  if (!gpus && !o.nodes && plan.dp.value_or(1) >= 1 && plan.tp >= 1 && plan.pp >= 1 && plan.cp >= 1) {
     // No GPU count from --gpus, --nodes or an example: not the whole cluster
     // (thousands of GPUs, and a data-parallel size no batch divides) but the
     // fewest the plan runs on: tp x pp x cp x dp with the plan's dp, or the

@@ -160,6 +160,13 @@ TEST_CASE("Without --gpus a job takes the fewest GPUs its plan runs on, with a n
   CHECK_THAT(run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--plan", "tp=2,distopt=on",
                   "--global-batch", "64"}).out,
              Catch::Contains("(16 x H100") && !Catch::Contains("assumed"));
+  // A plan with a size below 1 is validation's error, not an endless search for a GPU count.
+  for (const char* bad : {"dp=0", "tp=0", "pp=-2"}) {
+    INFO(bad);
+    const Run r = run({"estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--plan", bad, "--global-batch", "64"});
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, Catch::Contains("plan."));
+  }
   const Run plan = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "64"});
   CHECK(plan.code == 1);
   CHECK_THAT(plan.err, Catch::Contains("--gpus: say how many GPUs the job uses") && Catch::Contains("dgx-h100 holds 6144"));
