@@ -165,11 +165,33 @@ double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention, bo
   return (unfused_attention ? t / profile_.attention_unfused_efficiency : t) + profile_.launch_overhead_s;
 }
 
+// The softmax's exponentials, one per score, take a fixed time per score,
+// while the GEMM work per score is 2 (d + d_v) FLOPs forward and
+// 2 (3d + 2d_v) backward: at the reference head dimension the forward's
+// exponentials take `attention_exp_share` of the call; the backward
+// recomputes them against 2.5x the GEMM work at its own efficiency. The
+// FLOP-priced time is scaled by (1 - share) + share x (GEMM FLOPs per score
+// at the reference / here): 1 at the reference head dimension.
+double CostModel::attention_head_dim_factor(const AttentionShape& a, bool backward) const {
+  const double share_fwd = profile_.attention_exp_share;
+  if (share_fwd <= 0) return 1.0;
+  const double d = static_cast<double>(a.head_dim);
+  const double dv = static_cast<double>(a.head_dim_v > 0 ? a.head_dim_v : a.head_dim);
+  const double ref = static_cast<double>(profile_.attention_ref_head_dim);
+  const double per_score = backward ? 2 * (3 * d + 2 * dv) : 2 * (d + dv);
+  const double per_score_ref = backward ? 10 * ref : 4 * ref;
+  const double share =
+      backward ? std::min(1.0, share_fwd * (profile_.attention_bwd_efficiency / profile_.attention_fwd_efficiency) * 0.4)
+               : share_fwd;
+  return (1 - share) + share * per_score_ref / per_score;
+}
+
 double CostModel::attention_fwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
   const double f = attention_fwd_flops(a);
   const double eff = profile_.attention_fwd_efficiency * (a.dropout ? profile_.attention_fwd_dropout_factor : 1.0);
-  return (f + profile_.attention_fwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) +
+  return (f + profile_.attention_fwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) *
+             attention_head_dim_factor(a, false) +
          profile_.launch_overhead_s;
 }
 
@@ -177,7 +199,8 @@ double CostModel::attention_bwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
   const double f = attention_bwd_flops(a);
   const double eff = profile_.attention_bwd_efficiency * (a.dropout ? profile_.attention_bwd_dropout_factor : 1.0);
-  return (f + profile_.attention_bwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) +
+  return (f + profile_.attention_bwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) *
+             attention_head_dim_factor(a, true) +
          profile_.launch_overhead_s;
 }
 

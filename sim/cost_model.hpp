@@ -71,6 +71,18 @@ struct CostProfile {
   // random number per score (1: not priced, the generic assumption).
   double attention_fwd_dropout_factor = 1.0;
   double attention_bwd_dropout_factor = 1.0;
+  // Fused attention's softmax: one exponential per query-key score, on the
+  // SMs' special-function units, whatever the head dimension, while the
+  // GEMM work per score grows with it. The efficiencies above are measured
+  // at head dimension `attention_ref_head_dim`; `attention_exp_share` is the
+  // part of such a forward call's time that its exponentials take (the
+  // backward recomputes the same exponentials against 2.5x the GEMM work, so
+  // its share follows: exp_share x (bwd_eff / fwd_eff) x 512 / 1280). At
+  // another head dimension the call's FLOP-priced time is scaled by
+  // (1 - share) + share x (GEMM FLOPs per score at the reference / here):
+  // smaller heads run at a lower FLOP rate (0: no such term).
+  double attention_exp_share = 0;
+  int attention_ref_head_dim = 128;
   // Unfused attention's kernels over the score matrix (Kernel::unfused_attention:
   // batched QK^T and PV GEMMs, softmax, dropout, their backwards) run at this
   // fraction of their GEMM-curve and HBM prices (fitted to PyTorch's standard
@@ -126,6 +138,9 @@ class CostModel {
   [[nodiscard]] double memory_s(MemoryOp op, double bytes, bool unfused_attention = false, bool backward = false) const;
   [[nodiscard]] double attention_fwd_s(const AttentionShape& a) const;
   [[nodiscard]] double attention_bwd_s(const AttentionShape& a) const;
+  // The head-dimension factor on fused attention's FLOP-priced time
+  // (CostProfile::attention_exp_share): 1 at the profile's reference head dim.
+  [[nodiscard]] double attention_head_dim_factor(const AttentionShape& a, bool backward) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
   // The host's time to launch `k` (CostProfile::host_launch_s per launch).
   [[nodiscard]] double host_s(const Kernel& k) const {

@@ -237,6 +237,8 @@ Result<CostProfile> overlay(const std::string& path, const CostProfile& base) {
     if (auto v = fraction(*r, "unfused_efficiency")) out.attention_unfused_efficiency = *v;
     if (auto v = fraction(*r, "fwd_dropout_factor")) out.attention_fwd_dropout_factor = *v;
     if (auto v = fraction(*r, "bwd_dropout_factor")) out.attention_bwd_dropout_factor = *v;
+    if (auto v = number_in(*r, "exp_share", 0, false, 1, "in [0, 1]")) out.attention_exp_share = *v;
+    if (auto v = int_in(*r, "ref_head_dim", 1, 1 << 16)) out.attention_ref_head_dim = *v;
     if (auto e = r->finish()) return tl::unexpected(*e);
   }
   if (auto r = section(*doc, "launch", path, first)) {

@@ -438,6 +438,46 @@ TEST_CASE("Memory ops use a calibrated per-kind bandwidth when present and HBM t
   CHECK(cm.memory_s(MemoryOp::optimizer, bytes) == Approx(bytes / (cm.device().memory_bandwidth_Bps * 0.5) + 3e-6));
 }
 
+TEST_CASE("Fused attention's FLOP rate falls with the head dimension as the FlashAttention-3 paper measured cuDNN on an H100, "
+          "and only where a profile prices the softmax's exponentials",
+          "[sim]") {
+  // arXiv:2407.08608 Fig. 5 (H100 SXM5, BF16, 16k tokens, hidden 2048: heads = 2048 / d): cuDNN's
+  // forward at sequence 2k, 4k, 8k and 16k, TFLOP/s at head dim 64 and at 128.
+  const double d64[4] = {395, 408, 412, 413}, d128[4] = {617, 609, 600, 595};
+  const CostModel cm = measured_clock_model_for("dgx-h100");
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t s = 2048 << i;
+    INFO("sequence " << s);
+    const AttentionShape small = causal(16384 / s, 32, s, 64), ref = causal(16384 / s, 16, s, 128);
+    REQUIRE(attention_fwd_flops(small) == attention_fwd_flops(ref));   // the same work, counted
+    const double ratio = cm.attention_fwd_s(ref) / cm.attention_fwd_s(small);
+    CHECK(ratio == Approx(d64[i] / d128[i]).epsilon(0.06));
+  }
+  // The factor: 1 at the reference head dim, 1 + share at half of it forward; the
+  // backward's share follows from 2.5x the GEMM work per exponential.
+  const auto& p = cm.profile();
+  REQUIRE(p.attention_ref_head_dim == 128);
+  REQUIRE(p.attention_exp_share == Approx(0.49));
+  CHECK(cm.attention_head_dim_factor(causal(1, 8, 4096, 128), false) == 1.0);
+  CHECK(cm.attention_head_dim_factor(causal(1, 8, 4096, 128), true) == 1.0);
+  CHECK(cm.attention_head_dim_factor(causal(1, 8, 4096, 64), false) == Approx(1.49));
+  const double share_bwd = 0.49 * p.attention_bwd_efficiency / p.attention_fwd_efficiency * 512 / 1280;
+  CHECK(cm.attention_head_dim_factor(causal(1, 8, 4096, 64), true) == Approx(1 + share_bwd));
+  // MLA's query-key head dim 192 with value head dim 128: more GEMM work per exponential.
+  AttentionShape mla = causal(1, 8, 4096, 192);
+  mla.head_dim_v = 128;
+  CHECK(cm.attention_head_dim_factor(mla, false) == Approx(1 - 0.49 + 0.49 * 512.0 / 640.0));
+  // The A100 profile (FlashAttention-2 fitted at head dim 64) and a generic one price no such term.
+  for (const char* cluster : {"dgx-a100", "dgx-2h"}) {
+    INFO(cluster);
+    const CostModel other = model_for(cluster);
+    CHECK(other.attention_head_dim_factor(causal(1, 8, 4096, 64), false) == 1.0);
+    CHECK(other.attention_head_dim_factor(causal(1, 8, 4096, 256), true) == 1.0);
+  }
+  // Blackwell: twice Hopper's tensor FLOPs per SM per clock against the same exponential rate.
+  CHECK(model_for("dgx-b200").profile().attention_exp_share > p.attention_exp_share);
+}
+
 TEST_CASE("Fused attention with dropout is priced at the H100's measured cuDNN slowdown and not at all where unmeasured",
           "[sim]") {
   // cuDNN fused attention on an H100 SXM (PyTorch SDPA, bf16, s 4096, d 128,
