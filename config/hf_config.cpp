@@ -43,7 +43,7 @@ constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
     lhs = std::move(*hf_result_);                             \
   } while (0)
 
-enum class Family { llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek };
+enum class Family { llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek, nemotron };
 
 struct FamilyName {
   const char* model_type;
@@ -55,7 +55,7 @@ constexpr FamilyName kFamilies[] = {
     {"mixtral", Family::mixtral},     {"qwen2", Family::qwen2},
     {"qwen2_moe", Family::qwen2_moe}, {"qwen3", Family::qwen3},
     {"qwen3_moe", Family::qwen3_moe}, {"deepseek_v2", Family::deepseek},
-    {"deepseek_v3", Family::deepseek},
+    {"deepseek_v3", Family::deepseek},  {"nemotron", Family::nemotron},
 };
 
 std::string supported_model_types() {
@@ -227,14 +227,15 @@ std::string default_name(const std::string& source) {
   return stem.empty() ? std::string("hf-model") : stem;
 }
 
-Result<Activation> activation_of(const Reader& rd) {
+Result<Activation> activation_of(const Reader& rd, const char* default_act) {
   std::optional<std::string> act;
   MEGASCOPE_HF_ASSIGN(act, rd.opt_string("hidden_act"));
-  const std::string name = act.value_or("silu");  // the default of every supported family
+  const std::string name = act.value_or(default_act);   // the family's default
   if (name == "silu" || name == "swiglu") return Activation::swiglu;
   if (name.rfind("gelu", 0) == 0) return Activation::gelu;
+  if (name == "relu2") return Activation::squared_relu;   // Nemotron's squared ReLU
   return rd.error("hidden_act",
-                  fmt::format("unsupported hidden_act \"{}\"; supported: silu, swiglu, gelu*", name));
+                  fmt::format("unsupported hidden_act \"{}\"; supported: silu, swiglu, gelu*, relu2", name));
 }
 
 // The per-layer MoE pattern of Qwen2-MoE / Qwen3-MoE.
@@ -341,8 +342,9 @@ Result<ModelSpec> convert(const json& root, const std::string& source) {
   MEGASCOPE_HF_ASSIGN(m.num_attention_heads, rd.req_count("num_attention_heads"));
   MEGASCOPE_HF_ASSIGN(m.vocab_size, rd.req_int("vocab_size"));
   MEGASCOPE_HF_ASSIGN(m.seq_length, rd.req_int("max_position_embeddings"));
-  MEGASCOPE_HF_ASSIGN(m.activation, activation_of(rd));
-  m.norm = Norm::rmsnorm;
+  // Nemotron (NemotronConfig): squared ReLU by default, LayerNorm1p (a LayerNorm's cost).
+  MEGASCOPE_HF_ASSIGN(m.activation, activation_of(rd, family == Family::nemotron ? "relu2" : "silu"));
+  m.norm = family == Family::nemotron ? Norm::layernorm : Norm::rmsnorm;
   m.position_embedding = PositionEmbedding::rope;
 
   std::optional<bool> tied;
@@ -397,7 +399,7 @@ Result<ModelSpec> convert(const json& root, const std::string& source) {
         m.add_qkv_bias = attention_bias.value_or(false);
         m.qk_layernorm = true;
         break;
-      default: {  // llama, mistral, mixtral
+      default: {  // llama, mistral, mixtral, nemotron
         std::optional<bool> mlp_bias;
         MEGASCOPE_HF_ASSIGN(mlp_bias, rd.opt_bool("mlp_bias"));
         m.add_qkv_bias = attention_bias.value_or(false);

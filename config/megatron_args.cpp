@@ -176,7 +176,9 @@ Result<MegatronLaunch> interpret(Args& args) {
   m.hidden_size = *hidden;
   m.num_attention_heads = *heads;
   const bool swiglu = args.has("--swiglu");
-  m.activation = swiglu ? Activation::swiglu : Activation::gelu;
+  if (swiglu && args.has("--squared-relu"))
+    return fail(field_of("--squared-relu"), "--swiglu and --squared-relu both set the MLP's activation; give one");
+  m.activation = swiglu ? Activation::swiglu : args.has("--squared-relu") ? Activation::squared_relu : Activation::gelu;
   // Megatron: int((4 * h * 2 / 3) / 64) * 64 for SwiGLU, else 4h.
   m.ffn_hidden_size = ffn ? *ffn : (swiglu ? (8 * m.hidden_size) / 192 * 64 : 4 * m.hidden_size);
   if (kv_channels) {
@@ -633,6 +635,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   if (m.hidden_size % m.num_attention_heads != 0 || m.kv_channels != m.hidden_size / m.num_attention_heads)
     kv("--kv-channels", m.kv_channels);
   if (m.activation == Activation::swiglu) sw("--swiglu");
+  if (m.activation == Activation::squared_relu) sw("--squared-relu");
   if (m.norm == Norm::rmsnorm) kv("--normalization", "RMSNorm");
   if (!m.tied_embeddings) sw("--untie-embeddings-and-output-weights");
   if (!m.add_bias_linear) sw("--disable-bias-linear");

@@ -16,6 +16,7 @@ using Err = tl::unexpected<Error>;
 std::optional<Activation> parse_activation(std::string_view s) {
   if (s == "gelu") return Activation::gelu;
   if (s == "swiglu") return Activation::swiglu;
+  if (s == "squared_relu") return Activation::squared_relu;
   return std::nullopt;
 }
 std::optional<Norm> parse_norm(std::string_view s) {
@@ -128,7 +129,7 @@ Result<ModelSpec> model_from_toml(const toml::table& root, const std::string& fi
   m.make_vocab_size_divisible_by =
       to_int(r, "make_vocab_size_divisible_by", r.opt_integer("make_vocab_size_divisible_by").value_or(128));
   m.seq_length = r.integer("seq_length");
-  m.activation = r.choice("activation", parse_activation, "gelu, swiglu", Activation::gelu);
+  m.activation = r.choice("activation", parse_activation, "gelu, swiglu, squared_relu", Activation::gelu);
   m.norm = r.choice("norm", parse_norm, "layernorm, rmsnorm", Norm::layernorm);
   m.position_embedding = r.choice("position_embedding", parse_position, "learned, rope, none",
                                   PositionEmbedding::learned);

@@ -248,7 +248,14 @@ std::optional<double> routing_hit_probability(const MoeSpec& e, int blocks) {
   return 1.0 - miss;
 }
 
-const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }
+const char* to_string(Activation a) {
+  switch (a) {
+    case Activation::gelu: return "gelu";
+    case Activation::swiglu: return "swiglu";
+    case Activation::squared_relu: return "squared_relu";
+  }
+  return "gelu";
+}
 const char* to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
 const char* to_string(PositionEmbedding p) {
   switch (p) {

@@ -15,7 +15,9 @@
 
 namespace megascope {
 
-enum class Activation { gelu, swiglu };
+// The MLP's activation: GeLU and squared ReLU (Nemotron: relu(x)^2) are
+// elementwise on fc1's output; SwiGLU is gated (fc1 twice as wide).
+enum class Activation { gelu, swiglu, squared_relu };
 enum class Norm { layernorm, rmsnorm };
 enum class PositionEmbedding { learned, rope, none };
 

@@ -50,6 +50,7 @@ Result<void> check_supported(const Setup& s) {
   if (m.moe && m.moe->num_groups > 0)
     return no("model.moe.num_groups", "group-limited routing (the executor's router picks from every expert)");
   if (m.mla) return no("model.mla", "multi-latent attention");
+  if (m.activation == Activation::squared_relu) return no("model.activation", "the squared-ReLU MLP");
   if (m.qk_layernorm) return no("model.qk_layernorm", "QK layer norm");
   if (m.mtp_num_layers > 0) return no("model.mtp_num_layers", "multi-token prediction");
   if (m.attention_dropout > 0) return no("model.attention_dropout", "dropout on attention probabilities");

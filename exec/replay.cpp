@@ -188,6 +188,8 @@ Result<ReplayPlan> plan_replay(const Setup& s, const Program& p, int stage, bool
                                        "executor yet");
   if (recompute_modules(s.plan.recompute) & ~kRecomputeCoreAttn)
     return fail("plan.recompute_modules", "recomputing modules other than core_attn is not supported by the executor yet");
+  if (s.model.activation == Activation::squared_relu)
+    return fail("model.activation", "the squared-ReLU MLP is not supported by the executor yet");
   if (stage < 0 || stage >= static_cast<int>(p.stages.size()))
     return fail("--shard", fmt::format("stage {} is not a pipeline stage of the plan (0-{})", stage, p.stages.size() - 1));
   const StageProgram& sp = p.stages[static_cast<std::size_t>(stage)];

@@ -299,6 +299,29 @@ TEST_CASE("A hidden_size not divisible by the heads without head_dim is an error
   CHECK(contains(e.message, "<string>"));
 }
 
+TEST_CASE("A Nemotron config maps to a squared-ReLU MLP (not gated) with LayerNorm, relu2 its default", "[config]") {
+  // The keys of Hugging Face's NemotronConfig, shaped like Nemotron-4 15B (NeMo Nemotron4Config15B).
+  const std::string nemotron = R"({"model_type": "nemotron", "hidden_size": 6144, "intermediate_size": 24576,
+      "num_hidden_layers": 32, "num_attention_heads": 48, "num_key_value_heads": 8, "vocab_size": 256000,
+      "max_position_embeddings": 4096, "partial_rotary_factor": 0.5, "norm_eps": 1e-05, "attention_bias": false,
+      "mlp_bias": false, "tie_word_embeddings": false)";
+  for (const std::string& act : {std::string(), std::string(R"(, "hidden_act": "relu2")")}) {
+    INFO("hidden_act" << (act.empty() ? " absent" : " relu2"));
+    auto r = parse_hf_config(nemotron + act + "}", "<string>");
+    INFO((r ? std::string() : r.error().str()));
+    REQUIRE(r.has_value());
+    CHECK(r->activation == Activation::squared_relu);
+    CHECK(r->norm == Norm::layernorm);
+    CHECK(r->num_query_groups == 8);
+    CHECK(r->kv_channels == 128);
+    CHECK_FALSE(r->add_bias_linear);
+    CHECK_FALSE(r->tied_embeddings);
+  }
+  // A Llama config keeps SiLU (SwiGLU) as its default, and may name relu2.
+  CHECK(parse_hf_config(llama_json(), "<string>")->activation == Activation::swiglu);
+  CHECK(parse_hf_config(llama_json(R"("hidden_act": "relu2")"), "<string>")->activation == Activation::squared_relu);
+}
+
 TEST_CASE("An unsupported hidden_act is an error on hf.hidden_act", "[config]") {
   const Error e = parse_error(llama_json(R"("hidden_act": "relu")"));
   CHECK(e.field == "hf.hidden_act");

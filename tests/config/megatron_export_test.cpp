@@ -119,6 +119,35 @@ Setup validated(const ModelSpec& m, const TrainingSpec& t, const PlanSpec& p) {
 
 }  // namespace
 
+TEST_CASE("A squared-ReLU model (Nemotron-4 340B's shape) exports --squared-relu and imports back the same", "[config]") {
+  ModelSpec m;
+  m.name = "nemotron4-340b";
+  m.num_layers = 96;
+  m.hidden_size = 18432;
+  m.ffn_hidden_size = 73728;
+  m.num_attention_heads = 96;
+  m.num_query_groups = 8;
+  m.kv_channels = 192;
+  m.vocab_size = 256000;
+  m.seq_length = 4096;
+  m.activation = Activation::squared_relu;
+  m.position_embedding = PositionEmbedding::rope;
+  m.add_bias_linear = false;
+  m.tied_embeddings = false;
+  m.hidden_dropout = 0.0;
+  m.attention_dropout = 0.0;
+  TrainingSpec t;
+  t.global_batch_size = 32;
+  PlanSpec p;
+  p.tp = 8;
+  p.pp = 8;
+  p.dp = 1;
+  const Setup s = validated(m, t, p);
+  check_round_trip(s);
+  REQUIRE_THAT(*export_megatron_args(s), Catch::Contains("--squared-relu"));
+  REQUIRE_THAT(*export_megatron_args(s), !Catch::Contains("--swiglu"));
+}
+
 TEST_CASE("Exporting and importing a GPT-3 style interleaved fp16 setup gives back the model, training and plan",
           "[config]") {
   ModelSpec m;

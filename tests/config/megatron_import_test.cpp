@@ -303,6 +303,16 @@ TEST_CASE("Megatron's defaults fill the flags a line leaves out", "[config]") {
   CHECK(mla.model.mla->v_head_dim == 128);
 }
 
+TEST_CASE("A launch line with --squared-relu imports a squared-ReLU MLP of 4h, and with --swiglu is an error", "[config]") {
+  const MegatronLaunch l = import_ok(kSmall + "--squared-relu");
+  CHECK(l.model.activation == Activation::squared_relu);
+  CHECK(l.model.ffn_hidden_size == 4 * l.model.hidden_size);   // not gated: Megatron's 4h default
+  CHECK(l.ignored.empty());
+  const Error both = import_error(kSmall + "--squared-relu --swiglu");
+  CHECK(both.field == "megatron.--squared-relu");
+  REQUIRE_THAT(both.message, Catch::Contains("--swiglu"));
+}
+
 TEST_CASE("model.seq_length is --max-position-embeddings when given, else --seq-length", "[config]") {
   const MegatronLaunch a = import_ok(kSmall + "--max-position-embeddings 4096");
   CHECK(a.model.seq_length == 4096);

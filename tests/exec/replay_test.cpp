@@ -274,7 +274,7 @@ TEST_CASE("Replay in shard mode: compute only, back to back, with the same kerne
   }
 }
 
-TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the flex dispatcher and routing groups, naming the field", "[exec]") {
+TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the flex dispatcher, routing groups and a squared-ReLU MLP, naming the field", "[exec]") {
   megascope::ModelSpec m = megascope::test::shipped_model("tiny-moe");
   REQUIRE(megascope::exec::check_supported(megascope::test::make_setup(m, "cpu-host", "ep=2", 4, 2)));
   megascope::ModelSpec capped = m;
@@ -298,6 +298,10 @@ TEST_CASE("The executor refuses an expert capacity, a set load imbalance, the fl
     REQUIRE_FALSE(replay);
     CHECK(replay.error().field == field);
   };
+  // Nor a squared-ReLU MLP (Nemotron): the executor has GeLU and SwiGLU kernels only.
+  megascope::ModelSpec relu2 = megascope::test::shipped_model("tiny-gpt");
+  relu2.activation = megascope::Activation::squared_relu;
+  refused_by_both(megascope::test::make_setup(relu2, "cpu-host", "tp=1", 4, 1), "model.activation");
   // Nor the flex (DeepEP) dispatcher (its hops are no NCCL all-to-all over the group) or group-limited routing.
   refused_by_both(megascope::test::make_setup(m, "cpu-host", "ep=2,moe_dispatcher=flex", 4, 2), "plan.moe_dispatcher");
   megascope::ModelSpec grouped = m;
