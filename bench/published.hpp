@@ -260,7 +260,7 @@ void for_bridge_rows(const std::string& ref_dir, const std::map<std::string, std
 
 // Megatron-Bridge / NeMo performance summaries
 // (megatron_bridge_nemo_perf_summary.csv), their dense rows that Megascope can
-// express: a shipped model (Llama 2 and 3, NeMo's GPT-3) on a shipped cluster
+// express: a shipped model (Llama 2 and 3, NeMo's GPT-3 and Nemotron) on a shipped cluster
 // (for_bridge_rows), with the published cp and no recomputation, Llama 3.1
 // 405B counting the embedding and the loss in the pipeline split as its
 // recipe does.
@@ -269,7 +269,8 @@ inline std::vector<PublishedRun> bridge_nemo_dense(const std::string& ref_dir) {
       {"LLAMA3_8B", "llama3-8b"},       {"LLAMA3-8B", "llama3-8b"},       {"LLAMA3_70B", "llama3-70b"},
       {"LLAMA3-70B", "llama3-70b"},     {"LLAMA3.1_405B", "llama3-405b"}, {"LLAMA2-7B", "llama2-7b"},
       {"LLAMA2-13B", "llama2-13b"},     {"LLAMA2-70B", "llama2-70b"},     {"GPT3-5B", "nemo-gpt3-5b"},
-      {"GPT3-20B", "nemo-gpt3-20b"},    {"GPT3-175B", "nemo-gpt3-175b"}};
+      {"GPT3-20B", "nemo-gpt3-20b"},    {"GPT3-175B", "nemo-gpt3-175b"},  {"Nemotron-8B", "nemotron3-8b"},
+      {"Nemotron-22B", "nemotron4-22b"}, {"Nemotron-340B", "nemotron4-340b"}};
   std::vector<PublishedRun> out;
   for_bridge_rows(ref_dir, models, [&](const auto& row, PublishedRun& r) {
     r.table = "bridge-nemo";

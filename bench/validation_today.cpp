@@ -68,7 +68,8 @@ std::string bridge_nemo_section(const std::string& ref) {
     add("## Megatron-Bridge and NeMo performance summaries, dense rows (H100, B200, GB200)");
     add("");
     add("Tokens/s per GPU as published (`megatron_bridge_nemo_perf_summary.csv`: Megatron-Bridge 25.09-26.02 and");
-    add("NeMo 24.07). Every dense row of a shipped model (Llama 2 and 3, NeMo's GPT-3) on a shipped cluster");
+    add("NeMo 24.07). Every dense row of a shipped model (Llama 2 and 3, NeMo's GPT-3, Nemotron with its squared-ReLU");
+    add("MLP) on a shipped cluster");
     add("(`dgx-h100`, `dgx-b200`, `gb200-nvl72`), BF16 or FP8; FSDP rows (not modelled) and NVFP4 rows are left");
     add("out. Plans: the published tp, pp, cp, vp, micro-batch and batch with what every recipe turns on");
     add("(sequence parallelism and TP communication overlap with tp > 1, the distributed optimizer, overlapped");

@@ -272,7 +272,7 @@ TEST_CASE("Korthikanti Table 4: selective recomputation beats full by 20-40 perc
   CHECK(*gain < 0.40);
 }
 
-TEST_CASE("Megatron-Bridge and NeMo dense rows (25 runs on H100, B200 and GB200): each class's error held where it "
+TEST_CASE("Megatron-Bridge and NeMo dense rows (28 runs on H100, B200 and GB200): each class's error held where it "
           "stands, and context-parallel rows priced like the rest",
           "[validation]") {
   // Tokens/s per GPU against the published figures, by class: H100 without
@@ -280,7 +280,7 @@ TEST_CASE("Megatron-Bridge and NeMo dense rows (25 runs on H100, B200 and GB200)
   // docs/validation.md's target (H100 5%, Blackwell 7%, CP 6%); these bounds
   // hold today's levels.
   const std::vector<PublishedRun> runs = megascope::bench::bridge_nemo_dense(MEGASCOPE_REFERENCE_DIR);
-  REQUIRE(runs.size() == 25);
+  REQUIRE(runs.size() == 28);
   struct Tally {
     double abs = 0, sum = 0;
     int n = 0;
@@ -302,11 +302,11 @@ TEST_CASE("Megatron-Bridge and NeMo dense rows (25 runs on H100, B200 and GB200)
       ++h100_cp.n;
     }
   }
-  REQUIRE(h100.n == 10);
+  REQUIRE(h100.n == 13);
   REQUIRE(blackwell.n == 8);
   REQUIRE(cp.n == 7);
-  CHECK(h100.abs / h100.n < 0.045);            // the target: 5%
-  CHECK(std::abs(h100.sum / h100.n) < 0.03);   // the target: within 2%
+  CHECK(h100.abs / h100.n < 0.05);             // the target: 5%
+  CHECK(std::abs(h100.sum / h100.n) < 0.02);   // the target: within 2%
   CHECK(blackwell.abs / blackwell.n < 0.03);   // the target: 7%
   CHECK(cp.abs / cp.n < 0.04);                 // the target: 6%
   // Priced as (2 - 1/cp) times the load-balanced work, the H100 CP rows came

@@ -102,6 +102,34 @@ TEST_CASE("Model FLOPs without causal halving reproduce the README H100 table's 
   }
 }
 
+TEST_CASE("The shipped Nemotron models (squared-ReLU MLPs) give NeMo 24.07's published FLOPs per token", "[core]") {
+  // NeMo's performance summary states TFLOP/s and tokens/s per GPU for each run: their ratio is the
+  // model FLOPs per token it counts (no causal halving then). Both are rounded to whole numbers.
+  const std::map<std::string, std::string> models = {
+      {"Nemotron-8B", "nemotron3-8b"}, {"Nemotron-22B", "nemotron4-22b"}, {"Nemotron-340B", "nemotron4-340b"}};
+  int seen = 0;
+  for (const auto& row : read_csv("megatron_bridge_nemo_perf_summary.csv")) {
+    const auto it = models.find(row.at("model"));
+    if (it == models.end()) continue;
+    INFO(it->second);
+    const ModelSpec m = shipped_model(it->second);
+    CHECK(m.activation == Activation::squared_relu);
+    const Setup st = make_setup(m, "dgx-h100", fmt::format("tp={},pp={}", row.at("tp"), row.at("pp")),
+                                static_cast<std::int64_t>(num(row, "gbs")), static_cast<int>(num(row, "gpus")));
+    const double per_token = iteration_flops(st).model_no_causal / (num(row, "gbs") * num(row, "seq_len"));
+    const double published = num(row, "tflops_per_gpu") * 1e12 / num(row, "tokens_per_s_per_gpu");
+    CHECK(per_token == Approx(published).epsilon(0.003));
+    ++seen;
+  }
+  CHECK(seen == 3);
+  // Not gated: two GEMMs of width f per MLP, as GeLU (SwiGLU has three).
+  ModelSpec relu2 = shipped_model("nemotron3-8b"), gelu = relu2;
+  gelu.activation = Activation::gelu;
+  CHECK(model_params(relu2).total() == model_params(gelu).total());
+  const Setup a = make_setup(relu2, "dgx-h100", "tp=1", 8, 1), b = make_setup(gelu, "dgx-h100", "tp=1", 8, 1);
+  CHECK(iteration_flops(a).model == iteration_flops(b).model);
+}
+
 TEST_CASE("GQA, SwiGLU and MoE FLOPs equal Megatron-LM's counter (2025-03 form)", "[core]") {
   for (const char* name : {"llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b"}) {
     INFO(name);
