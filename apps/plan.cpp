@@ -146,7 +146,7 @@ nlohmann::json training_json(const TrainingSpec& t) {
 void add_plan_options(CLI::App& cmd, PlanCommandOptions& o) {
   cmd.add_option("--model", o.model, "shipped model name, model TOML file or Hugging Face config.json")->required();
   cmd.add_option("--cluster", o.cluster, "shipped cluster name or cluster TOML file")->required();
-  auto* gpus = cmd.add_option("--gpus", o.gpus, "GPU count N, or a range A-B (whole nodes, and powers of two below one); this or --max-gpus is required");
+  auto* gpus = cmd.add_option("--gpus", o.gpus, "GPU count N (any count: past one node, the last node may be part-used), or a range A-B searched at whole nodes and powers of two below one; this or --max-gpus is required");
   cmd.add_option("--max-gpus", o.max_gpus, "search every count up to N (whole nodes, and powers of two below one)")
       ->excludes(gpus);
   add_search_options(cmd, o);
@@ -511,6 +511,13 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   if (const std::string t = training_text(in->training); !t.empty()) out << "  training: " << t << "\n";
   if (TrainingSpec fresh; !o.seq_len && !o.training)
     if (auto note = default_hf_seq_length(*o.model, in->model, fresh)) out << "  note: " << *note << "\n";
+  if (const int per = in->cluster.node.devices_per_node; in->gpu_counts.size() == 1 && per > 0) {
+    const int n = in->gpu_counts.front();
+    if (n > per && n % per != 0)
+      out << fmt::format("  note: {} GPUs are {} whole node{} of {} and {} GPUs of one more node, which the plans share "
+                         "with nothing else\n",
+                         n, n / per, n / per == 1 ? "" : "s", per, n % per);
+  }
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),
                      res->ranked.size(), res->stage2_s);

@@ -172,6 +172,22 @@ TEST_CASE("Without --gpus a job takes the fewest GPUs its plan runs on, with a n
   CHECK_THAT(plan.err, Catch::Contains("--gpus: say how many GPUs the job uses") && Catch::Contains("dgx-h100 holds 6144"));
 }
 
+TEST_CASE("plan on a GPU count that is not whole nodes runs and says how the last node is used", "[apps]") {
+  const Run part = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "12", "--global-batch", "48",
+                        "--seq-len", "4096", "--top", "3"});
+  REQUIRE(printed(part));
+  CHECK_THAT(part.out, Catch::Contains("note: 12 GPUs are 1 whole node of 8 and 4 GPUs of one more node"));
+  CHECK_THAT(part.out, Catch::Contains("best plan:") && Catch::Contains("on 12 GPUs"));
+  // Whole nodes, or less than one: no note.
+  for (const char* gpus : {"16", "4"}) {
+    INFO(gpus);
+    const Run whole = run({"plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", gpus, "--global-batch", "48",
+                           "--seq-len", "4096", "--top", "3"});
+    REQUIRE(printed(whole));
+    CHECK_THAT(whole.out, !Catch::Contains("GPUs of one more node"));
+  }
+}
+
 TEST_CASE("A Megatron-LM launch line replaces model, plan and batch, and DP follows from the GPU count", "[apps]") {
   const std::string line =
       "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 105 --hidden-size 20480 --num-attention-heads 128 "
