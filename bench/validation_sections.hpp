@@ -28,6 +28,9 @@ struct MoeRanking {
   std::string model, gpu;
   std::vector<std::string> published_order, predicted_order;   // labels, fastest first
   int pairs = 0, right = 0;    // pairs with different published throughput; those predicted in that order
+  // Of those, the pairs whose split differs (tp, pp, vp, ep, micro-batch, GPUs,
+  // batch or sequence length), not only the release, precision or token dropping.
+  int split_pairs = 0, split_right = 0;
 };
 struct MoeValidation {
   std::vector<MoeRow> rows;
