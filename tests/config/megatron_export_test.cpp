@@ -14,6 +14,7 @@
 #include "config/plan_settings.hpp"
 #include "core/cluster.hpp"
 #include "core/setup.hpp"
+#include "support.hpp"
 
 using namespace megascope;
 using namespace megascope::test;
@@ -119,23 +120,9 @@ Setup validated(const ModelSpec& m, const TrainingSpec& t, const PlanSpec& p) {
 
 }  // namespace
 
-TEST_CASE("A squared-ReLU model (Nemotron-4 340B's shape) exports --squared-relu and imports back the same", "[config]") {
-  ModelSpec m;
-  m.name = "nemotron4-340b";
-  m.num_layers = 96;
-  m.hidden_size = 18432;
-  m.ffn_hidden_size = 73728;
-  m.num_attention_heads = 96;
-  m.num_query_groups = 8;
-  m.kv_channels = 192;
-  m.vocab_size = 256000;
-  m.seq_length = 4096;
-  m.activation = Activation::squared_relu;
-  m.position_embedding = PositionEmbedding::rope;
-  m.add_bias_linear = false;
-  m.tied_embeddings = false;
-  m.hidden_dropout = 0.0;
-  m.attention_dropout = 0.0;
+TEST_CASE("A squared-ReLU model (the shipped Nemotron-4 340B) exports --squared-relu and imports back the same", "[config]") {
+  const ModelSpec m = megascope::test::shipped_model("nemotron4-340b");
+  REQUIRE(m.activation == Activation::squared_relu);
   TrainingSpec t;
   t.global_batch_size = 32;
   PlanSpec p;
