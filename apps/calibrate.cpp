@@ -92,6 +92,9 @@ Result<Cases> make_cases(const CalibrateOptions& o, const ClusterSpec& base, int
         }
         const std::int64_t T = s->seq_length * mbs, h = m.hidden_size, f = m.ffn_hidden_size / tp,
                            V = s->padded_vocab / tp;
+        // A squared-ReLU MLP (not gated) is measured with the GeLU kernel: the
+        // executor has no squared-ReLU kernel, and both read and write one
+        // element per element.
         const bool ln = m.norm == Norm::layernorm, swiglu = m.activation == Activation::swiglu;
         const auto drop = static_cast<float>(m.hidden_dropout);
         using K = exec::MemoryKernel;

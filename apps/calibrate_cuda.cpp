@@ -89,6 +89,7 @@ Result<GpuCases> make_cases(const std::vector<std::string>& models, const std::v
         }
         const std::int64_t T = s->seq_length * mbs, h = m.hidden_size, f = m.ffn_hidden_size / tp,
                            V = s->padded_vocab / tp;
+        // A squared-ReLU MLP is measured with the GeLU kernel (no squared-ReLU kernel; the same bytes).
         const bool ln = m.norm == Norm::layernorm, swiglu = m.activation == Activation::swiglu;
         const auto drop = static_cast<float>(m.hidden_dropout);
         for (std::int64_t rows : {T, T / tp})

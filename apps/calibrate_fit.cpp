@@ -197,6 +197,9 @@ void fit_attention(const CalibrationData& d, const DeviceSpec& device, Calibrati
   // One efficiency per direction, whatever the call's size: the measured
   // kernels are the executor's own, not the shipped profile's cuDNN curve.
   f.profile.attention_fwd_half_flops = f.profile.attention_bwd_half_flops = 0;
+  // Nor the cuDNN kernels' head-dimension term: the efficiencies are fitted
+  // on the measured calls at their own head dims.
+  f.profile.attention_exp_share = 0;
   for (const bool backward : {false, true}) {
     std::vector<std::pair<double, double>> pts;   // (FLOPs, seconds)
     for (std::size_t i = 0; i < d.attention.size(); ++i)
@@ -331,6 +334,7 @@ std::string profile_toml(const CalibrationFit& f) {
   t += fmt::format("bwd_dropout_factor = {:.6g}   # as fwd_dropout_factor\n", p.attention_bwd_dropout_factor);
   t += "fwd_half_flops = 0   # one efficiency whatever the call's size (replaces the shipped profile's size curve)\n";
   t += "bwd_half_flops = 0\n";
+  t += "exp_share = 0   # fitted at the measured calls' own head dims (replaces the shipped profile's head-dimension term)\n";
   t += "# unfused_efficiency is not measured here: the profile this file is laid over keeps its own\n\n";
   t += "[launch]\n";
   t += fmt::format("overhead_us = {:.6g}      # per kernel\n", p.launch_overhead_s * 1e6);

@@ -514,9 +514,9 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   if (const int per = in->cluster.node.devices_per_node; in->gpu_counts.size() == 1 && per > 0) {
     const int n = in->gpu_counts.front();
     if (n > per && n % per != 0)
-      out << fmt::format("  note: {} GPUs are {} whole node{} of {} and {} GPUs of one more node, which the plans share "
-                         "with nothing else\n",
-                         n, n / per, n / per == 1 ? "" : "s", per, n % per);
+      out << fmt::format("  note: {} GPUs are {} whole node{} of {} and {} GPUs of one more node, whose other {} GPUs "
+                         "stay idle\n",
+                         n, n / per, n / per == 1 ? "" : "s", per, n % per, per - n % per);
   }
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),

@@ -227,15 +227,26 @@ std::string default_name(const std::string& source) {
   return stem.empty() ? std::string("hf-model") : stem;
 }
 
-Result<Activation> activation_of(const Reader& rd, const char* default_act) {
+// The MLP's activation. Every family but Nemotron has a gated MLP (gate,
+// up and down projections) whatever its hidden_act: priced as SwiGLU (the
+// gate's activation is elementwise either way). Nemotron's MLP is not gated
+// (up and down): relu2 (its default) or a GeLU.
+Result<Activation> activation_of(const Reader& rd, bool gated) {
   std::optional<std::string> act;
   MEGASCOPE_HF_ASSIGN(act, rd.opt_string("hidden_act"));
-  const std::string name = act.value_or(default_act);   // the family's default
-  if (name == "silu" || name == "swiglu") return Activation::swiglu;
-  if (name.rfind("gelu", 0) == 0) return Activation::gelu;
-  if (name == "relu2") return Activation::squared_relu;   // Nemotron's squared ReLU
-  return rd.error("hidden_act",
-                  fmt::format("unsupported hidden_act \"{}\"; supported: silu, swiglu, gelu*, relu2", name));
+  const std::string name = act.value_or(gated ? "silu" : "relu2");   // the family's default
+  const bool gelu = name.rfind("gelu", 0) == 0;
+  if (gated) {
+    if (name == "silu" || name == "swiglu" || gelu || name == "relu2") return Activation::swiglu;
+    return rd.error("hidden_act", fmt::format("unsupported hidden_act \"{}\"; supported: silu, swiglu, gelu*, relu2 "
+                                              "(a gated MLP, priced as SwiGLU)",
+                                              name));
+  }
+  if (name == "relu2") return Activation::squared_relu;
+  if (gelu) return Activation::gelu;
+  return rd.error("hidden_act", fmt::format("unsupported hidden_act \"{}\" for a Nemotron MLP (not gated); supported: "
+                                            "relu2, gelu*",
+                                            name));
 }
 
 // The per-layer MoE pattern of Qwen2-MoE / Qwen3-MoE.
@@ -343,7 +354,7 @@ Result<ModelSpec> convert(const json& root, const std::string& source) {
   MEGASCOPE_HF_ASSIGN(m.vocab_size, rd.req_int("vocab_size"));
   MEGASCOPE_HF_ASSIGN(m.seq_length, rd.req_int("max_position_embeddings"));
   // Nemotron (NemotronConfig): squared ReLU by default, LayerNorm1p (a LayerNorm's cost).
-  MEGASCOPE_HF_ASSIGN(m.activation, activation_of(rd, family == Family::nemotron ? "relu2" : "silu"));
+  MEGASCOPE_HF_ASSIGN(m.activation, activation_of(rd, family != Family::nemotron));
   m.norm = family == Family::nemotron ? Norm::layernorm : Norm::rmsnorm;
   m.position_embedding = PositionEmbedding::rope;
 

@@ -508,7 +508,7 @@ constexpr Unmodelled kUnmodelled[] = {
     {"--keep-fp8-transpose-cache", Arity::none, "FSDP's cached FP8 transposes are not modelled"},
     {"--optimizer-cpu-offload", Arity::none, "optimizer CPU offload is not modelled"},
     {"--optimizer-offload-fraction", Arity::one, "optimizer CPU offload is not modelled"},
-    {"--quick-geglu", Arity::none, "only GeLU and SwiGLU MLPs are modelled"},
+    {"--quick-geglu", Arity::none, "only GeLU, squared-ReLU and SwiGLU MLPs are modelled"},
     {"--padded-vocab-size", Arity::one,
      "give the unpadded --vocab-size (and --make-vocab-size-divisible-by) instead"},
     {"--decoder-num-layers", Arity::one, "encoder-decoder models are not modelled"},

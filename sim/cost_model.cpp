@@ -171,37 +171,56 @@ double CostModel::memory_s(MemoryOp op, double bytes, bool unfused_attention, bo
 // exponentials take `attention_exp_share` of the call; the backward
 // recomputes them against 2.5x the GEMM work at its own efficiency. The
 // FLOP-priced time is scaled by (1 - share) + share x (GEMM FLOPs per score
-// at the reference / here): 1 at the reference head dimension.
+// at the reference / here): 1 at the reference head dimension. Above it the
+// factor stays 1: the two parts summed would have the GEMMs pass the tensor
+// cores' peak there (the kernels overlap the exponentials with the GEMMs),
+// and no measurement supports a faster rate.
 double CostModel::attention_head_dim_factor(const AttentionShape& a, bool backward) const {
   const double share_fwd = profile_.attention_exp_share;
   if (share_fwd <= 0) return 1.0;
-  const double d = static_cast<double>(a.head_dim);
-  const double dv = static_cast<double>(a.head_dim_v > 0 ? a.head_dim_v : a.head_dim);
-  const double ref = static_cast<double>(profile_.attention_ref_head_dim);
-  const double per_score = backward ? 2 * (3 * d + 2 * dv) : 2 * (d + dv);
-  const double per_score_ref = backward ? 10 * ref : 4 * ref;
   const double share =
       backward ? std::min(1.0, share_fwd * (profile_.attention_bwd_efficiency / profile_.attention_fwd_efficiency) * 0.4)
                : share_fwd;
-  return (1 - share) + share * per_score_ref / per_score;
+  return std::max(1.0, (1 - share) + share * score_work_ratio(a, backward));
+}
+
+// GEMM FLOPs per score at the profile's reference head dimension over those of `a`.
+double CostModel::score_work_ratio(const AttentionShape& a, bool backward) const {
+  const double d = static_cast<double>(a.head_dim);
+  const double dv = static_cast<double>(a.head_dim_v > 0 ? a.head_dim_v : a.head_dim);
+  const double ref = static_cast<double>(profile_.attention_ref_head_dim);
+  return backward ? 10 * ref / (2 * (3 * d + 2 * dv)) : 4 * ref / (2 * (d + dv));
+}
+
+// A fused attention call's time over its FLOP-priced time at the profile's
+// efficiency: the head-dimension factor, and dropout's. Dropout draws a
+// random number per score, a fixed time per score like the exponentials:
+// with the head-dimension term on, its surplus over the undropped call,
+// (1 / factor - 1) of the call at the reference head dim, scales with the
+// scores, not the FLOPs; without it, the call runs at `factor` of its
+// efficiency.
+double CostModel::attention_time_factor(const AttentionShape& a, bool backward) const {
+  const double h = attention_head_dim_factor(a, backward);
+  if (!a.dropout) return h;
+  const double factor = backward ? profile_.attention_bwd_dropout_factor : profile_.attention_fwd_dropout_factor;
+  if (profile_.attention_exp_share <= 0) return h / factor;
+  return h + (1.0 / factor - 1.0) * score_work_ratio(a, backward);
 }
 
 double CostModel::attention_fwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
   const double f = attention_fwd_flops(a);
-  const double eff = profile_.attention_fwd_efficiency * (a.dropout ? profile_.attention_fwd_dropout_factor : 1.0);
-  return (f + profile_.attention_fwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) *
-             attention_head_dim_factor(a, false) +
-         profile_.launch_overhead_s;
+  const double base = (f + profile_.attention_fwd_half_flops) /
+                      (device_.peak_bf16_flops * profile_.attention_fwd_efficiency * profile_.sustained_clock);
+  return base * attention_time_factor(a, false) + profile_.launch_overhead_s;
 }
 
 double CostModel::attention_bwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
   const double f = attention_bwd_flops(a);
-  const double eff = profile_.attention_bwd_efficiency * (a.dropout ? profile_.attention_bwd_dropout_factor : 1.0);
-  return (f + profile_.attention_bwd_half_flops) / (device_.peak_bf16_flops * eff * profile_.sustained_clock) *
-             attention_head_dim_factor(a, true) +
-         profile_.launch_overhead_s;
+  const double base = (f + profile_.attention_bwd_half_flops) /
+                      (device_.peak_bf16_flops * profile_.attention_bwd_efficiency * profile_.sustained_clock);
+  return base * attention_time_factor(a, true) + profile_.launch_overhead_s;
 }
 
 double CostModel::kernel_s(const Kernel& k) const {

@@ -77,10 +77,11 @@ struct CostProfile {
   // at head dimension `attention_ref_head_dim`; `attention_exp_share` is the
   // part of such a forward call's time that its exponentials take (the
   // backward recomputes the same exponentials against 2.5x the GEMM work, so
-  // its share follows: exp_share x (bwd_eff / fwd_eff) x 512 / 1280). At
-  // another head dimension the call's FLOP-priced time is scaled by
-  // (1 - share) + share x (GEMM FLOPs per score at the reference / here):
-  // smaller heads run at a lower FLOP rate (0: no such term).
+  // its share follows: exp_share x (bwd_eff / fwd_eff) x 512 / 1280). At a
+  // smaller head dimension the call's FLOP-priced time is scaled by
+  // (1 - share) + share x (GEMM FLOPs per score at the reference / here),
+  // at a larger one not at all; dropout's per-score surplus scales likewise
+  // (CostModel::attention_time_factor). 0: no such term.
   double attention_exp_share = 0;
   int attention_ref_head_dim = 128;
   // Unfused attention's kernels over the score matrix (Kernel::unfused_attention:
@@ -141,6 +142,10 @@ class CostModel {
   // The head-dimension factor on fused attention's FLOP-priced time
   // (CostProfile::attention_exp_share): 1 at the profile's reference head dim.
   [[nodiscard]] double attention_head_dim_factor(const AttentionShape& a, bool backward) const;
+  // The call's time over its FLOP-priced time: the head-dimension factor and dropout's.
+  [[nodiscard]] double attention_time_factor(const AttentionShape& a, bool backward) const;
+  // GEMM FLOPs per score at the reference head dimension over those of `a`.
+  [[nodiscard]] double score_work_ratio(const AttentionShape& a, bool backward) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
   // The host's time to launch `k` (CostProfile::host_launch_s per launch).
   [[nodiscard]] double host_s(const Kernel& k) const {

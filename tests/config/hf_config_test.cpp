@@ -262,7 +262,7 @@ TEST_CASE("parse_hf_config converts inline JSON text with the defaults of absent
   CHECK(r->attention_dropout == 0.0);
 }
 
-TEST_CASE("_name_or_path, head_dim, attention_dropout, gelu and tied embeddings are read when present",
+TEST_CASE("_name_or_path, head_dim, attention_dropout, a GeLU gate and tied embeddings are read when present",
           "[config]") {
   auto r = parse_hf_config(llama_json(R"("_name_or_path": "org/tiny", "head_dim": 128,
                                           "attention_dropout": 0.1, "hidden_act": "gelu_pytorch_tanh",
@@ -275,7 +275,8 @@ TEST_CASE("_name_or_path, head_dim, attention_dropout, gelu and tied embeddings 
   CHECK(r->num_query_groups == 2);
   CHECK(r->attention_dropout == Approx(0.1));
   CHECK(r->hidden_dropout == 0.0);
-  CHECK(r->activation == Activation::gelu);
+  // Llama's MLP is gated whatever its activation: priced as SwiGLU.
+  CHECK(r->activation == Activation::swiglu);
   CHECK(r->tied_embeddings);
 }
 
@@ -299,7 +300,8 @@ TEST_CASE("A hidden_size not divisible by the heads without head_dim is an error
   CHECK(contains(e.message, "<string>"));
 }
 
-TEST_CASE("A Nemotron config maps to a squared-ReLU MLP (not gated) with LayerNorm, relu2 its default", "[config]") {
+TEST_CASE("A Nemotron config maps to a squared-ReLU MLP (not gated) with LayerNorm, relu2 its default, and other families stay gated",
+          "[config]") {
   // The keys of Hugging Face's NemotronConfig, shaped like Nemotron-4 15B (NeMo Nemotron4Config15B).
   const std::string nemotron = R"({"model_type": "nemotron", "hidden_size": 6144, "intermediate_size": 24576,
       "num_hidden_layers": 32, "num_attention_heads": 48, "num_key_value_heads": 8, "vocab_size": 256000,
@@ -317,9 +319,14 @@ TEST_CASE("A Nemotron config maps to a squared-ReLU MLP (not gated) with LayerNo
     CHECK_FALSE(r->add_bias_linear);
     CHECK_FALSE(r->tied_embeddings);
   }
-  // A Llama config keeps SiLU (SwiGLU) as its default, and may name relu2.
+  CHECK(parse_hf_config(nemotron + R"(, "hidden_act": "gelu"})", "<string>")->activation == Activation::gelu);
+  // A Nemotron MLP is not gated: SiLU there is not a SwiGLU, and is refused.
+  const Error silu = parse_error(nemotron + R"(, "hidden_act": "silu"})");
+  CHECK(silu.field == "hf.hidden_act");
+  CHECK(contains(silu.message, "not gated"));
+  // A Llama MLP is gated whatever it names: relu2 there is a gated MLP, priced as SwiGLU.
   CHECK(parse_hf_config(llama_json(), "<string>")->activation == Activation::swiglu);
-  CHECK(parse_hf_config(llama_json(R"("hidden_act": "relu2")"), "<string>")->activation == Activation::squared_relu);
+  CHECK(parse_hf_config(llama_json(R"("hidden_act": "relu2")"), "<string>")->activation == Activation::swiglu);
 }
 
 TEST_CASE("An unsupported hidden_act is an error on hf.hidden_act", "[config]") {
