@@ -3,8 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <filesystem>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -206,11 +204,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       out << fmt::format("  {:<14} {}\n", c, spec ? spec->device.name : "(does not load: " + spec.error().str() + ")");
     }
     out << "examples (" << data_dir() << "/examples; simulate --example FILE):\n";
-    std::vector<std::string> examples;
-    for (const auto& e : std::filesystem::directory_iterator(data_dir() + "/examples"))
-      if (e.path().extension() == ".toml") examples.push_back(e.path().filename().string());
-    std::sort(examples.begin(), examples.end());
-    for (const auto& e : examples) out << "  " << e << "\n";
+    for (const auto& e : shipped_examples()) out << "  " << e << ".toml\n";
     return 0;
   }
   out << app.help();

@@ -198,7 +198,7 @@ void add_search_options(CLI::App& cmd, PlanCommandOptions& o) {
                "let TP groups span NVLink domains (default: TP stays inside one)");
 }
 
-Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
+Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o, std::vector<std::string>* notes) {
   planner::SearchInputs in;
   auto m = resolve_model(*o.model);
   if (!m) return Err(m.error());
@@ -249,7 +249,16 @@ Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o) {
     in.cluster.num_nodes = *o.nodes;
   }
   if (auto ok = apply_search_options(o, in); !ok) return Err(ok.error());
-  default_hf_seq_length(*o.model, in.model, in.training);   // run_plan prints the note
+  std::vector<std::string> said;
+  if (auto note = default_hf_seq_length(*o.model, in.model, in.training)) said.push_back(*note);
+  if (const int per = in.cluster.node.devices_per_node; in.gpu_counts.size() == 1 && per > 0) {
+    const int n = in.gpu_counts.front();
+    if (n > per && n % per != 0)
+      said.push_back(fmt::format("{} GPUs are {} whole node{} of {} and {} GPUs of one more node, whose other {} GPUs "
+                                 "stay idle",
+                                 n, n / per, n / per == 1 ? "" : "s", per, n % per, per - n % per));
+  }
+  if (notes) *notes = std::move(said);
   return with_training_file(planner::check_inputs(in), o);
 }
 
@@ -365,7 +374,8 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
 }
 
 int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) {
-  auto in = plan_inputs(o);
+  std::vector<std::string> notes;
+  auto in = plan_inputs(o, &notes);
   if (!in) {
     err << "megascope plan: error: " << in.error().str() << "\n";
     return 1;
@@ -439,7 +449,9 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
     j["cluster"] = in->cluster.name;
     j["gpu_counts"] = in->gpu_counts;
     j["global_batch"] = in->training.global_batch_size;
+    j["seq_length"] = in->training.seq_length.value_or(in->model.seq_length);
     j["training"] = training_json(in->training);
+    j["notes"] = notes;
     nlohmann::json ranked = nlohmann::json::array();
     for (std::size_t i = 0; i < res->ranked.size(); ++i) ranked.push_back(plan_json(res->ranked[i], static_cast<int>(i) + 1));
     j["ranked"] = ranked;
@@ -509,15 +521,7 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   out << fmt::format("megascope plan: {} on {} of {} ({}), global batch {} x {} tokens\n", in->model.name, counts,
                      in->cluster.name, in->cluster.device.name, in->training.global_batch_size, seq);
   if (const std::string t = training_text(in->training); !t.empty()) out << "  training: " << t << "\n";
-  if (TrainingSpec fresh; !o.seq_len && !o.training)
-    if (auto note = default_hf_seq_length(*o.model, in->model, fresh)) out << "  note: " << *note << "\n";
-  if (const int per = in->cluster.node.devices_per_node; in->gpu_counts.size() == 1 && per > 0) {
-    const int n = in->gpu_counts.front();
-    if (n > per && n % per != 0)
-      out << fmt::format("  note: {} GPUs are {} whole node{} of {} and {} GPUs of one more node, whose other {} GPUs "
-                         "stay idle\n",
-                         n, n / per, n / per == 1 ? "" : "s", per, n % per, per - n % per);
-  }
+  for (const std::string& note : notes) out << "  note: " << note << "\n";
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),
                      res->ranked.size(), res->stage2_s);

@@ -38,8 +38,10 @@ void add_plan_options(CLI::App& cmd, PlanCommandOptions& o);
 // (everything but the model, the cluster and the GPU counts).
 void add_search_options(CLI::App& cmd, PlanCommandOptions& o);
 
-// Resolves the options into search inputs (GPU counts from --gpus N | A-B or --max-gpus N).
-Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o);
+// Resolves the options into search inputs (GPU counts from --gpus N | A-B or --max-gpus N);
+// what it assumed or the user should know (a Hugging Face config's default
+// length, a part-used node) goes to `notes` when given.
+Result<planner::SearchInputs> plan_inputs(const PlanCommandOptions& o, std::vector<std::string>* notes = nullptr);
 
 // A check_inputs error about the training, naming the --training file it came from.
 Result<planner::SearchInputs> with_training_file(Result<planner::SearchInputs> r, const PlanCommandOptions& o);

@@ -87,6 +87,7 @@ struct Sweep {
                                                  // follows the cluster)
   std::optional<std::int64_t> seq_len;           // given on the command line
   std::int64_t global_batch = 0;
+  std::vector<std::string> notes;                // what was assumed (a Hugging Face config's length)
 };
 
 template <class T>
@@ -117,11 +118,15 @@ Result<Sweep> make_points(const SweepOptions& o) {
   sw.global_batch = common.training.global_batch_size;
 
   std::vector<ModelSpec> models;
+  std::vector<std::optional<std::int64_t>> lengths;   // each model's training length: given, or a config.json's default
   auto model_names = names(so.model.value_or(""), "--model");
   if (!model_names) return Err(model_names.error());
   for (const std::string& m : *model_names) {
     auto spec = resolve_model(m);
     if (!spec) return Err(spec.error());
+    TrainingSpec t = common.training;
+    if (auto note = default_hf_seq_length(m, *spec, t)) sw.notes.push_back(*note);
+    lengths.push_back(t.seq_length);
     // --moe-imbalance and --moe-histogram apply to the MoE models of the
     // sweep; dense ones route nothing. A histogram must fit each MoE model's
     // experts and layers (config/token_histogram.hpp names the mismatch).
@@ -168,7 +173,7 @@ Result<Sweep> make_points(const SweepOptions& o) {
   sw.given = {models.size(),   clusters.size(), devices.size(), per_node->size(),
               domains->size(), nics->size(),    gpus->size()};
   std::array<std::vector<std::string>, kSweepVars> seen;
-  for (const ModelSpec& model : models)
+  for (std::size_t mi = 0; mi < models.size(); ++mi)
     for (const ClusterSpec& base : clusters)
       for (const auto& device : devices)
         for (const auto& g : *per_node)
@@ -177,9 +182,11 @@ Result<Sweep> make_points(const SweepOptions& o) {
               auto cluster = apply_variant(base, {device, g, d, nic});
               if (!cluster) return Err(cluster.error());
               for (const auto& n : *gpus) {
+                const ModelSpec& model = models[mi];
                 Point p;
                 p.in = common;
                 p.in.model = model;
+                p.in.training.seq_length = lengths[mi];
                 p.in.cluster = *cluster;
                 const int count = n.value_or(cluster->total_devices());
                 p.in.gpu_counts = {count};
@@ -354,7 +361,8 @@ std::string fixed_text(const Sweep& sw) {
   if (fixed(SweepVar::nic_gbps)) parts.push_back("NICs " + v[5] + " Gb/s");
   if (sw.seq_len || fixed(SweepVar::model))
     parts.push_back(
-        fmt::format("global batch {} x {} tokens", sw.global_batch, sw.seq_len.value_or(p0.in.model.seq_length)));
+        fmt::format("global batch {} x {} tokens", sw.global_batch,
+                    p0.in.training.seq_length.value_or(p0.in.model.seq_length)));
   else
     parts.push_back(fmt::format("global batch {} sequences of each model's length", sw.global_batch));
   if (const std::string t = training_text(p0.in.training); !t.empty()) parts.push_back(t);
@@ -398,6 +406,7 @@ std::string csv_text(const Sweep& sw, const std::vector<SweepResult>& rs) {
 std::string table_text(const Sweep& sw, const std::vector<SweepResult>& rs) {
   const std::vector<SweepVar> vars = varying(sw);
   std::string t = fmt::format("megascope sweep: {} points; {}\n", rs.size(), fixed_text(sw));
+  for (const std::string& note : sw.notes) t += "note: " + note + "\n";
   if (!swept(sw).empty()) {
     std::vector<std::string> s;
     for (SweepVar v : swept(sw))
@@ -474,6 +483,7 @@ nlohmann::json sweep_json(const Sweep& sw, const std::vector<SweepResult>& rs) {
   return {{"swept", vars},
           {"global_batch", sw.global_batch},
           {"training", training_json(sw.points.front().in.training)},
+          {"notes", sw.notes},
           {"points", points}};
 }
 

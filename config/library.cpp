@@ -56,6 +56,7 @@ Error unknown_name(const char* what, const std::string& name, const std::vector<
 
 std::vector<std::string> shipped_models() { return stems("models"); }
 std::vector<std::string> shipped_clusters() { return stems("clusters"); }
+std::vector<std::string> shipped_examples() { return stems("examples"); }
 std::string default_example_path() { return (fs::path(data_dir()) / "examples" / "default.toml").string(); }
 
 Result<ModelSpec> resolve_model(const std::string& s) {

@@ -18,6 +18,7 @@ namespace megascope {
 std::string data_dir();
 std::vector<std::string> shipped_models();     // file stems under models/, sorted
 std::vector<std::string> shipped_clusters();   // file stems under clusters/, sorted
+std::vector<std::string> shipped_examples();   // file stems under examples/, sorted
 std::string default_example_path();            // examples/default.toml
 
 // A shipped name, a TOML file or (models only) a Hugging Face config.json.

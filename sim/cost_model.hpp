@@ -144,8 +144,6 @@ class CostModel {
   [[nodiscard]] double attention_head_dim_factor(const AttentionShape& a, bool backward) const;
   // The call's time over its FLOP-priced time: the head-dimension factor and dropout's.
   [[nodiscard]] double attention_time_factor(const AttentionShape& a, bool backward) const;
-  // GEMM FLOPs per score at the reference head dimension over those of `a`.
-  [[nodiscard]] double score_work_ratio(const AttentionShape& a, bool backward) const;
   [[nodiscard]] double kernel_s(const Kernel& k) const;  // dispatches on k.kind
   // The host's time to launch `k` (CostProfile::host_launch_s per launch).
   [[nodiscard]] double host_s(const Kernel& k) const {
@@ -157,6 +155,8 @@ class CostModel {
   [[nodiscard]] const DeviceSpec& device() const { return device_; }
 
  private:
+  // GEMM FLOPs per score at the reference head dimension over those of `a`.
+  [[nodiscard]] double score_work_ratio(const AttentionShape& a, bool backward) const;
   DeviceSpec device_;
   CostProfile profile_;
 };

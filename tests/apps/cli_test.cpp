@@ -106,6 +106,22 @@ TEST_CASE("A Hugging Face config.json trains at 4096 tokens, not its max_positio
                      "--global-batch", "64", "--top", "1", "--no-progress"});
   REQUIRE(p.code == 0);
   CHECK_THAT(p.out, Catch::Contains("64 x 4096 tokens") && Catch::Contains("note: sequence length 4096 assumed"));
+  const auto pj = nlohmann::json::parse(run({"plan", "--model", fixture("hf/llama3-8b.json"), "--cluster", "dgx-h100",
+                                             "--gpus", "64", "--global-batch", "64", "--top", "1", "--no-progress",
+                                             "--json"}).out);
+  CHECK(pj["seq_length"] == 4096);
+  REQUIRE(pj["notes"].size() == 1);
+  CHECK_THAT(pj["notes"][0].get<std::string>(), Catch::StartsWith("sequence length 4096 assumed"));
+  // sweep: the same default and note, beside a shipped model that keeps its own length.
+  const Run s = run({"sweep", "--model", fixture("hf/llama3-8b.json"), "--cluster", "dgx-h100", "--gpus", "64",
+                     "--global-batch", "64", "--top", "1", "--no-progress"});
+  REQUIRE(printed(s));
+  CHECK_THAT(s.out, Catch::Contains("64 x 4096 tokens") && Catch::Contains("note: sequence length 4096 assumed"));
+  const auto sj = nlohmann::json::parse(run({"sweep", "--model", fixture("hf/llama3-8b.json") + ",llama3-8b", "--cluster",
+                                             "dgx-h100", "--gpus", "64", "--global-batch", "64", "--top", "1",
+                                             "--no-progress", "--json"}).out);
+  REQUIRE(sj["notes"].size() == 1);
+  REQUIRE(sj["points"].size() == 2);
   // A shipped model keeps its own length.
   CHECK_THAT(run({"simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--plan", "tp=2",
                   "--global-batch", "64"}).out,
