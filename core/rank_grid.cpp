@@ -78,10 +78,32 @@ std::vector<int> RankGrid::group(int rank, CommGroup g) const {
 }
 
 std::int64_t RankGrid::group_id(int rank, CommGroup g) const {
-  // The smallest member identifies a group of a given kind uniquely.
-  const std::vector<int> members = group(rank, g);
-  int lo = members.front();
-  for (int m : members) lo = std::min(lo, m);
+  // The smallest member identifies a group of a given kind uniquely. Every
+  // member list of group() rises with the varying index, so the smallest is
+  // the member at index 0: found without listing the group (which made
+  // naming every rank's groups quadratic in the DP size).
+  const GridCoord c = coord(rank);
+  const int stage_base = c.pp * (world() / pp);
+  int lo = rank;
+  switch (g) {
+    case CommGroup::tp: lo = rank_of(0, c.cp, c.dp, c.pp); break;
+    case CommGroup::cp: lo = rank_of(c.tp, 0, c.dp, c.pp); break;
+    case CommGroup::dp: lo = rank_of(c.tp, c.cp, 0, c.pp); break;
+    case CommGroup::dp_cp: lo = rank_of(c.tp, 0, 0, c.pp); break;
+    case CommGroup::pp: lo = rank_of(c.tp, c.cp, c.dp, 0); break;
+    case CommGroup::etp: lo = stage_base + etp * (c.ep + ep * c.edp); break;
+    case CommGroup::ep: lo = stage_base + c.etp + etp * ep * c.edp; break;
+    case CommGroup::edp: lo = stage_base + c.etp + etp * c.ep; break;
+    case CommGroup::embedding: lo = rank_of(c.tp, c.cp, c.dp, 0); break;
+    case CommGroup::dp_shard:
+    case CommGroup::dp_replica: {
+      const int n = dp * cp, s = shard > 0 ? shard : n;
+      const int at = c.cp + cp * c.dp;
+      const int first = g == CommGroup::dp_shard ? at / s * s : at % s;
+      lo = rank_of(c.tp, first % cp, first / cp, c.pp);
+      break;
+    }
+  }
   return static_cast<std::int64_t>(g) * world() + lo;
 }
 

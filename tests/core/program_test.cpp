@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/accounting/activations.hpp"
@@ -119,6 +120,34 @@ TEST_CASE("The rank grid follows Megatron's tp-cp-dp-pp order and folds experts 
   CHECK(g.group(13, CommGroup::embedding) == std::vector<int>{5, 13});
   CHECK(g.group_id(12, CommGroup::tp) == g.group_id(13, CommGroup::tp));
   CHECK(g.group_id(12, CommGroup::tp) != g.group_id(14, CommGroup::tp));
+}
+
+TEST_CASE("A group's id is its kind and smallest member, the same for every member and only for them", "[core]") {
+  // Dense and expert grids of every shape with a dimension of 1, 2 and 3, and HSDP shards.
+  const std::vector<RankGrid> grids = {
+      RankGrid{2, 1, 4, 2, 2, 2, 2}, RankGrid{3, 2, 2, 2, 1, 3, 4}, RankGrid{1, 3, 4, 1, 1, 2, 6},
+      RankGrid{2, 2, 3, 3, 2, 1, 6, 3}, RankGrid{1, 2, 6, 2, 1, 4, 3, 4}, RankGrid{4, 1, 1, 3, 4, 1, 1}};
+  for (const RankGrid& g : grids) {
+    INFO("tp " << g.tp << " cp " << g.cp << " dp " << g.dp << " pp " << g.pp << " shard " << g.shard);
+    for (int k = 0; k < kCommGroupCount; ++k) {
+      const auto kind = static_cast<CommGroup>(k);
+      std::map<std::int64_t, std::set<int>> members_of_id;
+      for (int r = 0; r < g.world(); ++r) {
+        const std::vector<int> members = g.group(r, kind);
+        const std::int64_t id = g.group_id(r, kind);
+        CHECK(id == static_cast<std::int64_t>(k) * g.world() + *std::min_element(members.begin(), members.end()));
+        members_of_id[id].insert(r);
+        for (const int m : members) CHECK(g.group_id(m, kind) == id);
+      }
+      // Ranks with one id are exactly one group's members (a middle stage's
+      // embedding group is its pipeline's two ends, without the rank itself).
+      if (kind == CommGroup::embedding && g.pp > 2) continue;
+      for (const auto& [id, ranks] : members_of_id) {
+        const std::vector<int> group = g.group(*ranks.begin(), kind);
+        CHECK(ranks == std::set<int>(group.begin(), group.end()));
+      }
+    }
+  }
 }
 
 namespace {
