@@ -26,10 +26,11 @@
 // always device -> NIC -> leaf ... leaf -> NIC -> device (a NIC hangs off one
 // leaf, and devices are endpoints), and the part between the leaves runs
 // over switches only; so it is walked on the switch graph with distances to
-// the destination's leaf, computed once per leaf on first use and shared by
-// every device under it. The walk picks exactly what the walk from the device
-// would (the same candidates in the same order, the same ECMP hash and hop
-// numbers: distances differ by a constant two). Among equal-cost next hops (the spines of
+// the destination's leaf, read from the fat tree's nesting (Impl::Reach: up
+// to the lowest switch above both, then down) in a few steps, with no search
+// per leaf. The walk picks exactly what the walk from the device would (the
+// same candidates in the same order, the same ECMP hash and hop numbers:
+// distances differ by a constant two). Among equal-cost next hops (the spines of
 // a fat tree routed by ecmp) the walk picks one by a fixed hash of (source, destination):
 // deterministic ECMP. Devices are endpoints only, and a NIC is not a shortcut
 // between two devices of its node.
@@ -88,12 +89,22 @@ struct Topology::Impl {
   std::vector<LinkId> out_of_device;  // the link device -> NIC, per device
   std::vector<LinkId> out_of_nic;     // the link NIC -> leaf, per device
   // Switch graph: index of each fabric switch vertex (-1 for other
-  // vertices), and per leaf its distances to every switch, filled once.
+  // vertices). The fat tree nests: a switch at height h (leaves 0) reaches
+  // down to a consecutive range of leaves [lo, hi) in leaf order, every
+  // upper switch of its group reaches a range holding it, and a leaf is
+  // found from a switch by going up to the lowest switch whose range holds
+  // it, then down: the distance is the steps up plus that switch's height.
   std::vector<int> switch_index;
   int switch_count = 0;
-  mutable std::vector<std::vector<std::uint16_t>> leaf_dist;   // by switch index of the leaf
-  mutable std::unique_ptr<std::once_flag[]> leaf_once;
-  const std::vector<std::uint16_t>& distances_to(int leaf) const;
+  struct Reach {
+    int height = 0;
+    int lo = 0, hi = 0;   // leaves below, by position in leaf order
+    int up = -1;          // switch index of one upper neighbour (all of its group reach the same leaves); -1 at the top
+  };
+  std::vector<Reach> reach;        // by switch index
+  std::vector<int> leaf_position;  // by switch index: a leaf's position in leaf order, -1 above the leaves
+  // Switch hops from switch vertex v to leaf vertex `leaf`; max if none.
+  [[nodiscard]] std::uint16_t distance(Vertex v, int leaf) const;
   std::vector<LinkInfo> links;
   std::uint64_t serial = 0;
 
@@ -235,33 +246,22 @@ std::pair<Vertex, LinkId> Topology::Impl::next_hop(Vertex u, int a, int b, std::
   throw std::logic_error(fmt::format("Topology::path: stuck routing {} to {}", a, b));
 }
 
-const std::vector<std::uint16_t>& Topology::Impl::distances_to(int leaf) const {
-  const auto li = static_cast<std::size_t>(switch_index[static_cast<std::size_t>(leaf)]);
-  std::call_once(leaf_once[li], [&] {
-    std::vector<std::uint16_t> dist(static_cast<std::size_t>(switch_count), std::numeric_limits<std::uint16_t>::max());
-    std::vector<Vertex> queue{static_cast<Vertex>(leaf)};
-    dist[li] = 0;
-    for (std::size_t head = 0; head < queue.size(); ++head) {
-      const Vertex u = queue[head];
-      const std::uint16_t du = dist[static_cast<std::size_t>(switch_index[u])];
-      for (auto [e, end] = boost::out_edges(u, graph); e != end; ++e) {
-        const int v = switch_index[boost::target(*e, graph)];
-        if (v < 0 || dist[static_cast<std::size_t>(v)] != std::numeric_limits<std::uint16_t>::max()) continue;
-        dist[static_cast<std::size_t>(v)] = static_cast<std::uint16_t>(du + 1);
-        queue.push_back(boost::target(*e, graph));
-      }
-    }
-    leaf_dist[li] = std::move(dist);
-  });
-  return leaf_dist[li];
+std::uint16_t Topology::Impl::distance(Vertex v, int leaf) const {
+  const int p = leaf_position[static_cast<std::size_t>(switch_index[static_cast<std::size_t>(leaf)])];
+  int s = switch_index[v], up = 0;
+  while (s >= 0 && !(reach[static_cast<std::size_t>(s)].lo <= p && p < reach[static_cast<std::size_t>(s)].hi)) {
+    s = reach[static_cast<std::size_t>(s)].up;
+    ++up;
+  }
+  if (s < 0) return std::numeric_limits<std::uint16_t>::max();
+  return static_cast<std::uint16_t>(up + reach[static_cast<std::size_t>(s)].height);
 }
 
 // Between scale-up domains: a -> NIC -> leaf, the switch walk, leaf -> NIC -> b.
 std::vector<LinkId> Topology::Impl::fabric_path(int a, int b) const {
   const auto ua = static_cast<std::size_t>(a), ub = static_cast<std::size_t>(b);
   const int from = leaf_of_device[ua], to = leaf_of_device[ub];
-  const std::vector<std::uint16_t>& dist = distances_to(to);
-  const auto d = [&](Vertex v) { return dist[static_cast<std::size_t>(switch_index[v])]; };
+  const auto d = [&](Vertex v) { return distance(v, to); };
   if (d(static_cast<Vertex>(from)) == std::numeric_limits<std::uint16_t>::max())
     throw std::logic_error(fmt::format("Topology::path: no route from device {} to device {}", a, b));
   std::vector<LinkId> out;
@@ -393,12 +393,17 @@ Topology Topology::build(const ClusterSpec& cluster, int devices) {
     Vertex v;
     std::string name;
     int count;
+    int height = 0, lo = 0, hi = 0, up = -1;   // Impl::Reach, by vertex until switch indices exist
   };
   const bool adaptive = so.routing == Routing::adaptive;
   std::vector<Level> level;
   for (int s = 0; s < leaf_slots; ++s)
-    if (leaf_vertex[static_cast<std::size_t>(s)] >= 0)
-      level.push_back({static_cast<Vertex>(leaf_vertex[static_cast<std::size_t>(s)]), fmt::format("leaf{}", s), 1});
+    if (leaf_vertex[static_cast<std::size_t>(s)] >= 0) {
+      const int at = static_cast<int>(level.size());
+      level.push_back({static_cast<Vertex>(leaf_vertex[static_cast<std::size_t>(s)]), fmt::format("leaf{}", s), 1, 0, at,
+                       at + 1});
+    }
+  std::vector<Level> placed;   // every switch with its reach, the upper neighbour as a vertex
   int up_count = 0;
   for (int lvl = 1; lvl < so.tiers && level.size() > 1; ++lvl) {
     const bool top = lvl + 1 == so.tiers || static_cast<int>(level.size()) <= half;
@@ -407,24 +412,37 @@ Topology Topology::build(const ClusterSpec& cluster, int devices) {
     std::vector<Level> next;
     for (std::size_t g0 = 0; g0 < level.size(); g0 += group) {
       const std::size_t first_up = next.size();
+      const std::size_t g1 = std::min(level.size(), g0 + group);
+      const int lo = level[g0].lo, hi = level[g1 - 1].hi;
       if (adaptive)
-        next.push_back({t.add_vertex(VertexKind::fabric_switch), fmt::format("{}s{}", level_name(lvl + 1), up_count++), half});
+        next.push_back({t.add_vertex(VertexKind::fabric_switch), fmt::format("{}s{}", level_name(lvl + 1), up_count++), half,
+                        lvl, lo, hi});
       else
         for (int k = 0; k < half; ++k)
-          next.push_back({t.add_vertex(VertexKind::fabric_switch), fmt::format("{}{}", level_name(lvl + 1), up_count++), 1});
-      for (std::size_t i = g0; i < std::min(level.size(), g0 + group); ++i)
+          next.push_back({t.add_vertex(VertexKind::fabric_switch), fmt::format("{}{}", level_name(lvl + 1), up_count++), 1,
+                          lvl, lo, hi});
+      for (std::size_t i = g0; i < g1; ++i) {
+        level[i].up = static_cast<int>(next[first_up].v);
         for (std::size_t k = first_up; k < next.size(); ++k)
           t.cable(level[i].v, next[k].v, level[i].name, next[k].name, bw * level[i].count * next[k].count, 0.0);
+      }
     }
+    placed.insert(placed.end(), level.begin(), level.end());
     level = std::move(next);
     up_count = 0;
     if (top) break;
   }
+  placed.insert(placed.end(), level.begin(), level.end());
   t.switch_index.assign(boost::num_vertices(t.graph), -1);
   for (std::size_t v = 0; v < t.kind.size(); ++v)
     if (t.kind[v] == VertexKind::fabric_switch) t.switch_index[v] = t.switch_count++;
-  t.leaf_dist.resize(static_cast<std::size_t>(t.switch_count));
-  t.leaf_once = std::make_unique<std::once_flag[]>(static_cast<std::size_t>(t.switch_count));
+  t.reach.assign(static_cast<std::size_t>(t.switch_count), {});
+  t.leaf_position.assign(static_cast<std::size_t>(t.switch_count), -1);
+  for (const Level& l : placed) {
+    const int s = t.switch_index[l.v];
+    t.reach[static_cast<std::size_t>(s)] = {l.height, l.lo, l.hi, l.up < 0 ? -1 : t.switch_index[static_cast<std::size_t>(l.up)]};
+    if (l.height == 0) t.leaf_position[static_cast<std::size_t>(s)] = l.lo;
+  }
   return topo;
 }
 
