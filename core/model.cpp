@@ -133,6 +133,9 @@ Result<ModelSpec> validate_model(ModelSpec m) {
         total += c;
       }
       if (!(total > 0)) return fail("model.moe.token_histogram", fmt::format("layer row {} routes no tokens", l + 1));
+      if (!std::isfinite(total))
+        return fail("model.moe.token_histogram",
+                    fmt::format("layer row {}: its counts sum past the largest number (1.8e308); scale them down", l + 1));
     }
     if (e.capacity_factor && (!std::isfinite(*e.capacity_factor) || *e.capacity_factor <= 0))
       return fail("model.moe.capacity_factor", fmt::format("must be a finite number > 0, found {}", *e.capacity_factor));

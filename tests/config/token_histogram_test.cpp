@@ -86,4 +86,10 @@ TEST_CASE("The busiest EP rank's load from a histogram: each layer's busiest blo
   CHECK_THAT(r.error().message, Catch::Contains("has 3 experts' counts; the model has 4 experts"));
   ModelSpec dense = test::shipped_model("tiny-gpt");
   CHECK_FALSE(apply_token_histogram(dense, path));
+  // Counts each finite whose sum is not (it made the load NaN downstream).
+  ModelSpec big = test::shipped_model("tiny-moe");
+  const auto huge = apply_token_histogram(big, write("megascope-hist-huge.txt", "1e308,1e308,1e308,1e308\n1,2,3,4\n"));
+  REQUIRE_FALSE(huge);
+  CHECK(huge.error().field == "model.moe.token_histogram");
+  CHECK_THAT(huge.error().message, Catch::Contains("layer row 1: its counts sum past the largest number"));
 }
