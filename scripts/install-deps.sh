@@ -4,7 +4,7 @@
 # here: when nvcc is present (e.g. /usr/local/cuda) the CUDA parts build too.
 set -euo pipefail
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
   libexpected-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   catch2 libbenchmark-dev libeigen3-dev libboost-graph-dev
   libopenmpi-dev openmpi-bin

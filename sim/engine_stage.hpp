@@ -27,11 +27,12 @@ struct Adjacency {
   static constexpr std::uint32_t kNear = 4;
   static constexpr std::uint32_t kFar = 0xffff;       // the largest distance kept near
   static constexpr std::uint8_t kSpilled = 0xff;      // OpInfo::pred_n / succ_n of a spilled list
+  struct Far {
+    std::uint32_t begin, count;
+  };
   union {
     std::uint16_t near[kNear];
-    struct {
-      std::uint32_t begin, count;
-    } far;
+    Far far;
   };
 };
 

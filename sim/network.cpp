@@ -460,7 +460,8 @@ struct Network::State {
       });
     }
     for (std::size_t i = 0; fair && i < bottlenecks.size(); ++i) {
-      const auto [l, level] = bottlenecks[i];
+      const LinkId l = bottlenecks[i].first;
+      const double level = bottlenecks[i].second;  // not a structured binding: clang 14 cannot capture one
       const Link& L = state_of(l);
       fair = std::none_of(L.flows.begin(), L.flows.end(), [&](const Member& m) {
         return flows[m.flow].in_set != epoch && flows[m.flow].rate > level * (1 + rel);
