@@ -101,6 +101,7 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
   ro.trace = o.run.trace;
   ro.plan_text = format_inline_plan(s.plan);
   ro.model_name = s.model.name;
+  ro.timeout_s = o.run.recv_timeout_s;
   auto report = exec::cuda::run_replay(s, *program, ro);
   if (!report) {
     errs << "megascope run: error: " << report.error().str() << "\n";

@@ -1,11 +1,16 @@
 // NCCL communicators (exec/cuda/nccl_comm.hpp).
 #include "exec/cuda/nccl_comm.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/result.hpp"
+#include "exec/cuda/watchdog.hpp"
 #include "kernels/check.hpp"
 
 namespace megascope::exec::cuda {
@@ -27,6 +32,52 @@ std::string nccl_version() {
 }
 
 namespace {
+
+// The process's live communicators, for the watchdog: a timed-out wait
+// aborts all of them (a rank's streams wait on each other through events,
+// so the stuck operation may be another group's), and they are not
+// destroyed again afterwards.
+struct Registry {
+  std::mutex mutex;
+  std::vector<ncclComm_t> live;
+  std::vector<ncclComm_t> aborted;
+  double timeout_s = 120;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+void abort_all() {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  for (ncclComm_t c : r.live) {
+    (void)ncclCommAbort(c);
+    r.aborted.push_back(c);
+  }
+  r.live.clear();
+}
+
+// The first asynchronous error of a live communicator (a peer aborted, a
+// network failure), as NCCL words it.
+std::optional<std::string> async_error() {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  for (ncclComm_t c : r.live) {
+    ncclResult_t e = ncclSuccess;
+    if (ncclCommGetAsyncError(c, &e) == ncclSuccess && e != ncclSuccess && e != ncclInProgress)
+      return std::string("NCCL reports ") + ncclGetErrorString(e) + " on a communicator of this rank";
+  }
+  return std::nullopt;
+}
+
+int world_rank() {
+  int initialized = 0, r = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
 std::size_t count(std::int64_t n) {
   MEGASCOPE_KERNEL_REQUIRE(n >= 0);
   return static_cast<std::size_t>(n);
@@ -47,13 +98,42 @@ std::size_t type_bytes(ncclDataType_t t) {
 }
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(ncclComm_t comm, cudaStream_t stream, bool blocking)
-    : comm_(comm), stream_(stream), blocking_(blocking) {
-  MEGASCOPE_NCCL_CHECK(ncclCommCount(comm_, &size_));
-  MEGASCOPE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+void set_watchdog_timeout(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds))
+    throw std::invalid_argument("the NCCL watchdog's timeout must be a finite number of seconds > 0");
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.timeout_s = seconds;
 }
 
-std::unique_ptr<NcclCommunicator> NcclCommunicator::over_mpi(MPI_Comm mpi, cudaStream_t stream, bool blocking) {
+void wait_stream(cudaStream_t stream, const std::string& what) {
+  double timeout = 0;
+  {
+    Registry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    timeout = r.timeout_s;
+  }
+  wait_until(
+      [&] {
+        const cudaError_t e = cudaStreamQuery(stream);
+        if (e == cudaErrorNotReady) return false;
+        MEGASCOPE_CUDA_CHECK(e);
+        return true;
+      },
+      async_error, timeout, what, abort_all);
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, cudaStream_t stream, bool blocking, std::string label)
+    : comm_(comm), stream_(stream), blocking_(blocking), label_(std::move(label)) {
+  MEGASCOPE_NCCL_CHECK(ncclCommCount(comm_, &size_));
+  MEGASCOPE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.live.push_back(comm_);
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::over_mpi(MPI_Comm mpi, cudaStream_t stream, bool blocking,
+                                                             const std::string& label) {
   require_device();
   int size = 0, rank = 0;
   MPI_Comm_size(mpi, &size);
@@ -63,11 +143,17 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::over_mpi(MPI_Comm mpi, cudaS
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi);
   ncclComm_t comm = nullptr;
   MEGASCOPE_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
-  return std::make_unique<NcclCommunicator>(comm, stream, blocking);
+  return std::make_unique<NcclCommunicator>(comm, stream, blocking, label);
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (!comm_) return;
+  {
+    Registry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    if (std::find(r.aborted.begin(), r.aborted.end(), comm_) != r.aborted.end()) return;   // the watchdog's
+    r.live.erase(std::remove(r.live.begin(), r.live.end(), comm_), r.live.end());
+  }
   // While an exception unwinds, abort: ncclCommDestroy waits for the
   // communicator's operations, which may wait for a peer that is itself
   // waiting for this rank; ncclCommAbort stops them.
@@ -75,8 +161,13 @@ NcclCommunicator::~NcclCommunicator() {
   else (void)ncclCommDestroy(comm_);
 }
 
+void NcclCommunicator::wait(cudaStream_t s, const char* op) const {
+  wait_stream(s, "rank " + std::to_string(world_rank()) + ": " + op + " of the " + label_ + " group (" +
+                     std::to_string(size_) + " ranks)");
+}
+
 void NcclCommunicator::done(cudaStream_t s) const {
-  if (blocking_) MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (blocking_) wait(s, "an operation");
 }
 
 void NcclCommunicator::all_reduce(void* data, std::int64_t n, ncclDataType_t type, ReduceOp op) {
@@ -118,7 +209,7 @@ void NcclCommunicator::barrier() {
   // A one-element all-reduce on a scratch buffer, waited for: every member has reached it.
   MEGASCOPE_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, sizeof(float), stream_));
   MEGASCOPE_NCCL_CHECK(ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat32, ncclSum, comm_, stream_));
-  MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait(stream_, "a barrier");
 }
 
 void NcclCommunicator::send(const void* data, std::int64_t n, ncclDataType_t type, int peer, cudaStream_t stream) {
@@ -146,7 +237,7 @@ void NcclCommunicator::exchange(const std::vector<Transfer>& transfers) {
   for (const Transfer& t : transfers) done(t.stream ? t.stream : stream_);
 }
 
-void NcclCommunicator::synchronize() const { MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void NcclCommunicator::synchronize() const { wait(stream_, "the operations"); }
 
 NcclGroups::NcclGroups(const RankGrid& grid, const MpiGroups& mpi, const StreamSet& streams, bool blocking) {
   require_device();
@@ -170,7 +261,8 @@ NcclGroups::NcclGroups(const RankGrid& grid, const MpiGroups& mpi, const StreamS
     if (shared) continue;
     auto* m = dynamic_cast<MpiCommunicator*>(c);
     MEGASCOPE_CHECK(m != nullptr, "NcclGroups: MpiGroups holds a communicator that is not an MPI one");
-    groups_[static_cast<std::size_t>(g)] = NcclCommunicator::over_mpi(m->handle(), streams.get(stream_of(kind)), blocking);
+    groups_[static_cast<std::size_t>(g)] =
+        NcclCommunicator::over_mpi(m->handle(), streams.get(stream_of(kind)), blocking, to_string(kind));
   }
 }
 

@@ -27,9 +27,16 @@
 // batch_isend_irecv does, otherwise two stages that both send first wait on
 // each other forever.
 //
-// Does not: fault tolerance (a failed rank hangs NCCL until the launcher's
-// timeout; ncclCommAbort is not wired), user buffer registration, NVLS/SHARP
-// settings (NCCL's defaults and environment variables apply).
+// Timeouts: every host wait on a communicator's work (blocking mode,
+// barrier(), synchronize(), wait_stream()) goes through the watchdog
+// (exec/cuda/watchdog.hpp): past set_watchdog_timeout()'s limit (run's
+// --recv-timeout, 120 s by default) every live communicator of the process
+// is aborted and the wait throws, naming the rank, the group and the time;
+// an asynchronous NCCL error (a peer's abort) ends the wait at once.
+//
+// Does not: recovery after a failure (the run ends), user buffer
+// registration, NVLS/SHARP settings (NCCL's defaults and environment
+// variables apply).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -55,13 +62,21 @@ int mpi_local_rank();
 // NCCL's version as "2.28.9".
 std::string nccl_version();
 
+// The watchdog's limit for host waits on NCCL work, in seconds (> 0).
+void set_watchdog_timeout(double seconds);
+// Waits for `stream` under the watchdog; `what` names the wait in errors
+// ("rank 3: the step's dp all-reduce").
+void wait_stream(cudaStream_t stream, const std::string& what);
+
 class NcclCommunicator final : public Communicator {
  public:
-  // Takes ownership of `comm`; operations are enqueued on `stream`.
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, bool blocking);
+  // Takes ownership of `comm`; operations are enqueued on `stream`; `label`
+  // names the group in errors ("dp", "pp route").
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, bool blocking, std::string label = "nccl");
   // Collective over `mpi` (every member calls it): the communicator of the
   // MPI group, same size and ranks.
-  static std::unique_ptr<NcclCommunicator> over_mpi(MPI_Comm mpi, cudaStream_t stream, bool blocking = false);
+  static std::unique_ptr<NcclCommunicator> over_mpi(MPI_Comm mpi, cudaStream_t stream, bool blocking = false,
+                                                    const std::string& label = "nccl");
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -102,9 +117,11 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void done(cudaStream_t s) const;  // blocking mode: wait for s
+  void wait(cudaStream_t s, const char* op) const;   // under the watchdog, naming this group
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool blocking_ = false;
+  std::string label_;
   int size_ = 1, rank_ = 0;
   DeviceBuffer<float> scratch_{1};   // barrier()'s one element
 };

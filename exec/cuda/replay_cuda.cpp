@@ -151,8 +151,9 @@ class Lanes {
   Lanes& operator=(const Lanes&) = delete;
   [[nodiscard]] cudaStream_t operator[](int lane) const { return streams_.at(static_cast<std::size_t>(lane)); }
   [[nodiscard]] int size() const { return static_cast<int>(streams_.size()); }
-  void synchronize() const {
-    for (cudaStream_t s : streams_) MEGASCOPE_CUDA_CHECK(cudaStreamSynchronize(s));
+  // Under the NCCL watchdog: a lane may wait on a peer's collective.
+  void synchronize(const std::string& what) const {
+    for (cudaStream_t s : streams_) wait_stream(s, what);
   }
 
  private:
@@ -182,7 +183,7 @@ class Route {
   // communicator, so a first transfer reached in opposite orders by two
   // stages (DualPipe's) would wait forever; here both are at the same point.
   NcclCommunicator* connect(cudaStream_t stream) {
-    nccl_ = NcclCommunicator::over_mpi(mpi_, stream);
+    nccl_ = NcclCommunicator::over_mpi(mpi_, stream, false, "pp route");
     DeviceBuffer<float> one(1);
     if (nccl_->rank() == 0) nccl_->send(one.get(), 1, ncclFloat32, 1);
     else nccl_->recv(one.get(), 1, ncclFloat32, 0);
@@ -277,6 +278,7 @@ Result<ReplayReport> replay_on_device(const Program& p, const ReplayOptions& o, 
 
   require_device();
   select_device(mpi_local_rank());
+  set_watchdog_timeout(o.timeout_s);
   const DeviceInfo info = device_info();
   StreamSet streams;
   Lanes lanes(streams, plan->lanes);
@@ -396,7 +398,8 @@ Result<ReplayReport> replay_on_device(const Program& p, const ReplayOptions& o, 
   Event begin;
   std::vector<Span> spans;
   auto one_step = [&]() -> double {
-    MPI_Barrier(MPI_COMM_WORLD);
+    int here = 1, all = 0;   // a barrier that gives up after the timeout, naming itself
+    world_allreduce(&here, &all, 1, MPI_INT, MPI_MIN, o.timeout_s, "the step's start");
     timer.start_step(lanes[0]);
     begin.record(lanes[0]);
     for (int l = 1; l < lanes.size(); ++l) begin.wait(lanes[l]);
@@ -433,12 +436,12 @@ Result<ReplayReport> replay_on_device(const Program& p, const ReplayOptions& o, 
       timer.end(static_cast<std::uint32_t>(i), st);
       if (done_index[i] >= 0) done[static_cast<std::size_t>(done_index[i])].record(st);
     }
-    lanes.synchronize();
+    lanes.synchronize(fmt::format("rank {}: the step's ops on stage {}", me, stage));
     spans = timer.collect();
     double mine = 0;
     for (const Span& x : spans) mine = std::max(mine, x.end);
     double slowest = 0;
-    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    world_allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, o.timeout_s, "the step's time");
     return slowest;
   };
   for (int w = 0; w < o.warmup; ++w) (void)one_step();

@@ -57,6 +57,7 @@ struct ReplayOptions {
   std::optional<int> shard;           // shard mode: the world rank of the plan this GPU measures
   std::optional<std::string> trace;   // measured trace of the last step (world rank 0 writes it)
   std::string plan_text, model_name;  // for the trace header
+  double timeout_s = 120;             // the NCCL watchdog's limit on a host wait (run's --recv-timeout)
 };
 
 struct ReplayReport {
