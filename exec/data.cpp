@@ -2,12 +2,21 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
 namespace megascope::exec {
 
 Result<ByteCorpus> ByteCorpus::load(const std::string& path, std::int64_t seq) {
+  // Only a regular file: a directory fails mid-read, and a device or a pipe
+  // (/dev/zero) may never end.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::is_directory(status))
+    return fail("--data", fmt::format("{}: is a directory, not a training text file", path));
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    return fail("--data", fmt::format("{}: not a regular file (a device, pipe or socket); give a text file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail("--data", fmt::format("{}: cannot open the training text", path));
   ByteCorpus c;

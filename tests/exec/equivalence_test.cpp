@@ -221,6 +221,14 @@ TEST_CASE("A plan that does not match the world size or the executor fails befor
   const Launch data = shell(fmt::format("{} run --model tiny-gpt --data /nonexistent/corpus.txt", MEGASCOPE_BINARY));
   CHECK(data.status != 0);
   CHECK_THAT(data.output, Catch::Contains("/nonexistent/corpus.txt: cannot open"));
+  // A directory and a device are named as such, with the usual error exit (1), not an internal error (3).
+  const auto dir = std::filesystem::temp_directory_path();
+  const Launch folder = shell(fmt::format("{} run --model tiny-gpt --data {}", MEGASCOPE_BINARY, dir.string()));
+  CHECK(WEXITSTATUS(folder.status) == 1);
+  CHECK_THAT(folder.output, Catch::Contains("--data") && Catch::Contains("is a directory"));
+  const Launch device = shell(fmt::format("{} run --model tiny-gpt --data /dev/zero", MEGASCOPE_BINARY));
+  CHECK(WEXITSTATUS(device.status) == 1);
+  CHECK_THAT(device.output, Catch::Contains("/dev/zero: not a regular file"));
 }
 
 TEST_CASE("The measured trace has one span per op of every rank and reads back as measured", "[exec][mpi]") {
