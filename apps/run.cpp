@@ -61,8 +61,11 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
       ->check(finite_at_least(0, true));
   cmd.add_flag("--json", o.json, "print the steps as one JSON object");
   cmd.add_option("--inject-failure", o.inject_failure,
-                 "RANK:STEP[:hang]: that rank exits abruptly at the start of that step, or with :hang stays alive and "
-                 "does nothing more (tests the failure paths)");
+                 "RANK:STEP[:hang|:nan]: that rank exits abruptly at the start of that step, or with :hang stays "
+                 "alive and does nothing more, or with :nan gets a NaN gradient (tests the failure paths)");
+  cmd.add_flag("--skip-nonfinite-steps", o.run.skip_nonfinite,
+               "a step whose gradient norm is NaN or infinite (its loss finite) makes no update and the run goes on, "
+               "as Megatron-LM's loss scaler skips an iteration (default: the run stops before that step's checkpoint)");
   cmd.add_option("--shard", o.shard, "cuda: measure the compute of this rank of the plan on one GPU (no mpirun)");
   cmd.add_option("--warmup", o.warmup, "cuda: untimed steps before the measured ones (default 1)")
       ->check(CLI::NonNegativeNumber);
@@ -92,11 +95,13 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
     // Exactly RANK:STEP, two non-negative integers, or RANK:STEP:hang, and
     // nothing else ("1:3:4" was read as 1:3).
     std::string text = *o.inject_failure;
-    constexpr std::string_view hang = ":hang";
-    if (text.size() > hang.size() && text.compare(text.size() - hang.size(), hang.size(), hang) == 0) {
-      o.run.fail_hang = true;
-      text.resize(text.size() - hang.size());
-    }
+    for (const auto& [suffix, kind] : {std::pair{std::string_view(":hang"), exec::RunOptions::Fail::hang},
+                                       std::pair{std::string_view(":nan"), exec::RunOptions::Fail::nan}})
+      if (text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        o.run.fail = kind;
+        text.resize(text.size() - suffix.size());
+        break;
+      }
     const auto colon = text.find(':');
     const auto number = [](const std::string& t) {
       return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
@@ -107,7 +112,8 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
       o.run.fail_rank = std::stoi(text.substr(0, colon));
       o.run.fail_step = std::stoi(text.substr(colon + 1));
     } catch (const std::exception&) {
-      err << "megascope run: error: --inject-failure: expected RANK:STEP or RANK:STEP:hang, found \"" << *o.inject_failure
+      err << "megascope run: error: --inject-failure: expected RANK:STEP, RANK:STEP:hang or RANK:STEP:nan, found \""
+          << *o.inject_failure
           << "\"\n";
       return 2;
     }
@@ -208,7 +214,11 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
     j["plan"] = o.run.plan_text;
     j["world"] = s.world;
     for (const exec::StepLog& l : *logs)
-      j["steps"].push_back({{"step", l.step}, {"loss", l.loss}, {"grad_norm", l.grad_norm}, {"step_time_s", l.step_time_s}});
+      j["steps"].push_back({{"step", l.step},
+                            {"loss", l.loss},
+                            {"grad_norm", std::isfinite(l.grad_norm) ? nlohmann::json(l.grad_norm) : nlohmann::json()},
+                            {"step_time_s", l.step_time_s},
+                            {"skipped", l.skipped}});
     log << j.dump(2) << "\n";
   } else if (o.run.trace) {
     log << "trace: " << *o.run.trace << " (measured; compare with `megascope compare`)\n";

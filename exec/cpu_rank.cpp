@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <tuple>
 
@@ -331,8 +332,17 @@ void CpuRank::optimizer() {
       if (a < b) sq += ops_.sum_squares(ch.g.data() + a, b - a);
     }
   }
+  if (o_.fail == RunOptions::Fail::nan && o_.fail_rank == me_ && step_ == o_.fail_step && !chunks_.empty()) {
+    // Fault injection: a NaN gradient on this rank, counted in the norm.
+    Chunk& ch = chunks_.front();
+    if (!ch.g.empty()) ch.g[static_cast<std::size_t>(owned(ch).first)] = std::numeric_limits<float>::quiet_NaN();
+    sq = std::numeric_limits<double>::quiet_NaN();
+  }
   world_allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, o_.recv_timeout_s, "the gradient norm");
   grad_norm_ = std::sqrt(sq);
+  // Not finite: with skip_nonfinite no update (the moments neither); the
+  // runner reports the step as skipped. Without it the runner stops the run.
+  const bool skip = o_.skip_nonfinite && !std::isfinite(grad_norm_);
   const float scale = o_.clip_grad > 0 ? k::clip_coefficient(grad_norm_, o_.clip_grad) : 1.0f;
   for (std::size_t ci = 0; ci < chunks_.size(); ++ci) {
     Chunk& ch = chunks_[ci];
@@ -341,6 +351,7 @@ void CpuRank::optimizer() {
     for (const Param& p : ch.params) {
       const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.size());
       if (a >= b) continue;
+      if (skip) continue;
       ops_.adamw_update(ch.w.data() + a, ch.g.data() + a, m_[ci].data() + (a - base), v_[ci].data() + (a - base), b - a,
                       o_.lr, o_.beta1, o_.beta2, o_.eps, p.decay ? o_.weight_decay : 0.0f, step_, scale);
     }

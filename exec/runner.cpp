@@ -301,8 +301,8 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
     return fail("--inject-failure", fmt::format("step {} is not one of this run's steps ({} to {})", o.fail_step, first, last));
   for (int step = first; step <= last; ++step) {
     double loss_sum = 0, grad_norm = 0;
-    if (o.fail_rank && *o.fail_rank == me && step == o.fail_step) {
-      if (o.fail_hang)   // alive but making no progress, as a stopped or deadlocked process
+    if (o.fail_rank && *o.fail_rank == me && step == o.fail_step && o.fail != RunOptions::Fail::nan) {
+      if (o.fail == RunOptions::Fail::hang)   // alive but making no progress, as a stopped or deadlocked process
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
       std::_Exit(9);
     }
@@ -314,17 +314,24 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
     StepLog log{step, total_loss / static_cast<double>(s.training.global_batch_size * s.seq_length), grad_norm, step_time};
     // A NaN or infinite loss or gradient norm stops the run before anything
     // is written (Megatron-LM's --check-for-nan-in-loss-and-grad); both are
-    // the same on every rank (reduced over the job).
+    // the same on every rank (reduced over the job). With skip_nonfinite a
+    // non-finite gradient norm under a finite loss made no update (CpuRank
+    // skipped it; the weights are the step's inputs, finite) and the run
+    // goes on; a non-finite loss means the weights themselves went bad.
     int finite = std::isfinite(log.loss) && std::isfinite(log.grad_norm) ? 1 : 0, all_finite = 0;
     world_allreduce(&finite, &all_finite, 1, MPI_INT, MPI_MIN, o.recv_timeout_s, "the finite-loss check");
-    if (!all_finite)
+    log.skipped = !all_finite && o.skip_nonfinite && std::isfinite(log.loss) && !std::isfinite(log.grad_norm);
+    if (!all_finite && !log.skipped)
       return fail("run", fmt::format("step {}: the loss is {} and the gradient norm {}; stopping before any checkpoint of "
-                                     "this step is written",
-                                     step, log.loss, log.grad_norm));
+                                     "this step is written{}",
+                                     step, log.loss, log.grad_norm,
+                                     !o.skip_nonfinite && std::isfinite(log.loss)
+                                         ? " (--skip-nonfinite-steps skips a step whose gradient norm is not finite)"
+                                         : ""));
     logs.push_back(log);
     if (me == 0)
-      out << fmt::format("step {:>4}  loss {:.6f}  grad norm {:.6f}  time {:.3f} s\n", log.step, log.loss,
-                         log.grad_norm, log.step_time_s)
+      out << fmt::format("step {:>4}  loss {:.6f}  grad norm {:.6f}  time {:.3f} s{}\n", log.step, log.loss,
+                         log.grad_norm, log.step_time_s, log.skipped ? "  skipped: no update" : "")
           << std::flush;
     const bool save = o.checkpoint_dir && ((o.save_every > 0 && step % o.save_every == 0) || step == last);
     if (save) {

@@ -26,12 +26,18 @@ struct RunOptions {
   int save_every = 0;                        // steps between checkpoints (0: only at the end, if a dir is given)
   bool resume = false;                       // continue from the latest checkpoint in checkpoint_dir
   // Fault injection, for testing the failure path: world rank `fail_rank`
-  // exits abruptly (no message, no cleanup, as a crash would) when it starts
-  // step `fail_step`; with `fail_hang` it stays alive and does nothing more
-  // (a stopped or deadlocked process).
+  // at step `fail_step` exits abruptly (no message, no cleanup, as a crash
+  // would), or stays alive and does nothing more (hang: a stopped or
+  // deadlocked process), or gets a NaN in its gradients (nan, as an
+  // overflow would give).
+  enum class Fail : std::uint8_t { exit, hang, nan };
   std::optional<int> fail_rank;
   int fail_step = 1;
-  bool fail_hang = false;
+  Fail fail = Fail::exit;
+  // A step whose gradient norm is NaN or infinite (the loss finite) makes no
+  // update and the run goes on, as Megatron-LM's loss scaler skips an
+  // iteration; off: the run stops before that step's checkpoint.
+  bool skip_nonfinite = false;
   std::uint64_t seed = 1234;
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
   double clip_grad = 1.0;                    // global-norm clipping (0: off)
@@ -45,6 +51,7 @@ struct StepLog {
   double loss = 0;             // mean cross-entropy over the global batch (nats per byte)
   double grad_norm = 0;        // global gradient norm before clipping
   double step_time_s = 0;      // slowest rank
+  bool skipped = false;        // no update: the gradient norm was not finite (RunOptions::skip_nonfinite)
 };
 
 // Runs on the MPI world (its size must be the plan's world). Every rank

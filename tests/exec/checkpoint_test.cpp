@@ -1,14 +1,17 @@
 // Checkpoints as trusted storage, under mpirun: a corrupt or extended file is
 // refused naming the file and its rank (whichever rank holds it), a
 // directory holding another run's checkpoints or one that cannot be written
-// is refused before the first step, and a NaN loss stops the run before it
-// writes a checkpoint.
+// is refused before the first step, a NaN loss stops the run before it
+// writes a checkpoint, and a NaN gradient stops it too or, with
+// --skip-nonfinite-steps, makes no update.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "subprocess.hpp"
 
@@ -121,5 +124,53 @@ TEST_CASE("A NaN loss stops the run before it writes that step's checkpoint", "[
   std::ifstream latest(dir / "latest");
   int last = 0;
   if (latest >> last) CHECK(last < 6);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+std::vector<char> bytes_of(const std::filesystem::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+}  // namespace
+
+TEST_CASE("A NaN gradient stops the run, or with --skip-nonfinite-steps leaves the weights and moments as they were",
+          "[exec][mpi]") {
+  const auto dir = std::filesystem::temp_directory_path() / "megascope-test-ckpt-skip";
+  std::filesystem::remove_all(dir);
+  // Rank 1's gradient is NaN at step 2: the job's norm is NaN, the loss finite.
+  const Launch stop = shell(run2(dir.string(), "--steps 3 --save-every 1 --inject-failure 1:2:nan"));
+  INFO(stop.output);
+  CHECK(stop.status != 0);
+  CHECK_THAT(stop.output, Catch::Contains("step 2: the loss is") && Catch::Contains("the gradient norm nan") &&
+                              Catch::Contains("--skip-nonfinite-steps skips"));
+  CHECK_FALSE(std::filesystem::exists(dir / "step-2"));
+  std::filesystem::remove_all(dir);
+
+  const Launch skip = shell(run2(dir.string(), "--steps 3 --save-every 1 --inject-failure 1:2:nan --skip-nonfinite-steps"));
+  INFO(skip.output);
+  REQUIRE(skip.status == 0);
+  CHECK_THAT(skip.output, Catch::Contains("skipped: no update"));
+  CHECK_THAT(skip.output, Catch::Contains("step    3"));
+  // Step 2's checkpoint holds step 1's weights and moments: the files differ
+  // only in the header's step line and the checksum at the end.
+  for (const char* rank : {"rank-0.bin", "rank-1.bin"}) {
+    const std::vector<char> a = bytes_of(dir / "step-1" / rank), b = bytes_of(dir / "step-2" / rank);
+    REQUIRE(a.size() == b.size());
+    REQUIRE(a.size() > 100000);
+    std::size_t differ = 0, late = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i]) {
+        ++differ;
+        if (i >= 512 && i < a.size() - 8) ++late;
+      }
+    CHECK(differ > 0);
+    CHECK(late == 0);
+  }
+  // Step 3 updated again: its weights differ from step 2's.
+  const std::vector<char> c = bytes_of(dir / "step-3" / "rank-0.bin"), d = bytes_of(dir / "step-2" / "rank-0.bin");
+  std::size_t payload = 0;
+  for (std::size_t i = 512; i + 8 < c.size() && i < d.size(); ++i) payload += c[i] != d[i];
+  CHECK(payload > 1000);
   std::filesystem::remove_all(dir);
 }
