@@ -40,7 +40,6 @@
 #include <fmt/format.h>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 
 #include "sim/network.hpp"
