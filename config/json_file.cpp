@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <system_error>
 
+#include "config/input_file.hpp"
+
 namespace megascope::json_detail {
 
 Result<std::string> read_text_file(const std::string& path, std::string_view what, const std::string& field) {
+  if (auto ok = check_input_file(path, field, what); !ok) return tl::unexpected(ok.error());
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
     const int err = errno;
@@ -43,7 +46,30 @@ std::pair<int, int> line_column(std::string_view text, std::size_t offset) {
   return {line, static_cast<int>(offset - line_start) + 1};
 }
 
+std::optional<std::size_t> over_deep_json(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (ch == '\\') ++i;   // the escaped character
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    else if (ch == '[' || ch == '{') {
+      if (++depth > max_depth) return i;
+    } else if ((ch == ']' || ch == '}') && depth > 0) --depth;
+  }
+  return std::nullopt;
+}
+
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& source, const std::string& field) {
+  if (const auto at = over_deep_json(text, kMaxJsonDepth)) {
+    const auto [line, column] = line_column(text, *at);
+    return tl::unexpected(Error{fmt::format("JSON nested more than {} levels deep is refused", kMaxJsonDepth), field,
+                                SourceLocation{source, line, column}});
+  }
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& e) {

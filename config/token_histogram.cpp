@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/input_file.hpp"
+
 namespace megascope {
 
 namespace {
@@ -26,6 +28,7 @@ std::string trim(const std::string& s) {
 }  // namespace
 
 Result<std::vector<std::vector<double>>> load_token_histogram(const std::string& path) {
+  if (auto ok = check_input_file(path, "token_histogram", "token histogram"); !ok) return tl::unexpected(ok.error());
   std::ifstream in(path);
   if (!in) return tl::unexpected<Error>(Error{"cannot open the file", "token_histogram", SourceLocation{path, {}, {}}});
   std::vector<std::vector<double>> rows;
@@ -55,6 +58,10 @@ Result<std::vector<std::vector<double>>> load_token_histogram(const std::string&
       return at(path, n, fmt::format("{} counts, but the first layer's line has {}: every line holds one count per expert",
                                      row.size(), rows.front().size()));
     rows.push_back(std::move(row));
+    if (rows.size() > kMaxHistogramLayers)
+      return at(path, n, fmt::format("more than {} layers' lines: average repeated measurements of a layer into one line "
+                                     "(every plan's load reads them all)",
+                                     kMaxHistogramLayers));
   }
   if (rows.empty())
     return tl::unexpected<Error>(

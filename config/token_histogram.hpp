@@ -15,9 +15,13 @@
 
 namespace megascope {
 
+// The most layers' lines a histogram may hold (a model has at most a few
+// hundred MoE layers; each plan's load reads every line).
+inline constexpr std::size_t kMaxHistogramLayers = 1024;
+
 // The layers' counts as written; an error names the file, the line and the
 // rule (a count that is not a finite number >= 0, rows of different
-// lengths, no rows at all).
+// lengths, no rows at all, more than kMaxHistogramLayers rows).
 Result<std::vector<std::vector<double>>> load_token_histogram(const std::string& path);
 
 // Sets the model's MoeSpec::token_histogram from the file and validates the

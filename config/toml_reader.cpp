@@ -12,6 +12,8 @@
 #include <string_view>
 #include <utility>
 
+#include "config/input_file.hpp"
+
 namespace megascope {
 
 namespace {
@@ -237,9 +239,7 @@ std::optional<std::pair<int, int>> over_deep_key(std::string_view text) {
 }  // namespace
 
 Result<toml::table> parse_toml_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return tl::unexpected(Error{"cannot read file: it is a directory", "", SourceLocation{path, std::nullopt, std::nullopt}});
+  if (auto ok = check_input_file(path, "", "TOML"); !ok) return tl::unexpected(ok.error());
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return tl::unexpected(Error{fmt::format("cannot read file: {}", std::strerror(errno)), "",

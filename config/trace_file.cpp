@@ -4,7 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+
+#include "config/input_file.hpp"
+#include "config/json_file.hpp"
 
 namespace megascope {
 
@@ -19,13 +23,15 @@ std::optional<int> opt_int(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 Result<TraceFile> read_trace(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return fail("trace", fmt::format("{}: is a directory, not a trace file", path));
-  std::ifstream in(path);
+  if (auto ok = check_input_file(path, "trace", "trace"); !ok) return tl::unexpected(ok.error());
+  std::ifstream in(path, std::ios::binary);
   if (!in) return fail("trace", fmt::format("{}: cannot open the trace file", path));
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (json_detail::over_deep_json(text, json_detail::kMaxJsonDepth))
+    return fail("trace", fmt::format("{}: JSON nested more than {} levels deep is refused", path, json_detail::kMaxJsonDepth));
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {   // malformed, or a number out of double's range
     return fail("trace", fmt::format("{}: not JSON: {}", path, e.what()));
   }

@@ -259,7 +259,15 @@ TEST_CASE("Every kind of bad input exits 1 with one clear message and no output"
   expect_one_error(with_model(std::string(1000, 'x')), "neither a file nor a shipped model");
   expect_one_error(with_model("/tmp/" + std::string(1000, 'x') + ".toml"), "cannot read file");
   expect_one_error(with_model("/nonexistent/model.toml"), "cannot read file");
-  expect_one_error(with_model(fixture("toml")), "cannot read file");   // a directory
+  expect_one_error(with_model(fixture("toml")), "is a directory, not a TOML file");
+  expect_one_error(with_model("/dev/zero"), "not a regular file (a device, pipe or socket)");   // would never end
+  expect_one_error(run({"estimate", "--model", "tiny-gpt", "--cluster", "/dev/zero", "--plan", "tp=1", "--global-batch",
+                        "8"}),
+                   "not a regular file");
+  expect_one_error(run({"simulate", "--model", "tiny-moe", "--cluster", "dgx-h100", "--plan", "ep=4", "--global-batch",
+                        "8", "--moe-histogram", "/dev/zero"}),
+                   "not a regular file");
+  expect_one_error(run({"compare", "/dev/null", "/dev/zero"}), "not a regular file");
   expect_one_error(with_model(fixture("hf/malformed.json")), "malformed.json:7");
   expect_one_error(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "6", "--plan", "tp=4",
                         "--global-batch", "8"}),

@@ -57,6 +57,15 @@ TEST_CASE("A malformed token histogram is refused with its file, line and rule",
     CHECK(r.error().where->line == c.line);
     CHECK_THAT(r.error().message, Catch::Contains(c.words));
   }
+  std::string rows;
+  for (int i = 0; i < 1025; ++i) rows += "1,2,3,4\n";
+  const auto many = load_token_histogram(write("megascope-hist-many.txt", rows));
+  REQUIRE_FALSE(many);
+  REQUIRE(many.error().where);
+  CHECK(many.error().where->line == 1025);
+  CHECK_THAT(many.error().message, Catch::Contains("more than 1024 layers' lines"));
+  rows.resize(rows.size() - 8);   // 1024 lines
+  CHECK(load_token_histogram(write("megascope-hist-1024.txt", rows)));
   const auto empty = load_token_histogram(write("megascope-hist-empty.txt", "# nothing\n\n"));
   REQUIRE_FALSE(empty);
   CHECK_THAT(empty.error().message, Catch::Contains("no layer's counts"));

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "config/hf_config.hpp"
+#include "config/json_file.hpp"
 #include "config/spec_toml.hpp"
 #include "config/toml_reader.hpp"
 #include "config/trace_file.hpp"
@@ -98,4 +99,31 @@ TEST_CASE("A JSON number out of double's range is an input error naming the file
   const auto dir = read_trace(std::filesystem::temp_directory_path().string());
   REQUIRE_FALSE(dir);
   CHECK_THAT(dir.error().message, Catch::Contains("is a directory"));
+}
+
+TEST_CASE("JSON nested past 512 levels is refused where it passes them, before the parser recurses", "[config]") {
+  // A million levels overflowed the parser's stack (a segfault); 512 parse.
+  const std::string deep = "{\"model_type\": \"llama\", \"x\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  const auto hf = parse_hf_config(deep, "deep.json");
+  REQUIRE_FALSE(hf);
+  CHECK_THAT(hf.error().message, Catch::Contains("nested more than 512 levels"));
+  REQUIRE(hf.error().where);
+  CHECK(hf.error().where->line == 1);
+  CHECK(hf.error().where->column == 541);   // the 512th '[' (column 30 + 511), level 513 under the '{'
+  // Brackets inside strings do not count; 512 levels are fine for the depth check.
+  CHECK_FALSE(json_detail::over_deep_json("{\"a\": \"" + std::string(5000, '[') + "\"}", 512));
+  CHECK_FALSE(json_detail::over_deep_json(std::string(512, '[') + std::string(512, ']'), 512));
+  CHECK(json_detail::over_deep_json(std::string(513, '[') + std::string(513, ']'), 512) == std::size_t{512});
+  const std::string trace = write_temp("megascope-deep-trace.json", "{\"traceEvents\": " + std::string(100000, '[') + "}");
+  const auto t = read_trace(trace);
+  REQUIRE_FALSE(t);
+  CHECK_THAT(t.error().message, Catch::Contains("nested more than 512 levels"));
+  std::filesystem::remove(trace);
+  // Devices are refused by name (reading /dev/zero would never end).
+  const auto zero = read_trace("/dev/zero");
+  REQUIRE_FALSE(zero);
+  CHECK_THAT(zero.error().message, Catch::Contains("not a regular file"));
+  const auto toml = parse_toml_file("/dev/zero");
+  REQUIRE_FALSE(toml);
+  CHECK_THAT(toml.error().message, Catch::Contains("not a regular file"));
 }
