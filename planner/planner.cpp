@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <queue>
+#include <system_error>
 #include <thread>
 
 #include "core/program/builder.hpp"
@@ -99,6 +100,13 @@ std::string pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
 // Joins threads however the scope that owns them is left (an exception
 // included), so that none is destroyed while it runs (std::terminate).
+// The system refused a thread (too many for its limits or its memory).
+Error thread_error(int wanted, int started, const std::system_error& e) {
+  return Error{fmt::format("could not start thread {} of {} ({}); give fewer with --threads", started + 1, wanted,
+                           e.code().message()),
+               "--threads", std::nullopt};
+}
+
 struct JoinAll {
   explicit JoinAll(std::vector<std::thread>& t) : threads(t) {}
   std::vector<std::thread>& threads;
@@ -229,8 +237,11 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     const JoinAll join{workers};
     try {
       for (int t = 1; t < stage1_threads; ++t) workers.emplace_back(stage1, t);
+    } catch (const std::system_error& e) {
+      stop = true;   // a thread that could not start: those started stop and are joined
+      return tl::unexpected(thread_error(stage1_threads, static_cast<int>(workers.size()) + 1, e));
     } catch (...) {
-      stop = true;   // a thread that could not start: those started stop, are joined, and the error goes on
+      stop = true;
       throw;
     }
     stage1(0);   // the calling thread reports progress
@@ -290,6 +301,7 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
     }
   };
   const int threads = std::clamp(o.threads > 0 ? o.threads : hw, 1, std::max<int>(1, static_cast<int>(top.size())));
+  std::optional<Error> start_failure;
   {
     std::vector<std::thread> pool;
     const JoinAll join{pool};
@@ -311,11 +323,15 @@ Result<SearchResult> search(const SearchInputs& raw, const SearchOptions& o) {
       } else {
         work();
       }
+    } catch (const std::system_error& e) {
+      next = top.size();   // a thread that could not start: the workers take no more, and are joined
+      start_failure = thread_error(threads, static_cast<int>(pool.size()) + 1, e);
     } catch (...) {
-      next = top.size();   // a thread that could not start, or a progress callback that threw: the workers take no more
+      next = top.size();   // a progress callback that threw: the workers take no more
       throw;
     }
   }
+  if (start_failure) return tl::unexpected(*start_failure);
   for (std::size_t i = 0; i < top.size(); ++i) {
     if (!*out[i]) return tl::unexpected((*out[i]).error());
     SimulatedPlan p = std::move(**out[i]);

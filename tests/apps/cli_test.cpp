@@ -2,6 +2,7 @@
 // schema, every way of naming a model, and one clear error (exit 1, one line
 // on stderr, nothing on stdout) for every kind of bad input.
 #include <catch2/catch.hpp>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "apps/cli.hpp"
 #include "cli_runner.hpp"
+#include "subprocess.hpp"
 
 
 namespace {
@@ -375,6 +377,18 @@ TEST_CASE("list names every shipped model, cluster with its device, and example"
   CHECK_THAT(run({"estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--gpus", "8", "--plan", "tp=1",
                   "--global-batch", "8"}).out,
              Catch::Contains("= model (no recomputation)") && !Catch::Contains("none recomputation"));
+}
+
+TEST_CASE("Threads the system will not start are one --threads error, not an internal error", "[apps]") {
+  // 1,024 threads' stacks do not fit in 1.5 GB of address space.
+  const megascope::test::Launch l = megascope::test::shell(
+      "ulimit -v 1500000; " + std::string(MEGASCOPE_BINARY) +
+      " plan --model gpt-1.7b --cluster dgx-a100 --gpus 16 --global-batch 64 --threads 1024");
+  INFO(l.output);
+  CHECK(WEXITSTATUS(l.status) == 1);
+  CHECK_THAT(l.output, Catch::Contains("error: --threads: could not start thread") &&
+                           Catch::Contains("of 1024") && Catch::Contains("give fewer with --threads"));
+  CHECK_THAT(l.output, !Catch::Contains("internal error"));
 }
 
 TEST_CASE("The built binary runs the default example from any working directory", "[apps]") {
