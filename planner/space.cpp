@@ -322,9 +322,13 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
               const std::vector<int> etps = moe ? divisors(tp * cp * dp / ep) : std::vector<int>{tp};
               for (int etp : etps) {
                 const int mbs_lo = k.mbs.lo.value_or(1);
-                const int mbs_hi = k.mbs.hi ? *k.mbs.hi
-                                   : !k.mbs.values.empty() ? *std::max_element(k.mbs.values.begin(), k.mbs.values.end())
-                                                           : k.max_mbs;
+                // No micro-batch beyond the batch's share of one replica (mbs x dp
+                // divides the global batch): a huge --mbs bound walks no further.
+                const int mbs_hi = static_cast<int>(std::min<std::int64_t>(
+                    k.mbs.hi ? *k.mbs.hi
+                    : !k.mbs.values.empty() ? *std::max_element(k.mbs.values.begin(), k.mbs.values.end())
+                                            : k.max_mbs,
+                    in.training.global_batch_size / dp));
                 for (int mbs = mbs_lo; mbs <= mbs_hi; ++mbs) {
                   for (const Sched& sc : scheds) {
                     ++rej.structural;

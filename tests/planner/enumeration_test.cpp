@@ -436,6 +436,27 @@ TEST_CASE("Constraints bound the space and are counted as such") {
   for (const std::string& k : enumerated(d, drej)) CHECK(parse_inline_plan(k)->tp <= 8);
 }
 
+TEST_CASE("A micro-batch bound past the batch walks no further than the batch allows") {
+  // --mbs 2147483647 once walked every micro-batch size up to it (and past INT_MAX).
+  SearchInputs in = inputs(small_gpt(), 16, 16);
+  Rejections base_rej;
+  const std::set<std::string> base = enumerated(in, base_rej);
+  for (const char* bound : {"1-2147483647", "<=2147483647"}) {
+    INFO(bound);
+    SearchInputs wide = in;
+    wide.constraints.mbs = *parse_int_set(bound, "--mbs");
+    Rejections rej;
+    const std::set<std::string> got = enumerated(wide, rej);
+    CHECK(got.size() >= base.size());   // the default caps mbs at 16; this bound only at the batch's share
+    for (const std::string& k : got) CHECK(parse_inline_plan(k)->micro_batch_size * *parse_inline_plan(k)->dp <= 16);
+    CHECK(rej.structural < 100000);
+  }
+  SearchInputs huge = in;
+  huge.constraints.mbs = *parse_int_set("2147483647", "--mbs");
+  Rejections hrej;
+  CHECK(enumerated(huge, hrej).empty());
+}
+
 TEST_CASE("Value sets parse N, A-B, <=N, >=N and lists, and name the option when they do not") {
   CHECK(parse_int_set("8", "--tp")->contains(8));
   CHECK_FALSE(parse_int_set("8", "--tp")->contains(4));
