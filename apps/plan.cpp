@@ -364,7 +364,9 @@ Result<void> apply_search_options(const PlanCommandOptions& o, planner::SearchIn
   }
   if (o.uneven_depth < 0 || o.uneven_depth > 1024) return Err(usage("--uneven-depth", "must be in [0, 1024]"));
   k.uneven_depth = o.uneven_depth;
-  if (!(o.headroom_gib >= 0) || !std::isfinite(o.headroom_gib)) return Err(usage("--headroom", "must be a finite number >= 0"));
+  // No device has a PiB: a headroom past it is a typo, and 1e308 GiB in bytes is infinite.
+  if (!(o.headroom_gib >= 0) || !(o.headroom_gib <= 1024.0 * 1024.0))
+    return Err(usage("--headroom", "must be a number of GiB from 0 to 1048576"));
   k.headroom_bytes = o.headroom_gib * kGiB;
   if (o.min_dp < 1) return Err(usage("--min-dp", "must be >= 1"));
   k.min_dp = o.min_dp;

@@ -126,6 +126,7 @@ TEST_CASE("plan constraints are honoured and bad ones are one clear error", "[ap
            {{"--sp", "maybe"}, "--sp"},
            {{"--headroom", "-1"}, "--headroom"},
            {{"--headroom", "nan"}, "--headroom"},
+           {{"--headroom", "1e308"}, "--headroom: must be a number of GiB from 0 to 1048576"},   // inf bytes before
            {{"--uneven-stages", "some"}, "--uneven-stages"},
            {{"--uneven-depth", "-1"}, "--uneven-depth"},
            {{"--uneven-depth", "100000"}, "--uneven-depth"},
