@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace megascope {
 
@@ -27,8 +28,18 @@ Result<ClusterSpec> validate_cluster(ClusterSpec c) {
   if (static_cast<std::int64_t>(c.num_nodes) * c.node.devices_per_node > kMaxDevices)
     return fail("cluster.num_nodes", fmt::format("{} nodes of {} devices is more than the {} devices a cluster may have",
                                                  c.num_nodes, c.node.devices_per_node, kMaxDevices));
-  if (d.peak_fp8_flops && !(*d.peak_fp8_flops > 0))
+  if (d.peak_fp8_flops && !(*d.peak_fp8_flops > 0 && std::isfinite(*d.peak_fp8_flops)))
     return fail("cluster.device.peak_fp8_tflops", "must be positive when given (omit it when the device has no FP8)");
+  // Floors below any real device, so that no time is priced from a rate of
+  // 5e-324 (an infinite step, MFU of NaN): 1 GFLOP/s, 1 MB/s, 1 MiB.
+  for (auto [field, v, floor, what] :
+       {std::tuple<const char*, double, double, const char*>{"device.peak_bf16_tflops", d.peak_bf16_flops, 1e9, "1e-3 TFLOP/s"},
+        {"device.peak_fp32_tflops", d.peak_fp32_flops, 1e9, "1e-3 TFLOP/s"},
+        {"device.peak_fp8_tflops", d.peak_fp8_flops.value_or(1e9), 1e9, "1e-3 TFLOP/s"},
+        {"device.memory_bandwidth_TBps", d.memory_bandwidth_Bps, 1e6, "1e-6 TB/s"},
+        {"device.memory_GiB", d.memory_bytes, 1048576.0, "1 MiB"}})
+    if (v < floor)
+      return fail(std::string("cluster.") + field, fmt::format("must be at least {} (no device is slower or smaller)", what));
   if (c.node.devices_per_node > 1 && c.node.scale_up != ScaleUpKind::none &&
       !(c.node.scale_up_bandwidth_Bps > 0))
     return fail("cluster.node.scale_up_bandwidth_GBps",
@@ -63,9 +74,10 @@ Result<ClusterSpec> validate_cluster(ClusterSpec c) {
   if (!(c.scale_out.oversubscription >= 1.0))
     return fail("cluster.scale_out.oversubscription",
                 fmt::format("is a down:up ratio and must be >= 1, found {}", c.scale_out.oversubscription));
-  if (!(c.scale_out.p2p_efficiency > 0 && c.scale_out.p2p_efficiency <= 1))
+  if (!(c.scale_out.p2p_efficiency >= 1e-6 && c.scale_out.p2p_efficiency <= 1))
     return fail("cluster.scale_out.p2p_efficiency",
-                fmt::format("is a share of the collectives' rate and must be in (0, 1], found {}", c.scale_out.p2p_efficiency));
+                fmt::format("is a share of the collectives' rate and must be in [1e-6, 1], found {}",
+                            c.scale_out.p2p_efficiency));
   // Latencies between 0 and one second; link rates, where given, finite and
   // at least 1 MB/s (a NIC of 1e-300 Gb/s priced a step at 6e296 s).
   for (auto [field, v] : {std::pair<const char*, double>{"node.scale_up_latency_us", c.node.scale_up_latency_s},

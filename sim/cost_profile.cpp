@@ -62,8 +62,10 @@ std::optional<double> number_in(TomlReader& r, std::string_view key, double lo, 
   return v;
 }
 
+// A share of a peak: from 1e-6 (no kernel runs slower than a millionth of
+// its peak; 5e-324 priced an infinite step) to 1.
 std::optional<double> fraction(TomlReader& r, std::string_view key) {
-  return number_in(r, key, 0, true, 1, "in (0, 1]");
+  return number_in(r, key, 1e-6, false, 1, "in [1e-6, 1]");
 }
 
 std::optional<double> positive(TomlReader& r, std::string_view key) {

@@ -601,7 +601,7 @@ TEST_CASE("A cluster's scale_out.p2p_efficiency slows pipeline transfers between
                                         "--global-batch", "24"};
   expect_one_error(run(bad), "megascope-p2p-cluster.toml:");
   expect_one_error(run(bad), "cluster.scale_out.p2p_efficiency");
-  expect_one_error(run(bad), "(0, 1]");
+  expect_one_error(run(bad), "[1e-6, 1]");
   std::remove(file.c_str());
 }
 

@@ -182,6 +182,23 @@ TEST_CASE("Model dimensions and sequences beyond their bounds are one error nami
   ClusterSpec peak = shipped_cluster("dgx-h100");
   peak.device.peak_bf16_flops = std::numeric_limits<double>::infinity();
   CHECK(validate_cluster(peak).error().field == "cluster.device.peak_bf16_tflops");
+  // Rates so small that a step would take forever (a denormal peak gave an infinite step, MFU NaN).
+  for (auto [field, set] : std::vector<std::pair<std::string, std::function<void(ClusterSpec&)>>>{
+           {"cluster.device.peak_bf16_tflops", [](ClusterSpec& c) { c.device.peak_bf16_flops = 4.9e-324 * 1e12; }},
+           {"cluster.device.peak_fp32_tflops", [](ClusterSpec& c) { c.device.peak_fp32_flops = 1e8; }},
+           {"cluster.device.peak_fp8_tflops", [](ClusterSpec& c) { c.device.peak_fp8_flops = 5e8; }},
+           {"cluster.device.memory_bandwidth_TBps", [](ClusterSpec& c) { c.device.memory_bandwidth_Bps = 1e3; }},
+           {"cluster.device.memory_GiB", [](ClusterSpec& c) { c.device.memory_bytes = 1e3; }},
+           {"cluster.scale_out.p2p_efficiency", [](ClusterSpec& c) { c.scale_out.p2p_efficiency = 4.9e-324; }}}) {
+    INFO(field);
+    ClusterSpec slow = shipped_cluster("dgx-h100");
+    set(slow);
+    const auto r = validate_cluster(slow);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().field == field);
+  }
+  ClusterSpec cpu = shipped_cluster("cpu-host");   // the slowest shipped device passes
+  CHECK(validate_cluster(cpu));
   // The training sequence likewise.
   TrainingSpec t;
   t.global_batch_size = 8;

@@ -411,11 +411,11 @@ void check_error(const char* file, const char* field, int line, std::initializer
 }  // namespace
 
 TEST_CASE("Out-of-range values and an unknown measured dtype are errors naming the file and line", "[sim]") {
-  check_error("out-of-range.toml", "attention.fwd_efficiency", 5, {"(0, 1]", "1.5"});
-  check_error("unfused-out-of-range.toml", "attention.unfused_efficiency", 7, {"(0, 1]"});
-  check_error("dropout-out-of-range.toml", "attention.bwd_dropout_factor", 7, {"(0, 1]", "1.2"});
+  check_error("out-of-range.toml", "attention.fwd_efficiency", 5, {"[1e-6, 1]", "1.5"});
+  check_error("unfused-out-of-range.toml", "attention.unfused_efficiency", 7, {"[1e-6, 1]"});
+  check_error("dropout-out-of-range.toml", "attention.bwd_dropout_factor", 7, {"[1e-6, 1]", "1.2"});
   check_error("exp-share-out-of-range.toml", "attention.exp_share", 7, {"[0, 1]", "1.4"});
-  check_error("forward-out-of-range.toml", "passes.forward_efficiency", 6, {"(0, 1]", "1.3"});
+  check_error("forward-out-of-range.toml", "passes.forward_efficiency", 6, {"[1e-6, 1]", "1.3"});
   check_error("bad-measured.toml", "gemm.measured[0].dtype", 8, {"\"bf16\", \"fp8\"", "fp16"});
 }
 
