@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -66,8 +67,14 @@ Result<TraceFile> read_trace(const std::string& path) {
         r.rank = e.at("pid").get<int>();
         r.stream = e.at("tid").get<int>();
         r.op = a.at("op").get<std::uint32_t>();
-        r.start_s = e.at("ts").get<double>() * 1e-6;
-        r.end_s = r.start_s + e.at("dur").get<double>() * 1e-6;
+        const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
+        // A span starts at a finite time and lasts a finite time >= 0 (in microseconds).
+        if (!std::isfinite(ts) || !(dur >= 0) || !std::isfinite(dur))
+          return fail("trace", fmt::format("{}: traceEvents[{}]: ts {} and dur {}: a span needs a finite start and a "
+                                           "finite duration >= 0",
+                                           path, index, ts, dur));
+        r.start_s = ts * 1e-6;
+        r.end_s = r.start_s + dur * 1e-6;
         r.name = e.value("name", "");
         r.label = e.value("cat", "");
         r.phase = a.value("phase", "");

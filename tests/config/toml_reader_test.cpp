@@ -119,6 +119,15 @@ TEST_CASE("JSON nested past 512 levels is refused where it passes them, before t
   REQUIRE_FALSE(t);
   CHECK_THAT(t.error().message, Catch::Contains("nested more than 512 levels"));
   std::filesystem::remove(trace);
+  // A span of negative duration is refused, naming the event.
+  const std::string negative = write_temp("megascope-negative-span.json",
+                                          R"({"megascope": {"format": 1, "source": "measured", "step_time_s": 1, "plan": "tp=1", "model": "m", "world": 1},)"
+                                          R"( "traceEvents": [{"ph": "X", "pid": 0, "tid": 0, "ts": 5, "dur": -1e-300,)"
+                                          R"( "name": "F mlp mb0", "args": {"op": 3}}]})");
+  const auto neg = read_trace(negative);
+  REQUIRE_FALSE(neg);
+  CHECK_THAT(neg.error().message, Catch::Contains("traceEvents[0]") && Catch::Contains("finite duration >= 0"));
+  std::filesystem::remove(negative);
   // Devices are refused by name (reading /dev/zero would never end).
   const auto zero = read_trace("/dev/zero");
   REQUIRE_FALSE(zero);
