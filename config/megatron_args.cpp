@@ -24,6 +24,7 @@
 #include "core/pipeline_layout.hpp"
 #include "config/megatron_flags.hpp"
 #include "config/megatron_sharding.hpp"
+#include "config/megatron_varlen.hpp"
 
 namespace megascope {
 
@@ -545,6 +546,7 @@ Result<MegatronLaunch> interpret(Args& args) {
   if (args.has("--use-flash-attn")) p.attention = AttentionKernel::flash;
   if (backend) p.attention = (*backend == "unfused" || *backend == "local") ? AttentionKernel::unfused
                                                                            : AttentionKernel::flash;
+  if (auto ok = megatron_detail::import_varlen(args, *seq, out.training, p); !ok) return tl::unexpected(ok.error());
   out.plan = p;
   out.ignored = args.ignored;
   return out;
@@ -741,6 +743,7 @@ Result<std::string> export_megatron_args(const Setup& setup) {
   auto sharding_flags = megatron_detail::export_sharding(setup);
   if (!sharding_flags) return tl::unexpected(sharding_flags.error());
   for (std::string& flag : *sharding_flags) a.push_back(std::move(flag));
+  for (std::string& flag : megatron_detail::export_varlen(setup)) a.push_back(std::move(flag));
   if (p.fp8_param_gather) sw("--fp8-param-gather");
   if (p.recompute.granularity != RecomputeGranularity::none)
     kv("--recompute-granularity", to_string(p.recompute.granularity));

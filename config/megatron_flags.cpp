@@ -59,6 +59,16 @@ constexpr Entry kUsed[] = {
     {"--mtp-num-layers", Arity::one},
     {"--window-size", Arity::one},              // model window_size: "W,0" or "(W,0)"
     {"--window-attn-skip-freq", Arity::one},    // model window_skip_freq: N (a list pattern is refused)
+    // variable-length training (megatron_varlen.cpp)
+    {"--sequence-packing-scheduler", Arity::one},
+    {"--dynamic-context-parallel", Arity::none},
+    {"--hybrid-context-parallel", Arity::none},
+    {"--max-seqlen-per-dp-cp-rank", Arity::one},
+    {"--min-dynamic-context-parallel-size", Arity::one},
+    {"--sft-mock-dataset-config-json", Arity::one},
+    {"--varlen-mock-dataset-config-json", Arity::one},
+    {"--sequence-packing", Arity::none},
+    {"--use-varlen-dataset", Arity::none},
     // MoE
     {"--num-experts", Arity::one},
     {"--moe-router-topk", Arity::one},

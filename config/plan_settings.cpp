@@ -81,7 +81,7 @@ const std::vector<std::string>& plan_keys() {
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
       "moe_shared_expert_overlap", "moe_ep_overlap",
       "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
-      "embedding_in_split", "loss_in_split", "layout", "post_validation"};
+      "embedding_in_split", "loss_in_split", "layout", "post_validation", "dynamic_cp"};
   return keys;
 }
 
@@ -122,6 +122,7 @@ Result<void> apply_plan_setting(PlanSpec& plan, std::string_view key, std::strin
   if (key == "embedding_in_split") return set_bool(plan.embedding_in_split);
   if (key == "loss_in_split") return set_bool(plan.loss_in_split);
   if (key == "post_validation") return set_bool(plan.post_validation);
+  if (key == "dynamic_cp") return set_bool(plan.dynamic_cp);
   if (key == "layout") {   // checked here for its syntax; validate_setup checks it against the model
     auto parsed = parse_pipeline_layout(value, field_of(key));
     if (!parsed) return tl::unexpected(parsed.error());
@@ -327,6 +328,7 @@ std::string format_inline_plan(const PlanSpec& plan) {
     else if (key == "embedding_in_split") add_bool(key, plan.embedding_in_split, d.embedding_in_split);
     else if (key == "loss_in_split") add_bool(key, plan.loss_in_split, d.loss_in_split);
     else if (key == "post_validation") add_bool(key, plan.post_validation, d.post_validation);
+    else if (key == "dynamic_cp") add_bool(key, plan.dynamic_cp, d.dynamic_cp);
     else if (key == "layout") {
       if (plan.layout) add(key, *plan.layout);
     }
@@ -363,7 +365,7 @@ bool operator==(const PlanSpec& a, const PlanSpec& b) {
          a.schedule == b.schedule && a.attention == b.attention &&
          a.cp_comm == b.cp_comm && a.moe_dispatcher == b.moe_dispatcher &&
          a.embedding_in_split == b.embedding_in_split && a.loss_in_split == b.loss_in_split && a.layout == b.layout &&
-         a.post_validation == b.post_validation;
+         a.post_validation == b.post_validation && a.dynamic_cp == b.dynamic_cp;
 }
 
 }  // namespace megascope

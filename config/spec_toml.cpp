@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "config/plan_settings.hpp"
@@ -263,6 +264,15 @@ Result<ClusterSpec> cluster_from_toml(const toml::table& root, const std::string
   return v;
 }
 
+namespace {
+std::optional<LengthDistribution::Kind> parse_length_kind(std::string_view s) {
+  if (s == "fixed") return LengthDistribution::Kind::fixed;
+  if (s == "lognormal") return LengthDistribution::Kind::lognormal;
+  if (s == "histogram") return LengthDistribution::Kind::histogram;
+  return std::nullopt;
+}
+}  // namespace
+
 Result<TrainingSpec> training_from_toml(const toml::table& root, const std::string& file) {
   const toml::table* t = top_table(root, "training");
   if (!t) return Err(missing_table(root, "training", file));
@@ -287,6 +297,37 @@ Result<TrainingSpec> training_from_toml(const toml::table& root, const std::stri
     if (auto v = o->opt_number("nccl_per_group_GiB")) tr.overheads.nccl_bytes_per_group = *v * GiB;
     if (auto v = o->opt_number("fragmentation")) tr.overheads.fragmentation_fraction = *v;
     if (auto e = o->finish()) return Err(*e);
+  }
+  if (auto l = r.table("lengths", false)) {
+    // [training.lengths]: variable-length training (core/varlen.hpp).
+    auto v = std::make_shared<VarlenSpec>();
+    LengthDistribution& d = v->lengths;
+    d.kind = l->choice("distribution", parse_length_kind, "fixed, lognormal, histogram", LengthDistribution::Kind::fixed, true);
+    if (auto x = l->opt_number("mean")) d.mean = *x;
+    if (auto x = l->opt_number("sigma")) d.sigma = *x;
+    if (auto x = l->opt_integer("min")) d.min = *x;
+    if (auto x = l->opt_integer("max")) d.max = *x;
+    const std::optional<std::string> hist = l->opt_string("file");
+    v->packing = l->choice("packing", parse_packing, "pad, pack", Packing::pack, false);
+    if (auto x = l->opt_integer("seed")) {
+      if (*x < 0) l->fail_at("seed", fmt::format("must be >= 0, found {}", *x));
+      v->seed = static_cast<std::uint64_t>(*x);
+    }
+    if (auto x = l->opt_integer("steps")) v->steps = static_cast<int>(std::clamp<std::int64_t>(*x, -1, 1 << 30));
+    if (auto e = l->finish()) return Err(*e);
+    if (d.kind == LengthDistribution::Kind::histogram) {
+      if (!hist) return Err(Error{"a histogram distribution needs file = \"lengths.txt\" (one \"length count\" per line)",
+                                  "training.lengths.file", location_of(*t, file)});
+      std::filesystem::path path(*hist);
+      if (path.is_relative()) path = std::filesystem::path(file).parent_path() / path;
+      auto rows = read_length_histogram(path.string());
+      if (!rows) return Err(rows.error());
+      d.histogram = std::move(rows->histogram);
+    } else if (hist) {
+      return Err(Error{"file is read only with distribution = \"histogram\"", "training.lengths.file",
+                       location_of(*t, file)});
+    }
+    tr.varlen = std::move(v);
   }
   if (auto e = r.finish()) return Err(*e);
   auto v = validate_training(tr);

@@ -185,6 +185,14 @@ struct PlanSpec {
   // stage's own span (first op to last) rather than the whole makespan. What
   // ZB-H2's parallelogram needs to pay off. Megatron-LM has no such option.
   bool post_validation = false;
+  // Megatron-Core's dynamic context parallelism (--dynamic-context-parallel,
+  // --sequence-packing-scheduler default_dynamic_cp): with variable-length
+  // training, each micro-batch regroups the dp x cp ranks into CP groups
+  // sized per sequence (the fewest ranks, a power of two, that hold it at
+  // seq_length / cp tokens each) and balances their causal work
+  // (core/varlen.hpp schedule_dynamic_cp). Needs packed variable-length
+  // training ([training.lengths] with packing "pack").
+  bool dynamic_cp = false;
   AttentionKernel attention = AttentionKernel::flash;
   CpCommType cp_comm = CpCommType::p2p;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;

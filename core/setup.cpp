@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <tuple>
 
@@ -331,6 +332,36 @@ Result<Setup> validate_setup(const ModelSpec& model_in, const ClusterSpec& clust
   if (p.tp_comm_overlap && !s.sequence_parallel)
     return fail("plan.tp_comm_overlap",
                 "tensor-parallel communication overlap needs sequence parallelism (sp=on and tp > 1)");
+
+  // Variable-length training (core/varlen.hpp).
+  if (s.training.varlen && s.training.varlen->lengths.max == 0 &&
+      s.training.varlen->lengths.kind != LengthDistribution::Kind::histogram) {
+    // No max given: the sequence length bounds the lengths.
+    auto copy = std::make_shared<VarlenSpec>(*s.training.varlen);
+    copy->lengths.max = s.seq_length;
+    s.training.varlen = std::move(copy);
+  }
+  if (const VarlenSpec* v = s.training.varlen.get()) {
+    if (auto ok = validate_lengths(v->lengths, s.seq_length); !ok) return tl::unexpected(ok.error());
+    if (v->steps < 1 || v->steps > kMaxVarlenSteps)
+      return fail("training.lengths.steps", fmt::format("must be in [1, {}], found {}", kMaxVarlenSteps, v->steps));
+    if (v->packing == Packing::pack && p.micro_batch_size != 1)
+      return fail("plan.mbs", fmt::format("packed sequences (THD) are one pack of up to seq_length tokens per "
+                                          "micro-batch, as Megatron-LM packs them: mbs must be 1, found {}",
+                                          p.micro_batch_size));
+    if (v->packing == Packing::pack && p.attention != AttentionKernel::flash)
+      return fail("plan.attention", "packed sequences run through fused attention with per-document lengths "
+                                    "(cu_seqlens); unfused attention would compute the whole pack's score matrix");
+    if (v->packing == Packing::pack && m.window_size > 0)
+      return fail("training.lengths", fmt::format("packed sequences with sliding-window attention ('{}') are not "
+                                                  "modelled", m.name));
+    if (v->packing == Packing::pack && p.cp > 1 && p.cp_comm != CpCommType::p2p)
+      return fail("plan.cp_comm", "packed sequences with CP are priced for the ring (p2p) only, which is what "
+                                  "Transformer Engine runs for THD");
+  }
+  if (p.dynamic_cp && !(s.training.varlen && s.training.varlen->packing == Packing::pack))
+    return fail("plan.dynamic_cp", "dynamic context parallelism schedules packed variable-length sequences: it "
+                                   "needs [training.lengths] with packing = \"pack\"");
 
   // Batch (microbatch calculator).
   const std::int64_t per_step = static_cast<std::int64_t>(p.micro_batch_size) * s.dp;

@@ -79,6 +79,8 @@ struct Setup {
 // The most micro-batches one step may have (per pipeline): every rank's ops
 // are held for each, so the simulator's memory and time grow with it.
 inline constexpr std::int64_t kMaxMicrobatches = 65536;
+// Variable-length training: the most sampled steps a simulation prices.
+inline constexpr int kMaxVarlenSteps = 1024;
 
 // Validates each spec and every cross-field rule. `devices` is the number of
 // devices the plan runs on (<= the cluster's); 0 means all of the cluster.

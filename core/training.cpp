@@ -75,6 +75,20 @@ double bytes_of(Dtype d) {
 }
 
 const char* to_string(Precision p) { return p == Precision::bf16 ? "bf16" : "fp8"; }
+const char* to_string(Packing p) { return p == Packing::pad ? "pad" : "pack"; }
+const char* to_string(LengthDistribution::Kind k) {
+  switch (k) {
+    case LengthDistribution::Kind::fixed: return "fixed";
+    case LengthDistribution::Kind::lognormal: return "lognormal";
+    case LengthDistribution::Kind::histogram: return "histogram";
+  }
+  return "?";
+}
+std::optional<Packing> parse_packing(std::string_view s) {
+  if (s == "pad") return Packing::pad;
+  if (s == "pack") return Packing::pack;
+  return std::nullopt;
+}
 const char* to_string(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::delayed: return "delayed";

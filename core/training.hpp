@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 #include "core/result.hpp"
+#include "core/varlen.hpp"
 
 namespace megascope {
 
@@ -42,6 +44,21 @@ struct OptimizerPrecision {
   bool store_param_remainders = true;
 };
 
+// Variable-length training (docs/varlen.md): the sequences of a global
+// batch have lengths drawn from `lengths` and are either padded to the
+// sequence length, one per micro-batch slot (pad: every micro-batch costs what
+// a full-length one does, only the tokens counted differ), or packed (pack:
+// Megatron-LM's THD packing, --sequence-packing-scheduler dp_balanced, up to
+// seq_length tokens per micro-batch, attention causal within each document).
+// The simulator samples `steps` global batches from `seed`.
+enum class Packing : std::uint8_t { pad, pack };
+struct VarlenSpec {
+  LengthDistribution lengths;
+  Packing packing = Packing::pack;
+  std::uint64_t seed = 1;
+  int steps = 8;
+};
+
 struct TrainingSpec {
   std::int64_t global_batch_size = 0;        // B, sequences per iteration
   std::optional<std::int64_t> seq_length;    // s; absent: the model's seq_length
@@ -51,6 +68,9 @@ struct TrainingSpec {
   Dtype grad_dtype = Dtype::fp32;            // dtype of the main gradients (Megatron: fp32 by default)
   OptimizerPrecision optimizer_precision;
   RuntimeOverheads overheads;
+  // Absent: every sequence has seq_length tokens. Shared, as Setups are
+  // copied by the thousand in a search and a histogram may be long.
+  std::shared_ptr<const VarlenSpec> varlen;
 };
 
 Result<TrainingSpec> validate_training(TrainingSpec t);
@@ -61,6 +81,9 @@ bool master_as_remainders(const TrainingSpec& t);
 
 [[nodiscard]] double bytes_of(Dtype d);
 const char* to_string(Precision p);
+const char* to_string(Packing p);
+const char* to_string(LengthDistribution::Kind k);
+std::optional<Packing> parse_packing(std::string_view s);
 const char* to_string(Fp8Recipe r);
 std::optional<Fp8Recipe> parse_fp8_recipe(std::string_view s);
 const char* to_string(Dtype d);

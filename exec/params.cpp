@@ -36,6 +36,8 @@ Result<void> check_supported(const Setup& s) {
   auto no = [](std::string field, std::string what) {
     return fail(std::move(field), what + " is not supported by the executor yet");
   };
+  if (s.training.varlen)
+    return no("training.lengths", "variable-length training (packed or padded sequences of sampled lengths)");
   if (m.moe && p.tp > 1) return no("plan.tp", "tensor parallelism in a mixture-of-experts model");
   if (m.moe && m.moe->shared_expert_ffn_hidden > 0) return no("model.moe.shared_expert_ffn_hidden", "shared experts");
   if (m.moe && m.moe->capacity_factor)

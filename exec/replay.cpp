@@ -183,6 +183,9 @@ std::vector<ReplayRoute> replay_channels(const Program& p) {
 }
 
 Result<ReplayPlan> plan_replay(const Setup& s, const Program& p, int stage, bool shard) {
+  if (s.training.varlen)
+    return fail("training.lengths", "variable-length training (packed or padded sequences of sampled lengths) is not "
+                                    "supported by the executor yet");
   if (s.model.moe && s.plan.moe_dispatcher == MoeDispatcher::flex)
     return fail("plan.moe_dispatcher", "the flex dispatcher (DeepEP's two-hop exchange) is not supported by the "
                                        "executor yet");

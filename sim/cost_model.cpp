@@ -207,9 +207,17 @@ double CostModel::attention_time_factor(const AttentionShape& a, bool backward) 
   return h + (1.0 / factor - 1.0) * score_work_ratio(a, backward);
 }
 
+namespace {
+// A packed call runs its documents' tiles, not their pairs: its FLOPs scaled
+// by the tiles it computes over the pairs it counts (AttentionShape::packed).
+double tiled_flops(const AttentionShape& a, double flops) {
+  return a.packed == a.packed_tiles || a.packed <= 0 ? flops : flops * (a.packed_tiles / a.packed);
+}
+}  // namespace
+
 double CostModel::attention_fwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
-  const double f = attention_fwd_flops(a);
+  const double f = tiled_flops(a, attention_fwd_flops(a));
   const double base = (f + profile_.attention_fwd_half_flops) /
                       (device_.peak_bf16_flops * profile_.attention_fwd_efficiency * profile_.sustained_clock);
   return base * attention_time_factor(a, false) + profile_.launch_overhead_s;
@@ -217,7 +225,7 @@ double CostModel::attention_fwd_s(const AttentionShape& a) const {
 
 double CostModel::attention_bwd_s(const AttentionShape& a) const {
   if (empty(a)) return 0;
-  const double f = attention_bwd_flops(a);
+  const double f = tiled_flops(a, attention_bwd_flops(a));
   const double base = (f + profile_.attention_bwd_half_flops) /
                       (device_.peak_bf16_flops * profile_.attention_bwd_efficiency * profile_.sustained_clock);
   return base * attention_time_factor(a, true) + profile_.launch_overhead_s;

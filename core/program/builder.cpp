@@ -136,6 +136,9 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   prog.grid.shard = s.dp_shard;
   prog.schedule = s.plan.schedule;
   prog.microbatches = m;
+  if (options.loads && options.loads->size() != static_cast<std::size_t>(m))
+    return tl::unexpected(Error{fmt::format("{} micro-batch loads for {} micro-batches", options.loads->size(), m),
+                                "training.lengths", {}});
   std::vector<RankSchedule> schedule =
       options.order ? *options.order : make_schedule(s.plan.schedule, pp, s.vpp, m, s.microbatch_group);
   if (schedule.size() != static_cast<std::size_t>(pp))
@@ -170,9 +173,15 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
   int mtp_vs = -1;
   for (std::size_t vs = 0; vs < s.layout.size(); ++vs)
     if (s.layout[vs].mtp > 0 && !s.layout[vs].loss) mtp_vs = static_cast<int>(vs);
-  // The bytes crossing the boundary between virtual stages `lower` and lower + 1.
-  const auto boundary_bytes = [&](int lower) {
-    return mtp_vs >= 0 && lower >= mtp_vs ? p2p_bytes * (1 + s.model.mtp_num_layers) : p2p_bytes;
+  // The bytes crossing the boundary between virtual stages `lower` and lower
+  // + 1 for micro-batch `mb` (variable-length training: its own tokens').
+  const auto boundary_bytes = [&](int lower, int mb) {
+    double b = mtp_vs >= 0 && lower >= mtp_vs ? p2p_bytes * (1 + s.model.mtp_num_layers) : p2p_bytes;
+    if (options.loads && mb >= 0 && static_cast<std::size_t>(mb) < options.loads->size()) {
+      const std::int64_t t = (*options.loads)[static_cast<std::size_t>(mb)].tokens;
+      if (t > 0) b *= static_cast<double>(t) / static_cast<double>(s.seq_length);
+    }
+    return b;
   };
   const auto gathered = [&](StageWriter& w, std::uint32_t recv, const OpContext& ctx, double bytes) {
     if (!scatter_gather) return recv;
@@ -203,7 +212,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
       sp.deps.reserve(prev.deps.size() + prev.deps.size() / 8);
     }
     StageWriter w(sp);
-    LayerEmitter layers{s, w};
+    LayerEmitter layers{s, w, options.loads};
     const auto& chunks = s.chunks[static_cast<std::size_t>(r)];
     const RankSchedule& steps = schedule[static_cast<std::size_t>(r)];
 
@@ -384,13 +393,13 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
       OpContext ctx{Phase::forward, std::nullopt, st.microbatch, st.chunk};
       if (st.pass == Pass::F && vs > 0 && peer_of(st, vs - 1) != r)
         return gathered(w, w.p2p(OpKind::recv, OpLabel::pp_activation, ctx, peer_of(st, vs - 1),
-                                 p2p_tag(Pass::F, st.microbatch, vs, dir), boundary_bytes(vs - 1), deps),
-                        ctx, boundary_bytes(vs - 1));
+                                 p2p_tag(Pass::F, st.microbatch, vs, dir), boundary_bytes(vs - 1, st.microbatch), deps),
+                        ctx, boundary_bytes(vs - 1, st.microbatch));
       ctx.phase = Phase::backward_input;
       if (st.pass == Pass::B && vs < last_vs && peer_of(st, vs + 1) != r)
         return gathered(w, w.p2p(OpKind::recv, OpLabel::pp_gradient, ctx, peer_of(st, vs + 1),
-                                 p2p_tag(Pass::B, st.microbatch, vs, dir), boundary_bytes(vs), deps),
-                        ctx, boundary_bytes(vs));
+                                 p2p_tag(Pass::B, st.microbatch, vs, dir), boundary_bytes(vs, st.microbatch), deps),
+                        ctx, boundary_bytes(vs, st.microbatch));
       return std::nullopt;
     };
     std::vector<std::optional<std::uint32_t>> posted(steps.size());   // synchronous: receives posted ahead
@@ -467,7 +476,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         }
         std::optional<std::uint32_t> dep;
         if (ch.embedding) {
-          dep = embedding_forward(w, s, ctx, first_deps);
+          dep = embedding_forward(w, layers.setup_for(ctx), ctx, first_deps);
         } else if (first_deps.count > 0) {
           // A receive (or the parameter gather) gates the first layer.
           dep = w.compute(OpLabel::attention, ctx, {}, first_deps);
@@ -489,14 +498,14 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         }
         const std::map<int, std::uint32_t>* gates = first_pass ? &layer_gate[static_cast<std::size_t>(st.chunk)] : nullptr;
         // Standalone MTP: the depths on their own stage, the heads on the loss's.
-        if (ch.mtp > 0 && !ch.loss) dep = mtp_stage_forward(w, layers, s, ctx, dep, gates);
+        if (ch.mtp > 0 && !ch.loss) dep = mtp_stage_forward(w, layers, layers.setup_for(ctx), ctx, dep, gates);
         if (ch.loss && ch.mtp == 0 && s.model.mtp_num_layers > 0) {
-          dep = heads_forward(w, s, ctx, dep);
+          dep = heads_forward(w, layers.setup_for(ctx), ctx, dep);
         } else if (ch.loss) {
-          dep = last_stage_forward(w, layers, s, ctx, dep, gates);
+          dep = last_stage_forward(w, layers, layers.setup_for(ctx), ctx, dep, gates);
         } else if (peer(vs + 1) != r) {
           send(OpLabel::pp_activation, ctx, peer(vs + 1), p2p_tag(Pass::F, st.microbatch, vs + 1, dir),
-               boundary_bytes(vs), dep);
+               boundary_bytes(vs, st.microbatch), dep);
         } else if (dep) {
           f_out[{dir, st.microbatch, vs}] = *dep;
         }
@@ -561,16 +570,19 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           if (auto it = b_out.find({dir, st.microbatch, vs + 1}); it != b_out.end()) dep = it->second;
         const auto edge_weights = [&](int k, std::uint32_t input_grad) {
           if (k < 0)
-            weight_of(Piece::Kind::output, [&](const Piece&) { return output_weight(w, s, wctx, w_waits(input_grad)); });
+            weight_of(Piece::Kind::output,
+                      [&](const Piece&) { return output_weight(w, layers.setup_for(wctx), wctx, w_waits(input_grad)); });
           else
-            weight_of(Piece::Kind::mtp, [&](const Piece&) { return mtp_weight(w, layers, s, wctx, k, w_waits(input_grad)); });
+            weight_of(Piece::Kind::mtp, [&](const Piece&) {
+              return mtp_weight(w, layers, layers.setup_for(wctx), wctx, k, w_waits(input_grad));
+            });
           return *after_weights(input_grad);
         };
         if (ch.loss && (ch.mtp > 0 || s.model.mtp_num_layers == 0))
-          dep = last_stage_backward(w, layers, s, ctx, dep, edge_weights);
+          dep = last_stage_backward(w, layers, layers.setup_for(ctx), ctx, dep, edge_weights);
         else if (ch.loss)   // standalone MTP: the heads here, the depths on their own stage
-          dep = heads_backward(w, s, ctx, dep, edge_weights);
-        if (ch.mtp > 0 && !ch.loss) dep = mtp_stage_backward(w, layers, s, ctx, dep, edge_weights);
+          dep = heads_backward(w, layers.setup_for(ctx), ctx, dep, edge_weights);
+        if (ch.mtp > 0 && !ch.loss) dep = mtp_stage_backward(w, layers, layers.setup_for(ctx), ctx, dep, edge_weights);
         const Recompute& rc = s.plan.recompute;
         const bool selective = rc.granularity == RecomputeGranularity::selective;
         const bool full = rc.granularity == RecomputeGranularity::full;
@@ -604,12 +616,13 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           if (i_l > 0) dep = after_weights(dep);
         }
         if (w_follows && next_piece < pieces.size())
-          weight_of(Piece::Kind::embedding, [&](const Piece&) { return embedding_weight(w, s, wctx, dep); });   // its gradient is the first layer's input gradient
+          weight_of(Piece::Kind::embedding,   // its gradient is the first layer's input gradient
+                    [&](const Piece&) { return embedding_weight(w, layers.setup_for(wctx), wctx, dep); });
         if (w_follows) carried_w = CarriedW{true, i + 1, dense, expert, dep, wdep};
         if (vs > 0 && peer(vs - 1) == r && dep) b_out[{dir, st.microbatch, vs}] = *dep;
         if (vs > 0 && peer(vs - 1) != r && !w_follows)
           send(OpLabel::pp_gradient, ctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
-               boundary_bytes(vs - 1), dep);
+               boundary_bytes(vs - 1, st.microbatch), dep);
       } else {
         ctx.phase = Phase::backward_weight;
         // Weight gradients in backward order; with overlap_grad_reduce the last
@@ -632,16 +645,16 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
         for (const Piece& piece : pieces) {
           switch (piece.kind) {
             case Piece::Kind::output:
-              dep = output_weight(w, s, ctx);
+              dep = output_weight(w, layers.setup_for(ctx), ctx);
               break;
             case Piece::Kind::layer:
               dep = layers.backward_weight(piece.layer, ctx, std::nullopt);
               break;
             case Piece::Kind::mtp:
-              dep = mtp_weight(w, layers, s, ctx, piece.layer - s.model.num_layers, std::nullopt);
+              dep = mtp_weight(w, layers, layers.setup_for(ctx), ctx, piece.layer - s.model.num_layers, std::nullopt);
               break;
             case Piece::Kind::embedding:
-              dep = embedding_weight(w, s, ctx);
+              dep = embedding_weight(w, layers.setup_for(ctx), ctx);
               break;
           }
           dense += piece.dense;
@@ -658,7 +671,7 @@ Result<Program> build_program(const Setup& s, const BuildOptions& options) {
           bctx.phase = Phase::backward_input;
           if (dep) send_deps.push(*dep);
           send(OpLabel::pp_gradient, bctx, peer(vs - 1), p2p_tag(Pass::B, st.microbatch, vs - 1, dir),
-               boundary_bytes(vs - 1), send_deps);
+               boundary_bytes(vs - 1, st.microbatch), send_deps);
         }
         // Sharded gradients without overlap: the whole chunk's after each backward.
         if (overlap || sharded_grads)
@@ -736,21 +749,21 @@ LayerProbe probe_edge(const Setup& s, EdgePass pass) {
   LayerEmitter layers{s, w};
   OpContext ctx{Phase::forward, std::nullopt, 0, 0};
   switch (pass) {
-    case EdgePass::embedding_forward: probe.last = embedding_forward(w, s, ctx, {}); break;
+    case EdgePass::embedding_forward: probe.last = embedding_forward(w, layers.setup_for(ctx), ctx, {}); break;
     case EdgePass::embedding_weight:
       ctx.phase = Phase::backward_weight;
-      probe.last = embedding_weight(w, s, ctx);
+      probe.last = embedding_weight(w, layers.setup_for(ctx), ctx);
       break;
     // The output edge carries the MTP depths too (last_stage_forward).
-    case EdgePass::output_forward: probe.last = last_stage_forward(w, layers, s, ctx, std::nullopt); break;
+    case EdgePass::output_forward: probe.last = last_stage_forward(w, layers, layers.setup_for(ctx), ctx, std::nullopt); break;
     case EdgePass::output_backward_input:
       ctx.phase = Phase::backward_input;
-      probe.last = last_stage_backward(w, layers, s, ctx, std::nullopt, [](int, std::uint32_t x) { return x; });
+      probe.last = last_stage_backward(w, layers, layers.setup_for(ctx), ctx, std::nullopt, [](int, std::uint32_t x) { return x; });
       break;
     case EdgePass::output_weight:
       ctx.phase = Phase::backward_weight;
-      probe.last = output_weight(w, s, ctx);
-      for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) probe.last = mtp_weight(w, layers, s, ctx, k, probe.last);
+      probe.last = output_weight(w, layers.setup_for(ctx), ctx);
+      for (int k = s.model.mtp_num_layers - 1; k >= 0; --k) probe.last = mtp_weight(w, layers, layers.setup_for(ctx), ctx, k, probe.last);
       break;
   }
   return probe;

@@ -19,6 +19,10 @@ Result<Program> build_program(const Setup& s);
 struct BuildOptions {
   bool fb_overlap = true;
   const std::vector<RankSchedule>* order = nullptr;
+  // Variable-length training: micro-batch k of every rank holds loads[k]
+  // (its attention scaled, and with dynamic CP its ring shortened); the
+  // Setup's num_microbatches must equal loads->size(). Null: full-length.
+  const std::vector<MicrobatchLoad>* loads = nullptr;
 };
 Result<Program> build_program(const Setup& s, const BuildOptions& options);
 

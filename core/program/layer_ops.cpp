@@ -198,12 +198,20 @@ std::vector<AttentionShape> cp_attention_calls(const Setup& s) {
 // A layer with sliding-window attention (ModelSpec::is_window_layer): the
 // fused kernels skip the blocks outside the window (AttentionShape::window);
 // unfused attention computes the whole score matrix and masks it.
-std::vector<Kernel> attention_kernels(const Setup& s, bool backward, int layer) {
+// A packed micro-batch (`load`, variable-length training) scales every
+// call's pairs and tiles by its documents' share of a full sequence's: each
+// document is split into the 2 cp chunks the full sequence would be, so the
+// ring's steps keep their shapes and each does that share of the work.
+std::vector<Kernel> attention_kernels(const Setup& s, bool backward, int layer, const MicrobatchLoad* load) {
   constexpr Precision p = Precision::bf16;
   const AttentionShape a = attention_shape(s);
   if (s.plan.attention == AttentionKernel::flash) {
     std::vector<Kernel> k;
     for (AttentionShape call : cp_attention_calls(s)) {
+      if (load) {
+        call.packed = load->attention;
+        call.packed_tiles = load->attention_tiles;
+      }
       if (s.model.is_window_layer(layer)) call.window = s.model.window_size;
       k.push_back(attention(backward ? KernelKind::attention_bwd : KernelKind::attention_fwd, call));
     }
@@ -393,8 +401,9 @@ std::uint32_t compute_then_reduce(StageWriter& w, const Setup& s, OpLabel label,
 template <class Emit>
 std::uint32_t LayerEmitter::memo(Pass pass, int layer, bool flag, const OpContext& ctx,
                                  std::optional<std::uint32_t> input_dep, Emit emit) {
-  Memo& m = memo_[static_cast<std::size_t>(pass) * 16 + (s.model.is_window_layer(layer) ? 8 : 0) +
-                  (s.model.is_moe_layer(layer) ? 4 : 0) + (flag ? 2 : 0) +
+  if (loads_) return emit();   // every micro-batch's shapes are its own
+  Memo& m = memo_[static_cast<std::size_t>(pass) * 16 + (setup_.model.is_window_layer(layer) ? 8 : 0) +
+                  (setup_.model.is_moe_layer(layer) ? 4 : 0) + (flag ? 2 : 0) +
                   (input_dep ? 1 : 0)];
   if (m.ops) return w.replay(*m.ops, ctx, input_dep);
   const std::uint32_t first = w.size();
@@ -403,6 +412,37 @@ std::uint32_t LayerEmitter::memo(Pass pass, int layer, bool flag, const OpContex
   m.tried = true;
   return result;
 }
+
+const Setup& LayerEmitter::setup_for(const OpContext& ctx) {
+  const MicrobatchLoad* load = load_of(ctx);
+  if (!load || load->tokens <= 0 || load->tokens == setup_.seq_length) return setup_;
+  auto it = mb_setups_.find(load->tokens);
+  if (it == mb_setups_.end()) {
+    Setup copy = setup_;
+    copy.seq_length = load->tokens;
+    it = mb_setups_.emplace(load->tokens, std::move(copy)).first;
+  }
+  return it->second;
+}
+
+const MicrobatchLoad* LayerEmitter::load_of(const OpContext& ctx) const {
+  if (!loads_ || !ctx.microbatch || *ctx.microbatch < 0 || static_cast<std::size_t>(*ctx.microbatch) >= loads_->size())
+    return nullptr;
+  return &(*loads_)[static_cast<std::size_t>(*ctx.microbatch)];
+}
+
+namespace {
+// The CP ranks a micro-batch's ring spans: the plan's, or with dynamic CP
+// the group its sequences were given (MicrobatchLoad::cp).
+int ring_size(const Setup& s, const MicrobatchLoad* load) { return load && load->cp > 0 ? load->cp : s.plan.cp; }
+// The KV a ring of `ring` ranks passes around, priced on the plan's CP group:
+// each rank forwards the blocks of the ring's other ranks (ring - 1 of
+// them, of its own tokens' size), where the plan's ring forwards cp - 1.
+double ring_kv_bytes(const Setup& s, const Dims& d, int ring) {
+  const double full = cp_kv_bytes(s, d);
+  return ring == s.plan.cp ? full : full * static_cast<double>(ring - 1) / static_cast<double>(s.plan.cp - 1);
+}
+}  // namespace
 
 // The context each pass gives its ops (as the emit_ functions set it).
 std::uint32_t LayerEmitter::forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
@@ -429,6 +469,7 @@ std::uint32_t LayerEmitter::backward_weight(int layer, const OpContext& ctx_in, 
 }
 
 std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std::optional<std::uint32_t> input_dep) {
+  const Setup& s = setup_for(ctx_in);   // the micro-batch's (variable-length training) or the builder's
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;
@@ -449,7 +490,9 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     if (m.mla && g.k == d.h) push_fp8_cast(qkv, s, static_cast<double>(g.m) * static_cast<double>(g.k));
     qkv.push_back(gemm(g.m, g.n, g.k, d.prec));
   }
-  const std::vector<Kernel> core = attention_kernels(s, false, layer);
+  const MicrobatchLoad* load = load_of(ctx_in);
+  const int ring = ring_size(s, load);
+  const std::vector<Kernel> core = attention_kernels(s, false, layer, load);
   std::vector<Kernel> proj;   // the projection, its input quantised first in FP8
   push_fp8_cast(proj, s, d.T * static_cast<double>(d.core_out));
   proj.push_back(gemm(d.Ti, d.h, d.core_out, d.prec));
@@ -463,9 +506,10 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
     const std::uint32_t out = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
                                            cp_a2a_bytes(s, d, false), {c2});
     dep = compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(proj), {out}, tp_out, act);
-  } else if (s.plan.cp > 1) {
+  } else if (s.plan.cp > 1 && ring > 1) {
     std::uint32_t c1 = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(qkv), dep);
-    const std::uint32_t cpx = w.collective(OpKind::all_gather, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_kv_bytes(s, d), {c1});
+    const std::uint32_t cpx = w.collective(OpKind::all_gather, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
+                                           ring_kv_bytes(s, d, ring), {c1});
     // Ring (p2p): the exchange overlaps the attention of the blocks already here;
     // all-gather: attention waits for the whole KV.
     const std::uint32_t c2 = s.plan.cp_comm == CpCommType::all_gather
@@ -504,6 +548,7 @@ std::uint32_t LayerEmitter::emit_forward(int layer, const OpContext& ctx_in, std
 }
 
 std::uint32_t LayerEmitter::emit_moe_forward(const OpContext& ctx, std::optional<std::uint32_t> dep_in, bool recompute) {
+  const Setup& s = setup_for(ctx);   // the micro-batch's (variable-length training) or the builder's
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   const double act = activation_bytes(d);
@@ -589,6 +634,7 @@ std::uint32_t LayerEmitter::emit_moe_forward(const OpContext& ctx, std::optional
 
 std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_in,
                                                 std::optional<std::uint32_t> input_dep, bool selective) {
+  const Setup& s = setup_for(ctx_in);   // the micro-batch's (variable-length training) or the builder's
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   // Selective recomputation: each module's forward kernels run again in the
@@ -725,9 +771,11 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     dep = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_a2a_bytes(s, d, false), {*dep});
     k.clear();
   }
+  const MicrobatchLoad* load = load_of(ctx_in);
+  const int ring = ring_size(s, load);
   if (recomputed_core)
-    for (const Kernel& kk : attention_kernels(s, false, layer)) k.push_back(kk);
-  for (const Kernel& kk : attention_kernels(s, true, layer)) k.push_back(kk);
+    for (const Kernel& kk : attention_kernels(s, false, layer, load)) k.push_back(kk);
+  for (const Kernel& kk : attention_kernels(s, true, layer, load)) k.push_back(kk);
   if (a2a) {   // and the gradients of Q, K and V trade back
     dep = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep});
     dep = w.collective(OpKind::all_to_all, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx, cp_a2a_bytes(s, d, true), {*dep});
@@ -739,7 +787,8 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
     k.push_back(gemm(g.m, g.k, g.n, d.prec));                              // dgrad: (T, in, out)
   }
   k.push_back(memory(MemoryOp::norm, 6.0 * d.Tsp * hb));            // ln1 backward
-  if (s.plan.cp == 1 || a2a) return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);
+  if (s.plan.cp == 1 || a2a || ring == 1)
+    return compute_then_reduce(w, s, OpLabel::attention, ctx, std::span<const Kernel>(k), {*dep}, out_tp, act);
   // The gradients of the KV blocks go back to the ranks that own them. The
   // ring (p2p) passes them on step by step beside the attention backward, so
   // the exchange starts with the backward and the layer waits for both;
@@ -747,13 +796,14 @@ std::uint32_t LayerEmitter::emit_backward_input(int layer, const OpContext& ctx_
   const std::uint32_t start = *dep;
   const std::uint32_t c = w.compute(OpLabel::attention, ctx, std::span<const Kernel>(k), {start});
   const std::uint32_t rs = w.collective(OpKind::reduce_scatter, Stream::cp, CommGroup::cp, OpLabel::cp_comm, ctx,
-                                        cp_kv_bytes(s, d), {s.plan.cp_comm == CpCommType::p2p ? start : c});
+                                        ring_kv_bytes(s, d, ring), {s.plan.cp_comm == CpCommType::p2p ? start : c});
   if (tp) return w.collective(out_tp, Stream::tp, CommGroup::tp, OpLabel::tp_comm, ctx, act, {c, rs});
   return w.compute(OpLabel::attention, ctx, std::span<const Kernel>(), {c, rs});
 }
 
 std::uint32_t LayerEmitter::emit_backward_weight(int layer, const OpContext& ctx_in,
                                                  std::optional<std::uint32_t> input_dep) {
+  const Setup& s = setup_for(ctx_in);   // the micro-batch's (variable-length training) or the builder's
   const Dims d = dims_of(s);
   const ModelSpec& m = s.model;
   OpContext ctx = ctx_in;

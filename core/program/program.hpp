@@ -122,6 +122,20 @@ struct Op {
 };
 static_assert(sizeof(Op) == 64);
 
+// Variable-length training (core/varlen.hpp): what one micro-batch of the
+// ranks a Program is built for holds, against a full-length sequence.
+struct MicrobatchLoad {
+  // The sequence length the micro-batch's ops are shaped at: its tokens per
+  // rank times cp (a pack shorter than seq_length runs shorter GEMMs, norms,
+  // transfers); 0: seq_length. The attention figures are relative to it.
+  std::int64_t tokens = 0;
+  double attention = 1.0;        // causal query-key pairs per rank over a full-length sequence's share (AttentionShape::packed)
+  double attention_tiles = 1.0;  // the same for the attention kernel's tiles (AttentionShape::packed_tiles)
+  // Dynamic CP: the ranks this micro-batch's sequences are split over (its
+  // CP ring has cp - 1 steps of this rank's tokens); 0: the plan's cp.
+  int cp = 0;
+};
+
 struct StageProgram {
   int stage = 0;
   std::vector<Op> ops;

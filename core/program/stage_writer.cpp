@@ -13,7 +13,8 @@ bool same(const Kernel& a, const Kernel& b) {
          a.unfused_attention == b.unfused_attention && a.backward == b.backward && a.precision == b.precision &&
          x.batch == y.batch &&
          x.heads == y.heads && x.kv_heads == y.kv_heads && x.seq_q == y.seq_q && x.seq_kv == y.seq_kv && x.head_dim == y.head_dim && x.head_dim_v == y.head_dim_v &&
-         x.causal == y.causal && x.dropout == y.dropout && x.window == y.window && a.groups == b.groups;
+         x.causal == y.causal && x.dropout == y.dropout && x.window == y.window && x.packed == y.packed &&
+         x.packed_tiles == y.packed_tiles && a.groups == b.groups;
 }
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
@@ -36,6 +37,8 @@ std::uint64_t hash_of(std::span<const Kernel> kernels) {
     h = mix(h, static_cast<std::uint64_t>(a.batch ^ (a.heads << 16) ^ (a.kv_heads << 32)));
     h = mix(h, static_cast<std::uint64_t>(a.seq_q ^ (a.seq_kv << 24) ^ (a.head_dim << 48) ^ (a.head_dim_v << 56)));
     h = mix(h, static_cast<std::uint64_t>(a.window) ^ (static_cast<std::uint64_t>(k.groups) << 40));
+    if (a.packed != 1.0 || a.packed_tiles != 1.0)
+      h = mix(mix(h, std::bit_cast<std::uint64_t>(a.packed)), std::bit_cast<std::uint64_t>(a.packed_tiles));
   }
   return h;
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -149,11 +150,16 @@ void push_fp8_cast(std::vector<Kernel>& k, const Setup& s, double elements);
 // emitted once per stage and replayed afterwards (StageWriter::replay).
 class LayerEmitter {
  public:
-  LayerEmitter(const Setup& setup, StageWriter& writer) : s(setup), w(writer) {}
+  LayerEmitter(const Setup& setup, StageWriter& writer, const std::vector<MicrobatchLoad>* loads = nullptr)
+      : setup_(setup), w(writer), loads_(loads) {}
   std::uint32_t forward(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
   std::uint32_t backward_input(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep,
                                bool selective);
   std::uint32_t backward_weight(int layer, const OpContext& ctx, std::optional<std::uint32_t> input_dep);
+  // The Setup the ops of ctx's micro-batch are built from: the builder's, or
+  // with a load of tokens of its own (MicrobatchLoad::tokens), a copy at that
+  // sequence length, kept while the emitter lives.
+  const Setup& setup_for(const OpContext& ctx);
 
  private:
   enum class Pass : std::uint8_t { forward, backward_input, backward_weight };
@@ -174,8 +180,13 @@ class LayerEmitter {
   // are outside the checkpoint).
   std::uint32_t emit_moe_forward(const OpContext& ctx, std::optional<std::uint32_t> dep, bool recompute);
 
-  const Setup& s;
+  // The load of the micro-batch `ctx` belongs to (variable-length training), or null.
+  [[nodiscard]] const MicrobatchLoad* load_of(const OpContext& ctx) const;
+
+  const Setup& setup_;
+  std::map<std::int64_t, Setup> mb_setups_;   // by sequence length: the micro-batches' own (setup_for)
   StageWriter& w;
+  const std::vector<MicrobatchLoad>* loads_ = nullptr;   // per micro-batch; with it every call is emitted (no memo)
   std::array<Memo, 48> memo_{};   // by (pass, sliding-window layer, MoE layer, flag, has input)
 };
 

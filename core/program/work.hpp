@@ -20,6 +20,13 @@ struct AttentionShape {
   bool causal = true;
   bool dropout = false;               // dropout on the attention probabilities, inside the fused kernel
   std::int64_t window = 0;            // causal sliding window: each query's keys up to itself, at most this many (0: none)
+  // Packed variable-length sequences (THD, core/varlen.hpp): the call
+  // computes `packed` times the query-key pairs of its shape (the documents'
+  // causal pairs over a full-length sequence's), and its kernel's tiles
+  // cover `packed_tiles` times the shape's (the documents' tiles over a
+  // full-length sequence's; short documents waste part of their diagonal
+  // tiles). 1 and 1: a full-length sequence.
+  double packed = 1.0, packed_tiles = 1.0;
 };
 
 // Query-key pairs an attention call computes: all of them, or the causal
@@ -29,7 +36,7 @@ struct AttentionShape {
 // With a sliding window of w, the query at position p (bottom-right
 // aligned) takes min(p, w) keys: F(kv) - F(kv - s_q) pairs, F(n) = n^2 / 2
 // up to w and w^2 / 2 + (n - w) w beyond (the causal count when w >= s_kv).
-inline double attention_pairs(const AttentionShape& a) {
+inline double attention_shape_pairs(const AttentionShape& a) {
   const double q = static_cast<double>(a.seq_q), kv = static_cast<double>(a.seq_kv);
   if (!a.causal) return q * kv;
   if (a.window > 0 && a.window < a.seq_kv && q <= kv) {
@@ -38,6 +45,11 @@ inline double attention_pairs(const AttentionShape& a) {
     return F(kv) - F(kv - q);
   }
   return q <= kv ? q * kv - q * q / 2 : kv * kv / 2;
+}
+// The pairs the call computes (a packed call: its documents' share).
+inline double attention_pairs(const AttentionShape& a) {
+  const double p = attention_shape_pairs(a);
+  return a.packed == 1.0 ? p : p * a.packed;
 }
 
 enum class MemoryOp : std::uint8_t { norm, activation, dropout_residual, embedding, cross_entropy, optimizer, other };

@@ -227,14 +227,14 @@ TEST_CASE("Enumerated keys reject unknown values and list the accepted ones", "[
   REQUIRE_THAT(c.message, Catch::Contains("p2p, all-gather, a2a"));
 }
 
-TEST_CASE("plan_keys lists the 41 documented keys and every one of them is accepted", "[config]") {
+TEST_CASE("plan_keys lists the 42 documented keys and every one of them is accepted", "[config]") {
   const std::vector<std::string> expected = {
       "tp", "pp", "vpp", "microbatch_group", "dp", "cp", "ep", "etp", "mbs", "sp", "recompute", "recompute_method",
       "recompute_layers", "recompute_modules", "distopt", "zero", "reshard_after_forward", "fsdp_prefetch",
       "fp8_param_gather", "grad_bucket", "dp_replicas", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
       "tp_grad_overlap", "grad_accum_fusion", "pp_scatter_gather", "overlap_p2p_comm", "overlap_p2p_warmup_flush",
       "moe_shared_expert_overlap", "moe_ep_overlap", "schedule", "attention", "cp_comm", "moe_dispatcher", "first_stage_layers", "last_stage_layers",
-      "embedding_in_split", "loss_in_split", "layout", "post_validation"};
+      "embedding_in_split", "loss_in_split", "layout", "post_validation", "dynamic_cp"};
   CHECK(plan_keys() == expected);
   PlanSpec p;
   for (const std::string& key : expected) {
@@ -243,7 +243,7 @@ TEST_CASE("plan_keys lists the 41 documented keys and every one of them is accep
     if (key == "sp" || key == "distopt" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
         key == "tp_comm_overlap" || key == "pp_scatter_gather" || key == "overlap_p2p_comm" || key == "overlap_p2p_warmup_flush" ||
         key == "moe_shared_expert_overlap" || key == "moe_ep_overlap" || key == "embedding_in_split" || key == "loss_in_split" || key == "post_validation" ||
-        key == "fp8_param_gather")
+        key == "fp8_param_gather" || key == "dynamic_cp")
       value = "on";
     if (key == "layout") value = "Et|tL";
     if (key == "tp_grad_overlap" || key == "grad_accum_fusion" || key == "reshard_after_forward") value = "off";
