@@ -104,7 +104,9 @@ nlohmann::json plan_json(const planner::SimulatedPlan& p, int rank) {
           {"exposed_comm_fraction", p.exposed_comm_s() / r.step_time_s},
           {"exposed_comm_s", exposed},
           {"stage1_step_time_s", p.stage1.step_s},
-          {"stage1_rank", p.stage1_rank}};
+          {"stage1_rank", p.stage1_rank},
+          {"full_length_step_time_s", p.varlen ? p.varlen->fixed_step_s : r.step_time_s},
+          {"balance", p.varlen ? p.varlen->run.balance : 1.0}};
 }
 
 }  // namespace
@@ -523,6 +525,11 @@ int run_plan(const PlanCommandOptions& o, std::ostream& out, std::ostream& err) 
   out << fmt::format("megascope plan: {} on {} of {} ({}), global batch {} x {} tokens\n", in->model.name, counts,
                      in->cluster.name, in->cluster.device.name, in->training.global_batch_size, seq);
   if (const std::string t = training_text(in->training); !t.empty()) out << "  training: " << t << "\n";
+  if (const VarlenSpec* v = in->training.varlen.get())
+    out << fmt::format("  lengths: {} ({}); stage 1 ranks plans by full-length sequences, stage 2 by the mean of {} "
+                       "sampled steps (tokens/s of real tokens); bubble and exposed communication are the full-length "
+                       "step's shares\n",
+                       to_string(v->lengths.kind), v->packing == Packing::pack ? "packed" : "padded", v->steps);
   for (const std::string& note : notes) out << "  note: " << note << "\n";
   out << fmt::format("  stage 1: {} plans in {:.2f} s ({} plans/s); stage 2: the best {} simulated in {:.2f} s\n\n",
                      res->evaluated, res->stage1_s, si(res->stage1_s > 0 ? static_cast<double>(res->evaluated) / res->stage1_s : 0.0),

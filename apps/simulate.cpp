@@ -31,6 +31,57 @@ std::size_t simulated_ops(const SimulateOutcome& out) {
   return n;
 }
 
+nlohmann::json varlen_run_json(const sim::VarlenRun& r) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const sim::VarlenStep& st : r.steps)
+    steps.push_back({{"step", st.step}, {"step_time_s", st.step_s}, {"mean_replica_s", st.mean_replica_s},
+                     {"fastest_replica_s", st.fastest_replica_s}, {"sequences", st.sequences}, {"tokens", st.tokens},
+                     {"microbatches", st.microbatches}, {"replicas", st.replicas}, {"simulated_replicas", st.simulated},
+                     {"model_flops", st.model_flops}});
+  return {{"scheduler", r.scheduler}, {"mean_step_s", r.mean_step_s}, {"p50_step_s", r.p50_step_s},
+          {"p90_step_s", r.p90_step_s}, {"min_step_s", r.min_step_s}, {"max_step_s", r.max_step_s},
+          {"tokens_per_s", r.tokens_per_s}, {"tflops_per_gpu", r.tflops_per_gpu}, {"mfu", r.mfu},
+          {"balance", r.balance}, {"steps", steps}};
+}
+
+nlohmann::json varlen_json(const Setup& s, const sim::VarlenReport& v) {
+  const VarlenSpec& spec = *s.training.varlen;
+  nlohmann::json j = {{"distribution", to_string(spec.lengths.kind)}, {"mean_length", v.mean_length},
+                      {"packing", to_string(spec.packing)}, {"seed", spec.seed}, {"sampled_steps", spec.steps},
+                      {"full_length_step_s", v.fixed_step_s}, {"full_length_tokens_per_s", v.fixed_tokens_per_s},
+                      {"run", varlen_run_json(v.run)}};
+  if (v.static_cp) {
+    j["static_cp"] = varlen_run_json(*v.static_cp);
+    j["dynamic_cp_speedup"] = v.run.mean_step_s > 0 ? v.static_cp->mean_step_s / v.run.mean_step_s : 0.0;
+  }
+  return j;
+}
+
+void varlen_text(std::string& t, const Setup& s, const sim::VarlenReport& v) {
+  const VarlenSpec& spec = *s.training.varlen;
+  addl(t, "");
+  addl(t, "  variable-length training: {} lengths (mean {:.0f} tokens, at most {}), {}, {} sampled steps from seed {}",
+       to_string(spec.lengths.kind), v.mean_length, s.seq_length,
+       spec.packing == Packing::pad ? "each padded to seq_length" : "packed to seq_length tokens per micro-batch",
+       spec.steps, spec.seed);
+  const auto line = [&](const sim::VarlenRun& r, const char* what) {
+    addl(t, "  {:<10} step mean {:.4f} s (p50 {:.4f}, p90 {:.4f}, {:.4f}-{:.4f}); {:.0f} tokens/s ({:.1f} per GPU), "
+         "MFU {:.1f}%", what, r.mean_step_s, r.p50_step_s, r.p90_step_s, r.min_step_s, r.max_step_s, r.tokens_per_s,
+         r.tokens_per_s / s.world, 100 * r.mfu);
+    if (r.scheduler != "pad")
+      addl(t, "  {:<10} balance {:.1f}%: the replicas' mean time over the slowest one's (the rest they wait at the "
+           "gradient reduction); {} micro-batches per replica in the first step", "", 100 * r.balance,
+           r.steps.empty() ? 0 : r.steps.front().microbatches);
+  };
+  if (v.static_cp) line(*v.static_cp, "static CP");
+  line(v.run, v.run.scheduler == "dynamic_cp" ? "dynamic CP" : v.run.scheduler == "pad" ? "padded" : "packed");
+  if (v.static_cp && v.run.mean_step_s > 0)
+    addl(t, "  {:<10} {:.2f}x the static schedule's throughput on the same batches", "dynamic CP",
+         v.run.tokens_per_s / std::max(v.static_cp->tokens_per_s, 1e-30));
+  addl(t, "  {:<10} {:.4f} s a step with every sequence at {} tokens ({:.0f} tokens/s)", "full-length", v.fixed_step_s,
+       s.seq_length, v.fixed_tokens_per_s);
+}
+
 }  // namespace
 
 Result<sim::CostModel> cost_model_for(const Setup& s, const std::optional<std::string>& calibration) {
@@ -54,8 +105,13 @@ Result<SimulateOutcome> run_simulation(const Scenario& sc, const SimulateOptions
   auto result = sim::simulate(timed->program, topo, *cost, so);
   if (!result) return tl::unexpected(result.error());
   SimulateOutcome out{std::move(timed->program), std::move(*result), {}, cost->profile().source, 0,
-                      std::move(timed->inputs), std::move(timed->chosen)};
+                      std::move(timed->inputs), std::move(timed->chosen), std::nullopt};
   out.report = sim::make_report(s, out.program, out.result);
+  if (s.training.varlen) {
+    auto v = sim::simulate_varlen(s, *cost, topo);
+    if (!v) return tl::unexpected(v.error());
+    out.varlen = std::move(*v);
+  }
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.trace)
     if (auto ok = sim::write_trace(*o.trace, out.program, out.result,
@@ -117,6 +173,7 @@ nlohmann::json simulate_json(const Scenario& sc, const SimulateOutcome& out, con
                      {"events", out.result.events},
                      {"wall_s", out.wall_s},
                      {"cost_profile", out.profile_source}};
+  if (out.varlen) j["varlen"] = varlen_json(s, *out.varlen);
   j["warnings"] = s.warnings;
   return j;
 }
@@ -142,6 +199,9 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
          "times below are for a GPU that could hold it", mem.peak_bytes / kGiB, mem.peak_stage,
          (mem.peak_bytes - mem.capacity_bytes) / kGiB, mem.capacity_bytes / kGiB);
   for (const auto& n : sc.notes) addl(t, "  note       {}", n);
+  if (out.varlen)
+    addl(t, "  lengths    variable: the step below has every sequence at {} tokens; the sampled steps follow it",
+         s.seq_length);
   addl(t, "");
   if (s.plan.post_validation)
     addl(t, "  step time  {:.4f} s (post-validation: the longest rank's own span; first op to last op of any rank "
@@ -173,6 +233,7 @@ std::string simulate_text(const Scenario& sc, const SimulateOutcome& out, const 
     ex += fmt::format("{}{} {:.1f} ms", k ? ", " : "", sim::to_string(static_cast<sim::CommKind>(k)),
                       1e3 * r.exposed_comm_s[static_cast<std::size_t>(k)]);
   addl(t, "  exposed    {} (mean per rank)", ex);
+  if (out.varlen) varlen_text(t, s, *out.varlen);
   addl(t, "");
   addl(t, "  {:>5} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}   compute by part", "stage", "compute s", "bubble %",
        "tp ms", "cp ms", "ep ms", "dp ms", "pp ms");

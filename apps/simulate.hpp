@@ -11,6 +11,7 @@
 #include "core/schedule/schedule.hpp"
 #include "sim/engine.hpp"
 #include "sim/report.hpp"
+#include "sim/varlen_sim.hpp"
 
 namespace megascope::cli {
 
@@ -29,6 +30,9 @@ struct SimulateOutcome {
   // zb-1p / zb-2p: the stage times their order was placed from, and the candidate kept.
   AutoScheduleInputs auto_inputs;
   std::string auto_chosen;
+  // Variable-length training: the sampled steps (the report above is the
+  // step with every sequence at seq_length).
+  std::optional<sim::VarlenReport> varlen;
 };
 
 // The device's shipped cost model, with `calibration` laid over it when given.

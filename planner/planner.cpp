@@ -18,6 +18,7 @@
 #include "sim/engine.hpp"
 #include "sim/network.hpp"
 #include "sim/timed_program.hpp"
+#include "sim/varlen_sim.hpp"
 
 namespace megascope::planner {
 
@@ -70,6 +71,36 @@ Result<SimulatedPlan> simulate_with(const SearchInputs& in, const PlanSpec& plan
   out.plan = plan;
   out.gpus = gpus;
   out.report = sim::make_report(*s, *program, std::move(*result));
+  if (s->training.varlen) {
+    // Variable-length training: ranked by its sampled steps. Packed
+    // sequences are also priced with dynamic CP on the same batches, and the
+    // faster of the two schedulers kept.
+    const bool try_dynamic = s->training.varlen->packing == Packing::pack && !plan.dynamic_cp;
+    Setup priced = *s;
+    priced.plan.dynamic_cp = priced.plan.dynamic_cp || try_dynamic;
+    auto v = sim::simulate_varlen(priced, cost, topo);
+    if (!v) return tl::unexpected(v.error());
+    if (try_dynamic && v->static_cp && v->static_cp->mean_step_s <= v->run.mean_step_s) {
+      v->run = std::move(*v->static_cp);   // static packing as fast: the plan as given
+      v->static_cp.reset();
+    } else if (try_dynamic) {
+      out.plan.dynamic_cp = true;
+    }
+    const double hw_ratio = out.report.tflops_per_gpu_no_causal > 0
+                                ? out.report.hardware_tflops_per_gpu_no_causal / out.report.tflops_per_gpu_no_causal
+                                : 1.0;
+    // The full-length step's shares of exposed communication, on the sampled step.
+    const double scale = v->fixed_step_s > 0 ? v->run.mean_step_s / v->fixed_step_s : 1.0;
+    for (double& e : out.report.exposed_comm_s) e *= scale;
+    out.report.step_time_s = v->run.mean_step_s;
+    out.report.tokens_per_s = v->run.tokens_per_s;
+    out.report.tflops_per_gpu = v->run.tflops_per_gpu;
+    out.report.mfu = v->run.mfu;
+    out.report.tflops_per_gpu_no_causal = v->run.tflops_per_gpu_no_causal;
+    out.report.mfu_no_causal = v->run.mfu_no_causal;
+    out.report.hardware_tflops_per_gpu_no_causal = v->run.tflops_per_gpu_no_causal * hw_ratio;
+    out.varlen = std::move(*v);
+  }
   out.memory = memory_report(*s);
   if (auto c = from_setup(*s)) out.candidate = *c;
   return out;

@@ -14,6 +14,7 @@
 #include "planner/estimate.hpp"
 #include "planner/space.hpp"
 #include "sim/report.hpp"
+#include "sim/varlen_sim.hpp"
 
 namespace megascope::planner {
 
@@ -24,6 +25,11 @@ struct SimulatedPlan {
   Estimate stage1;
   std::uint64_t stage1_rank = 0;     // 1-based among fitting plans by stage-1 time (0: not from the search)
   sim::SimReport report;             // step time, tokens/s, MFU, bubble, exposed communication
+  // Variable-length training: the sampled steps (sim/varlen_sim.hpp). The
+  // report's step time, tokens/s, TFLOP/s and MFU are then theirs (the mean
+  // step of the plan's scheduler); its bubble and exposed communication stay
+  // the full-length step's.
+  std::optional<sim::VarlenReport> varlen;
   MemoryReport memory;
   std::vector<std::string> megatron_notes;  // filled by the CLI
   [[nodiscard]] double headroom_bytes() const { return memory.capacity_bytes - memory.peak_bytes; }

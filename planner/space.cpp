@@ -225,6 +225,7 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
   const bool moe = m.moe.has_value();
   const bool need_distopt = in.training.optimizer_precision.enabled;
   const bool fp8 = in.training.precision == Precision::fp8;
+  const bool packed = in.training.varlen && in.training.varlen->packing == Packing::pack;
   bool zero_allowed[4] = {false, false, false, false};
   for (int z : k.zero)
     if (z >= 0 && z <= 3) zero_allowed[z] = true;
@@ -345,7 +346,9 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                               (m.num_query_groups % tp == 0 || tp % m.num_query_groups == 0) &&
                               m.ffn_hidden_size % tp == 0 && (cp == 1 || seq % (2 * cp) == 0) &&
                               (cp == 1 || m.window_size <= 0 || m.window_size >= seq) &&   // CP with windows: refused
-                              gbs % (static_cast<std::int64_t>(mbs) * dp) == 0;
+                              gbs % (static_cast<std::int64_t>(mbs) * dp) == 0 &&
+                              // packed variable-length sequences: one pack a micro-batch, no sliding window
+                              !(packed && (mbs != 1 || m.window_size > 0));
                     if (ok && moe) {
                       const MoeSpec& e = *m.moe;
                       ok = e.num_experts % ep == 0 && e.expert_ffn_hidden % etp == 0 &&
@@ -354,6 +357,8 @@ void enumerate(const SearchInputs& in, Rejections& rej, const std::function<void
                     }
                     const int mb = ok ? static_cast<int>(gbs / (static_cast<std::int64_t>(mbs) * dp)) : 0;
                     const Schedule s = sc.s;
+                    // Variable-length steps are not priced with the schedules placed from one step's times.
+                    if (in.training.varlen && (s == Schedule::zb_1p || s == Schedule::zb_2p)) ok = false;
                     if (ok) {
                       const bool pipelined = s != Schedule::gpipe && s != Schedule::one_f_one_b;
                       ok = split.unit > 0 && !(pipelined && pp < 2);

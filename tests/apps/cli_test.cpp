@@ -508,8 +508,40 @@ TEST_CASE("Every shipped example simulates, and DeepSeek-V3 on H800s within 10 p
       CHECK(j["tokens_per_s"].get<double>() / 2048 == Approx(published).epsilon(0.10));
       CHECK_FALSE(j["memory"]["fits"].get<bool>());   // DeepSeek's activation savings are not modelled
     }
+    // Only the variable-length example reports sampled steps.
+    CHECK(j.contains("varlen") == (entry.path().stem() == "llama3-8b-varlen-cp"));
   }
   CHECK(examples >= 3);
+}
+
+TEST_CASE("simulate of variable-length training reports its sampled steps, and dynamic CP beside static CP", "[apps]") {
+  const std::string example = std::string(MEGASCOPE_DATA_DIR_FOR_TESTS) + "/examples/llama3-8b-varlen-cp.toml";
+  const Run r = run({"simulate", "--example", example, "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& v = j["varlen"];
+  CHECK(v["distribution"] == "histogram");
+  CHECK(v["packing"] == "pack");
+  CHECK(v["run"]["scheduler"] == "dynamic_cp");
+  CHECK(v["static_cp"]["scheduler"] == "dp_balanced");
+  REQUIRE(v["run"]["steps"].size() == 8);
+  for (std::size_t k = 0; k < 8; ++k) {
+    // The two schedules price the same sampled batches.
+    CHECK(v["run"]["steps"][k]["tokens"] == v["static_cp"]["steps"][k]["tokens"]);
+    CHECK(v["run"]["steps"][k]["step_time_s"].get<double>() > 0);
+  }
+  const double p50 = v["run"]["p50_step_s"].get<double>(), p90 = v["run"]["p90_step_s"].get<double>();
+  CHECK(v["run"]["min_step_s"].get<double>() <= p50);
+  CHECK(p50 <= p90);
+  CHECK(p90 <= v["run"]["max_step_s"].get<double>());
+  // The long tail leaves static packing unbalanced over its 8 DP replicas;
+  // dynamic CP runs it faster (docs/varlen.md).
+  CHECK(v["static_cp"]["balance"].get<double>() < 0.7);
+  CHECK(v["dynamic_cp_speedup"].get<double>() > 1.2);
+  // The text names both.
+  const Run text = run({"simulate", "--example", example});
+  CHECK_THAT(text.out, Catch::Contains("static CP") && Catch::Contains("dynamic CP") && Catch::Contains("sampled steps"));
 }
 
 TEST_CASE("An example's [training] sets the precision-aware optimizer: less optimizer memory, and bad keys name file, line and field",
