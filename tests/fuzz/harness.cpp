@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "config/plan_settings.hpp"
 #include "core/accounting/flops.hpp"
@@ -15,6 +16,8 @@
 #include "sim/engine.hpp"
 #include "sim/report.hpp"
 #include "sim/timed_program.hpp"
+#include "sim/varlen_sim.hpp"
+#include "core/varlen.hpp"
 #include "sim/network.hpp"
 
 namespace megascope::fuzz {
@@ -72,6 +75,55 @@ cli::ScenarioOptions small_scenario() {
   return o;
 }
 
+namespace {
+// Variable-length training: two sampled steps through both schedulers (every
+// document placed once, no pack over its budget) and the simulation of them.
+void check_varlen(const Setup& s, const sim::CostModel& cost, const sim::Topology& topo) {
+  const VarlenSpec* v = s.training.varlen.get();
+  if (!v || s.training.global_batch_size > 4096) return;
+  const auto B = static_cast<std::size_t>(s.training.global_batch_size);
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    const auto lengths = sample_lengths(v->lengths, v->seed, step, B);
+    if (lengths.size() != B) impossible("sampled lengths (count)", static_cast<double>(lengths.size()));
+    std::int64_t tokens = 0;
+    for (const std::int64_t d : lengths) {
+      if (d < 1 || d > s.seq_length) impossible("a sampled length", static_cast<double>(d));
+      tokens += d;
+    }
+    if (v->packing != Packing::pack) continue;
+    auto st = schedule_static(lengths, s.seq_length, s.dp, s.dp);
+    if (!st) impossible("static packing (refused)", 0);
+    std::int64_t packed = 0;
+    for (const auto& replica : st->packs)
+      for (const auto& pack : replica) {
+        std::int64_t t = 0;
+        for (const std::int64_t d : pack) t += d;
+        if (t > s.seq_length && pack.size() > 1) impossible("a pack over its budget", static_cast<double>(t));
+        packed += t;
+      }
+    if (packed != tokens) impossible("tokens packed (not every document once)", static_cast<double>(packed));
+    auto dy = schedule_dynamic_cp(lengths, s.seq_length / s.plan.cp, s.dp * s.plan.cp, 1, 1);
+    if (!dy) impossible("dynamic CP schedule (refused)", 0);
+    double share = 0;   // each document's tokens over its group, summed over the ranks holding it
+    for (const auto& mb : dy->work)
+      for (const auto& w : mb)
+        for (const std::int64_t d : w.docs) share += static_cast<double>(d) / w.cp;
+    if (std::abs(share - static_cast<double>(tokens)) > 1e-6 * static_cast<double>(tokens))
+      impossible("tokens scheduled by dynamic CP (not every document once)", share);
+  }
+  Setup two = s;
+  auto spec = std::make_shared<VarlenSpec>(*v);
+  spec->steps = std::min(spec->steps, 2);
+  two.training.varlen = spec;
+  auto r = sim::simulate_varlen(two, cost, topo);
+  if (!r) return;
+  positive("sampled step time", r->run.mean_step_s);
+  positive("sampled tokens per second", r->run.tokens_per_s);
+  if (r->run.mfu > 1.0) impossible("sampled MFU (over 100%)", r->run.mfu);
+  if (r->run.balance > 1.0 + 1e-9 || r->run.balance <= 0) impossible("balance", r->run.balance);
+}
+}  // namespace
+
 void check_setup(const Setup& s, const std::optional<std::string>& calibration) {
   const auto flops = iteration_flops(s);
   non_negative("model FLOPs", flops.model);
@@ -109,6 +161,7 @@ void check_setup(const Setup& s, const std::optional<std::string>& calibration) 
   if (r.mfu > 1.0) impossible("MFU (over 100%)", r.mfu);
   non_negative("bubble fraction", r.bubble_fraction);
   for (const double c : r.exposed_comm_s) non_negative("exposed communication", c);
+  check_varlen(s, *cost, topo);
 }
 
 const TraceFile& reference_trace() {
