@@ -61,6 +61,9 @@ nlohmann::json estimate_json(const Scenario& sc) {
                 {"padded_vocab_size", s.padded_vocab},
                 {"schedule", to_string(s.plan.schedule)}};
   if (s.model.moe) j["setup"]["expert_load"] = s.expert_load;
+  if (const VarlenSpec* v = s.training.varlen.get())
+    j["setup"]["lengths"] = {{"distribution", to_string(v->lengths.kind)}, {"mean_length", mean_length(v->lengths)},
+                             {"packing", to_string(v->packing)}};
   j["params_total"] = mp.total();
   j["params_active"] = active_params(s.model);
   j["params"] = {{"embedding", mp.embedding}, {"output", mp.output}, {"final_norm", mp.final_norm},
@@ -124,6 +127,11 @@ std::string estimate_text(const Scenario& sc) {
        s.training.global_batch_size, s.seq_length, s.num_microbatches, s.plan.micro_batch_size,
        to_string(s.plan.schedule), s.vpp > 1 ? fmt::format(" (vpp {})", s.vpp) : std::string());
   if (const std::string tt = training_text(s.training); !tt.empty()) addl(o, "  training  {}", tt);
+  if (const VarlenSpec* v = s.training.varlen.get())
+    addl(o, "  lengths   {} (mean {:.0f} tokens), {}: the FLOPs below are full-length sequences'; a {} holds at most "
+         "{} tokens, so the memory below bounds every micro-batch (simulate prices sampled steps, docs/varlen.md)",
+         to_string(v->lengths.kind), mean_length(v->lengths), v->packing == Packing::pack ? "packed" : "padded",
+         v->packing == Packing::pack ? "pack" : "padded sequence", s.seq_length);
   if (!mem.fits)
     addl(o, "  memory    DOES NOT FIT: {:.2f} GiB at the peak (stage {}), {:.2f} GiB more than a GPU's {:.2f} GiB",
          mem.peak_bytes / kGiB, mem.peak_stage, (mem.peak_bytes - mem.capacity_bytes) / kGiB, mem.capacity_bytes / kGiB);

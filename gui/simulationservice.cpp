@@ -3,12 +3,14 @@
 #include <QMetaObject>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "core/program/builder.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/network.hpp"
 #include "sim/timed_program.hpp"
+#include "sim/varlen_sim.hpp"
 
 namespace megascope::gui {
 
@@ -20,9 +22,20 @@ Result<std::shared_ptr<SimulationOutcome>> simulateSetup(const Setup& setup, sim
   if (!cost) return tl::unexpected(cost.error());
   out->profileSource = cost->profile().source;
   const sim::Topology topo = sim::Topology::build(setup.cluster, setup.world);
-  auto program = sim::build_timed_program(setup, *cost, topo);   // zb-1p/zb-2p: placed from the stages' times
-  if (!program) return tl::unexpected(program.error());
-  out->program = std::move(program->program);
+  // Variable-length training: the first sampled step's slowest replica, each
+  // micro-batch at its own length (sim/varlen_sim.hpp).
+  std::optional<sim::VarlenProgram> varlen;
+  if (setup.training.varlen) {
+    auto v = sim::slowest_replica_program(setup, *cost, topo, 0);
+    if (!v) return tl::unexpected(v.error());
+    out->program = std::move(v->program);
+    varlen = std::move(*v);
+  } else {
+    auto program = sim::build_timed_program(setup, *cost, topo);   // zb-1p/zb-2p: placed from the stages' times
+    if (!program) return tl::unexpected(program.error());
+    out->program = std::move(program->program);
+  }
+  const Setup& built = varlen ? varlen->setup : setup;
   sim::SimOptions so;
   so.mode = mode;
   auto result = sim::simulate(out->program, topo, *cost, so);
@@ -30,7 +43,15 @@ Result<std::shared_ptr<SimulationOutcome>> simulateSetup(const Setup& setup, sim
   out->result = std::move(*result);
   // The report and the timeline's lanes read the same spans: build them side by side.
   std::thread reportThread([&] {
-    out->report = sim::make_report(setup, out->program, out->result);
+    out->report = sim::make_report(built, out->program, out->result);
+    if (varlen && out->report.step_time_s > 0) {
+      // The step's real tokens and their FLOPs, not full-length sequences'.
+      sim::SimReport& r = out->report;
+      r.tokens_per_s = static_cast<double>(varlen->tokens) / r.step_time_s;
+      r.model_flops = varlen->model_flops;
+      r.tflops_per_gpu = varlen->model_flops / r.step_time_s / static_cast<double>(setup.world) / 1e12;
+      r.mfu = r.tflops_per_gpu * 1e12 / setup.cluster.device.peak_bf16_flops;
+    }
     out->memory = memory_report(setup);
   });
   out->timeline = timelineFromSimulation(out->program, out->result.spans, out->result.step_time_s);

@@ -163,8 +163,8 @@ int pack_multiple(const Setup& s) {
   return s.plan.schedule == Schedule::interleaved && s.microbatch_group > 0 ? s.microbatch_group : 1;
 }
 
-Result<void> static_step(const Pricing& p, const std::vector<std::int64_t>& lengths, int max_replicas,
-                         VarlenStep& step) {
+// Each DP replica's micro-batch loads under static packing.
+Result<std::vector<std::vector<MicrobatchLoad>>> static_loads(const Pricing& p, const std::vector<std::int64_t>& lengths) {
   const Setup& s = p.s;
   auto sched = schedule_static(lengths, s.seq_length, s.dp, s.dp * pack_multiple(s));
   if (!sched) return tl::unexpected(sched.error());
@@ -177,7 +177,34 @@ Result<void> static_step(const Pricing& p, const std::vector<std::int64_t>& leng
     for (const auto& docs : packs) loads.push_back(load_of(p, docs, s.plan.cp, 0));
     replicas.push_back(std::move(loads));
   }
-  return simulate_replicas(p, replicas, max_replicas, step);
+  return replicas;
+}
+
+Result<void> static_step(const Pricing& p, const std::vector<std::int64_t>& lengths, int max_replicas,
+                         VarlenStep& step) {
+  auto replicas = static_loads(p, lengths);
+  if (!replicas) return tl::unexpected(replicas.error());
+  return simulate_replicas(p, *replicas, max_replicas, step);
+}
+
+Result<DynamicSchedule> dynamic_schedule(const Pricing& p, const std::vector<std::int64_t>& lengths) {
+  const Setup& s = p.s;
+  auto sched = schedule_dynamic_cp(lengths, s.seq_length / s.plan.cp, s.dp * s.plan.cp, 1, pack_multiple(s));
+  if (!sched) return tl::unexpected(sched.error());
+  if (sched->microbatches > kMaxMicrobatches)
+    return fail("training.global_batch_size", fmt::format("{} micro-batches a step; at most {} are simulated",
+                                                          sched->microbatches, kMaxMicrobatches));
+  return sched;
+}
+
+// Each of the dp x cp ranks' micro-batch loads under dynamic CP.
+std::vector<std::vector<MicrobatchLoad>> dynamic_loads(const Pricing& p, const DynamicSchedule& sched) {
+  const std::size_t ranks = static_cast<std::size_t>(p.s.dp) * static_cast<std::size_t>(p.s.plan.cp);
+  std::vector<std::vector<MicrobatchLoad>> loads(ranks);
+  for (const auto& mb : sched.work)
+    for (std::size_t r = 0; r < ranks && r < mb.size(); ++r)
+      loads[r].push_back(load_of(p, mb[r].docs, mb[r].cp, mb[r].cp));
+  return loads;
 }
 
 // Dynamic CP. Every rank's micro-batches are simulated as a replica of its
@@ -192,17 +219,10 @@ Result<void> static_step(const Pricing& p, const std::vector<std::int64_t>& leng
 Result<void> dynamic_step(const Pricing& p, const std::vector<std::int64_t>& lengths, int max_replicas,
                           VarlenStep& step) {
   const Setup& s = p.s;
-  const std::int64_t per_rank = s.seq_length / s.plan.cp;
-  auto sched = schedule_dynamic_cp(lengths, per_rank, s.dp * s.plan.cp, 1, pack_multiple(s));
+  auto sched = dynamic_schedule(p, lengths);
   if (!sched) return tl::unexpected(sched.error());
-  if (sched->microbatches > kMaxMicrobatches)
-    return fail("training.global_batch_size", fmt::format("{} micro-batches a step; at most {} are simulated",
-                                                          sched->microbatches, kMaxMicrobatches));
   const std::size_t ranks = static_cast<std::size_t>(s.dp) * static_cast<std::size_t>(s.plan.cp);
-  std::vector<std::vector<MicrobatchLoad>> per_rank_loads(ranks);
-  for (const auto& mb : sched->work)
-    for (std::size_t r = 0; r < ranks && r < mb.size(); ++r)
-      per_rank_loads[r].push_back(load_of(p, mb[r].docs, mb[r].cp, mb[r].cp));
+  std::vector<std::vector<MicrobatchLoad>> per_rank_loads = dynamic_loads(p, *sched);
   // The distinct schedules of loads.
   std::map<std::vector<std::tuple<std::int64_t, double, double, int>>, std::size_t> distinct;
   std::vector<std::size_t> kind(ranks);
@@ -311,6 +331,59 @@ Result<VarlenReport> simulate_varlen(const Setup& s, const CostModel& cost, cons
   summarise(s, rep.run);
   if (rep.static_cp) summarise(s, *rep.static_cp);
   return rep;
+}
+
+Result<VarlenProgram> slowest_replica_program(const Setup& s, const CostModel& cost, const Topology& topo, int step) {
+  const VarlenSpec* v = s.training.varlen.get();
+  if (!v) return fail("training.lengths", "the training has no length distribution");
+  const Pricing p = pricing_of(s, cost, topo);
+  const auto lengths = sample_lengths(v->lengths, v->seed, static_cast<std::uint64_t>(step),
+                                      static_cast<std::size_t>(s.training.global_batch_size));
+  VarlenProgram out;
+  out.setup = s;
+  double pairs = 0;
+  for (const std::int64_t d : lengths) {
+    out.tokens += d;
+    pairs += causal_pairs(d);
+  }
+  out.model_flops = p.flops_per_token * static_cast<double>(out.tokens) + p.flops_per_pair * pairs;
+  std::vector<std::vector<MicrobatchLoad>> replicas;
+  if (v->packing == Packing::pack && s.plan.dynamic_cp) {
+    auto sched = dynamic_schedule(p, lengths);
+    if (!sched) return tl::unexpected(sched.error());
+    replicas = dynamic_loads(p, *sched);
+  } else if (v->packing == Packing::pack) {
+    auto r = static_loads(p, lengths);
+    if (!r) return tl::unexpected(r.error());
+    replicas = std::move(*r);
+  }
+  out.replicas = static_cast<int>(std::max<std::size_t>(1, replicas.size()));
+  if (!replicas.empty()) {
+    // The slowest of the 64 with the most attention work.
+    std::vector<std::size_t> order(replicas.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return total_attention(replicas[a]) > total_attention(replicas[b]);
+    });
+    order.resize(std::min<std::size_t>(order.size(), 64));
+    double worst = -1;
+    for (const std::size_t i : order) {
+      auto t = simulate_loads(p, replicas[i], false);
+      if (!t) return tl::unexpected(t.error());
+      if (t->step_s > worst) {
+        worst = t->step_s;
+        out.replica = static_cast<int>(i);
+      }
+    }
+    out.loads = std::move(replicas[static_cast<std::size_t>(out.replica)]);
+    out.setup.num_microbatches = static_cast<int>(out.loads.size());
+  }
+  BuildOptions bo;
+  if (!out.loads.empty()) bo.loads = &out.loads;
+  auto program = build_program(out.setup, bo);
+  if (!program) return tl::unexpected(program.error());
+  out.program = std::move(*program);
+  return out;
 }
 
 }  // namespace megascope::sim

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/program/program.hpp"
 #include "core/setup.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/network.hpp"
@@ -71,5 +72,20 @@ struct VarlenReport {
 
 Result<VarlenReport> simulate_varlen(const Setup& s, const CostModel& cost, const Topology& topo,
                                      int max_replicas = 64);
+
+// One sampled step as a timeline draws it: the Program of its slowest
+// replica (with dynamic CP, rank; the slowest of the 64 with the most
+// attention work), built from `setup` (the Setup with the step's micro-batch
+// count) and `loads` (each micro-batch's; empty when padded, which is the
+// full-length Program), with the step's real tokens and model FLOPs.
+struct VarlenProgram {
+  Setup setup;
+  std::vector<MicrobatchLoad> loads;
+  Program program;
+  int replica = 0, replicas = 1;
+  std::int64_t tokens = 0;
+  double model_flops = 0;
+};
+Result<VarlenProgram> slowest_replica_program(const Setup& s, const CostModel& cost, const Topology& topo, int step = 0);
 
 }  // namespace megascope::sim

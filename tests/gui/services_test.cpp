@@ -2,6 +2,8 @@
 // one, and a planner search reports progress, can be cancelled, and fills the
 // candidate table; neither blocks the GUI thread.
 #include <QSignalSpy>
+#include <map>
+#include <numeric>
 #include <QTimer>
 #include <QtTest>
 
@@ -9,6 +11,7 @@
 #include "gui/searchservice.hpp"
 #include "gui/searchview.hpp"
 #include "gui/simulationservice.hpp"
+#include "core/varlen.hpp"
 #include "gui_support.hpp"
 
 using namespace megascope;
@@ -57,6 +60,41 @@ class SimulationServiceTest : public QObject {
     QCOMPARE(outcome->generation, last);
     QCOMPARE(outcome->setup.plan.pp, 2);
     QVERIFY(outcome->timeline->spanCount > 0);
+  }
+  void aVariableLengthStepDrawsItsMicroBatchesAtTheirOwnLengths() {
+    // The shipped variable-length example: the timeline is the first sampled
+    // step's slowest replica, whose packed micro-batches differ in length, and
+    // the report counts that step's real tokens.
+    StartOptions o;
+    o.example = std::string(MEGASCOPE_TEST_FIXTURES) + "/../../topologies/examples/llama3-8b-varlen-cp.toml";
+    auto in = loadInputs(o);
+    QVERIFY2(in.has_value(), in ? "" : in.error().str().c_str());
+    auto setup = makeSetup(*in);
+    QVERIFY(setup.has_value());
+    auto out = simulateSetup(*setup);
+    QVERIFY2(out.has_value(), out ? "" : out.error().str().c_str());
+    const SimulationOutcome& r = **out;
+    QVERIFY(r.timeline->spanCount > 0);
+    // Forward time of each micro-batch on the traced rank of stage 0.
+    std::map<int, double> forward;
+    const StageProgram& sp = r.program.stages.at(0);
+    for (const Span& span : r.result.spans)
+      if (span.rank == 0 && sp.ops[span.op].phase == Phase::forward && sp.ops[span.op].kind == OpKind::compute &&
+          sp.ops[span.op].microbatch)
+        forward[*sp.ops[span.op].microbatch] += span.end - span.start;
+    QVERIFY(forward.size() >= 2);
+    double lo = 1e30, hi = 0;
+    for (const auto& [mb, t] : forward) {
+      lo = std::min(lo, t);
+      hi = std::max(hi, t);
+    }
+    QVERIFY2(hi > 1.2 * lo, qPrintable(QStringLiteral("forward %1 to %2 s").arg(lo).arg(hi)));
+    // tokens/s x step = the sampled step's real tokens.
+    const auto lengths = sample_lengths(setup->training.varlen->lengths, setup->training.varlen->seed, 0,
+                                        static_cast<std::size_t>(setup->training.global_batch_size));
+    const double tokens = std::accumulate(lengths.begin(), lengths.end(), 0.0,
+                                          [](double a, std::int64_t d) { return a + static_cast<double>(d); });
+    QVERIFY(std::abs(r.report.tokens_per_s * r.report.step_time_s - tokens) < 1e-6 * tokens);
   }
   void theEventLoopRunsWhileGpt3Simulates() {
     // While GPT-3 175B on 1024 GPUs simulates (tens of milliseconds at least), a 2 ms timer on the
