@@ -13,6 +13,7 @@
 
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
+#include "config/spec_toml.hpp"
 #include "apps/simulate.hpp"
 #include "core/accounting/memory.hpp"
 #include "core/program/builder.hpp"
@@ -33,6 +34,10 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--plan", o.scenario.plan, "inline plan (tp=2,pp=2,...) or plan TOML file");
   cmd.add_option("--global-batch", o.scenario.global_batch, "sequences per step (default 8)");
   cmd.add_option("--seq-len", o.scenario.seq_len, "tokens per sequence (default: the model's)");
+  cmd.add_option("--training", o.scenario.training,
+                 "a training TOML: its [training] global_batch_size and seq_length, and with [training.lengths] "
+                 "variable-length training (documents of sampled lengths, packed or padded; cpu backend); "
+                 "instead of --global-batch and --seq-len");
   cmd.add_option("--steps", o.run.steps, "training steps to run (default 1)")->check(CLI::PositiveNumber);
   cmd.add_option("--data", o.run.data, "training text, read as bytes (default: the GNU GPL text Debian ships)");
   cmd.add_option("--trace", o.run.trace, "write the measured trace of the last step (same format as simulate --trace)");
@@ -77,17 +82,23 @@ void add_run_options(CLI::App& cmd, RunCommandOptions& o) {
   cmd.add_option("--gpus", o.scenario.gpus, "GPUs of the plan (cuda --shard: the plan's world; default: the MPI job's)");
 }
 
+Result<Program> build_run_program(const Setup& s) {
+  // zb-1p/zb-2p: the order `simulate` places from the device's priced times,
+  // so that a measured trace and a simulated one match op by op.
+  auto cost = cost_model_for(s, std::nullopt);
+  if (!cost) return tl::unexpected(cost.error());
+  const sim::Topology topo = sim::Topology::build(s.cluster, s.world);
+  auto program = sim::build_timed_program(s, *cost, topo);
+  if (!program) return tl::unexpected(program.error());
+  return std::move(program->program);
+}
+
 Result<RunProgram> load_run_program(const ScenarioOptions& sc) {
   auto scenario = load_scenario(sc);
   if (!scenario) return tl::unexpected(scenario.error());
-  // zb-1p/zb-2p: the order `simulate` places from the device's priced times,
-  // so that a measured trace and a simulated one match op by op.
-  auto cost = cost_model_for(scenario->setup, std::nullopt);
-  if (!cost) return tl::unexpected(cost.error());
-  const sim::Topology topo = sim::Topology::build(scenario->setup.cluster, scenario->setup.world);
-  auto program = sim::build_timed_program(scenario->setup, *cost, topo);
+  auto program = build_run_program(scenario->setup);
   if (!program) return tl::unexpected(program.error());
-  return RunProgram{std::move(*scenario), std::move(program->program)};
+  return RunProgram{std::move(*scenario), std::move(*program)};
 }
 
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
@@ -118,13 +129,26 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
       return 2;
     }
   }
+  // One source of the batch and the length: the training TOML, or the options.
+  if (o.scenario.training && (o.scenario.global_batch || o.scenario.seq_len)) {
+    err << fmt::format("megascope run: error: --training: {} given as well; the training TOML sets the global batch "
+                       "(global_batch_size) and the sequence length (seq_length): give one or the other\n",
+                       o.scenario.global_batch ? "--global-batch" : "--seq-len");
+    return 2;
+  }
   const bool cuda_train = o.backend == "cuda" && o.train;
   if (o.backend == "cuda" && !o.train && o.run.bf16) {
     err << "megascope run: error: --bf16: a training option (the cpu backend, or --backend cuda --train); the replay "
            "runs the Program's own precision\n";
     return 2;
   }
-  if (o.backend == "cuda" && !o.train) return run_cuda_command(o, out, err);
+  if (o.backend == "cuda" && !o.train) {
+    // The replay defaults the global batch to 8 when none is given, which
+    // would override the training TOML's: its batch is passed on instead.
+    if (o.scenario.training)
+      if (auto t = load_training_toml(*o.scenario.training)) o.scenario.global_batch = t->global_batch_size;
+    return run_cuda_command(o, out, err);
+  }
   if (o.train && o.backend != "cuda") {
     err << "megascope run: error: --train: the cpu backend always trains; --train selects training on --backend cuda\n";
     return 2;
@@ -140,7 +164,7 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
     return 2;
   }
   if (!sc.plan) sc.plan = "tp=1";   // one rank per DP replica by default
-  if (!sc.global_batch) sc.global_batch = 8;
+  if (!sc.global_batch && !sc.training) sc.global_batch = 8;
   const bool mpi = exec::launched_by_mpi();
   const int world = mpi ? exec::MpiEnv::get().size() : 1;
   const bool root = !mpi || exec::MpiEnv::get().rank() == 0;
@@ -192,13 +216,25 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
   }
   o.run.plan_text = format_inline_plan(s.plan);
   o.run.model_name = s.model.name;
-  if (!o.json)
-    log << fmt::format("run: {} on {} {} rank{} ({}), plan {}, global batch {}, {} micro-batches of {} x {} tokens\n",
-                       s.model.name, s.world, cuda_train ? "GPU" : "CPU", s.world == 1 ? "" : "s",
+  o.run.build_program = build_run_program;   // a packed step's Program, built as the run's
+  const VarlenSpec* varlen = s.training.varlen.get();
+  if (!o.json) {
+    log << fmt::format("run: {} on {} {} rank{} ({}), plan {}, global batch {}, ", s.model.name, s.world,
+                       cuda_train ? "GPU" : "CPU", s.world == 1 ? "" : "s",
                        fmt::format("{}, {}", cuda_train ? "cuda backend: the GPU kernels" : "cpu backend",
                                    o.run.bf16 ? "bf16 GEMMs" : "fp32"),
-                       o.run.plan_text,
-                       s.training.global_batch_size, s.num_microbatches, s.plan.micro_batch_size, s.seq_length);
+                       o.run.plan_text, s.training.global_batch_size);
+    if (!varlen)
+      log << fmt::format("{} micro-batches of {} x {} tokens\n", s.num_microbatches, s.plan.micro_batch_size,
+                         s.seq_length);
+    else if (varlen->packing == Packing::pack)
+      log << fmt::format("documents of {} lengths packed into micro-batches of up to {} tokens (dp_balanced; "
+                         "micro-batches per step from the schedule)\n",
+                         to_string(varlen->lengths.kind), s.seq_length);
+    else
+      log << fmt::format("documents of {} lengths, each padded to {} tokens, {} micro-batches of {}\n",
+                         to_string(varlen->lengths.kind), s.seq_length, s.num_microbatches, s.plan.micro_batch_size);
+  }
   std::ostringstream steps_text;
   auto logs = cuda_train ? train_cuda(s, *program, o.run, o.json ? steps_text : log)
                          : exec::run_cpu(s, *program, o.run, o.json ? steps_text : log);

@@ -34,6 +34,9 @@ struct RunProgram {
   Program program;
 };
 Result<RunProgram> load_run_program(const ScenarioOptions& sc);
+// The Program `run` trains a Setup with (load_run_program's; packed
+// variable-length steps build one per micro-batch count with it).
+Result<Program> build_run_program(const Setup& s);
 int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err);
 
 }  // namespace megascope::cli

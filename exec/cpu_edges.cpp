@@ -45,9 +45,12 @@ void CpuRank::embedding_forward(const Op& op, int c, int mb) {
 }
 
 void CpuRank::embedding_finish(Chunk& ch, Vec& e, int c, int mb, std::int64_t rows, std::int64_t row0) {
+  // Learned positions: in the sequence, or in its document (packed sequences).
+  const Packed* pk = packed(mb);
+  const Ids& pos_of = pk ? pk->doc_pos : positions_;
   if (const float* wpe = ch.weight("embedding.position"))
     for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int64_t pos = positions_[static_cast<std::size_t>(row0 + r)];
+      const std::int64_t pos = pos_of[static_cast<std::size_t>(row0 + r)];
       for (std::int64_t j = 0; j < d_.h; ++j) e[static_cast<std::size_t>(r * d_.h + j)] += wpe[pos * d_.h + j];
     }
   Vec x(e.size());
@@ -70,8 +73,10 @@ void CpuRank::embedding_weight(int c, int mb) {
     gather_rows(full, de);
     de = std::move(full);
   }
+  const Packed* pk = packed(mb);
   ops_.embedding_backward(ch.grad("embedding.weight"), ch.grad("embedding.position"), de.data(), tokens(mb),
-                        positions_.data(), d_.T, d_.h, d_.vocab_start, d_.vocab_start + d_.vocab);
+                        pk ? pk->doc_pos.data() : positions_.data(), d_.T, d_.h, d_.vocab_start,
+                        d_.vocab_start + d_.vocab);
   grad_.erase(key(c, mb));
 }
 
@@ -105,8 +110,13 @@ void CpuRank::output_forward(const Op& op, int c, int mb) {
   E.sumexp.assign(sums.begin(), sums.begin() + T);
   Vec loss = zeros(T);
   ops_.cross_entropy_loss(loss.data(), E.row_max.data(), E.sumexp.data(), sums.data() + T, T);
-  if (d_.tp_rank == 0)
+  if (const Packed* pk = packed(mb)) {   // the tokens with a target only
+    if (d_.tp_rank == 0)
+      for (std::int64_t t = 0; t < T; ++t)
+        if (pk->mask[static_cast<std::size_t>(t)] != 0.0f) loss_sum_ += loss[static_cast<std::size_t>(t)];
+  } else if (d_.tp_rank == 0) {
     for (float l : loss) loss_sum_ += l;
+  }
   hidden_out_.erase(key(c, mb));
 }
 
@@ -123,6 +133,14 @@ void CpuRank::output_backward(const Op& op, int c, int mb) {
   if (op.kind == OpKind::compute) {
     const float scale = 1.0f / static_cast<float>(s_.training.global_batch_size * s_.seq_length);
     Vec dloss(static_cast<std::size_t>(T), scale);
+    if (const Packed* pk = packed(mb)) {
+      // The mean over the global batch's tokens with a target (Megatron-LM's
+      // --calculate-per-token-loss): the same on every plan. None (every
+      // document of length 1): no gradient.
+      const float per_token = loss_tokens_ > 0 ? 1.0f / static_cast<float>(loss_tokens_) : 0.0f;
+      for (std::int64_t t = 0; t < T; ++t)
+        dloss[static_cast<std::size_t>(t)] = pk->mask[static_cast<std::size_t>(t)] * per_token;
+    }
     ops_.cross_entropy_backward(E.logits.data(), E.logits.data(), E.row_max.data(), E.sumexp.data(), targets(mb),
                               dloss.data(), T, V, d_.vocab_start);   // logits now hold dlogits
     E.dyl = zeros(T * h);

@@ -161,18 +161,18 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
       break;
     }
     case Action::attn:
-      attn_qkv(A, w);
-      attn_core(A);
+      attn_qkv(A, w, mb);
+      attn_core(A, mb);
       attn_proj(A, w, l, mb);
       break;
     case Action::attn_qkv:
-      attn_qkv(A, w);
+      attn_qkv(A, w, mb);
       break;
     case Action::cp_gather:
       cp_gather_kv(A);
       break;
     case Action::attn_core:
-      attn_core(A);
+      attn_core(A, mb);
       break;
     case Action::attn_proj:
       attn_proj(A, w, l, mb);
@@ -234,8 +234,9 @@ void CpuRank::layer_forward(const Op& op, int c, int mb, int l, bool recompute) 
   }
 }
 
-// ln1 (without SP), the QKV GEMM, and RoPE on q and k at the tokens' positions.
-void CpuRank::attn_qkv(LayerActs& A, const LW& w) {
+// ln1 (without SP), the QKV GEMM, and RoPE on q and k at the tokens'
+// positions (packed sequences: within their documents, per sequence).
+void CpuRank::attn_qkv(LayerActs& A, const LW& w, int mb) {
   const std::int64_t T = d_.T, h = d_.h;
   if (!d_.sp) norm_forward(A.a, A.ln1_mean, A.ln1_rstd, A.x_in, w.ln1w, w.ln1b, T);
   const std::int64_t width = d_.q + 2 * d_.kv;
@@ -252,6 +253,16 @@ void CpuRank::attn_qkv(LayerActs& A, const LW& w) {
   }
   if (s_.model.position_embedding == PositionEmbedding::rope) {
     const std::int64_t B = s_.plan.micro_batch_size, Tl = T / B;
+    if (const Packed* pk = packed(mb)) {
+      for (std::int64_t b = 0; b < B; ++b) {
+        const std::int32_t* pos = pk->doc_pos.data() + b * Tl;
+        float* q = A.q.data() + b * Tl * d_.q;
+        float* kk = A.kk.data() + b * Tl * d_.kv;
+        ops_.rope_forward(q, q, pos, 1, Tl, d_.hq, d_.d, kRopeTheta);
+        ops_.rope_forward(kk, kk, pos, 1, Tl, d_.hkv, d_.d, kRopeTheta);
+      }
+      return;
+    }
     ops_.rope_forward(A.q.data(), A.q.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
     ops_.rope_forward(A.kk.data(), A.kk.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
   }
@@ -281,12 +292,17 @@ void CpuRank::cp_gather_kv(LayerActs& A) {
   }
 }
 
-void CpuRank::attn_core(LayerActs& A) {
+void CpuRank::attn_core(LayerActs& A, int mb) {
   const std::int64_t B = s_.plan.micro_batch_size, Tl = d_.T / B;
   const bool cp = s_.plan.cp > 1;
   const std::int64_t Tk = cp ? Tl * s_.plan.cp : Tl;
   A.o = zeros(d_.T * d_.q);
   A.lse = zeros(B * d_.hq * Tl);
+  if (const Packed* pk = packed(mb))   // causal within each document only
+    return ops_.attention_forward_packed(A.o.data(), A.lse.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
+                                         cp ? A.vf.data() : A.v.data(), positions_.data(),
+                                         cp ? kv_pos_.data() : positions_.data(), pk->doc.data(),
+                                         cp ? pk->kv_doc.data() : pk->doc.data(), B, Tl, Tk, d_.hq, d_.hkv, d_.d);
   ops_.attention_forward(A.o.data(), A.lse.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
                        cp ? A.vf.data() : A.v.data(), positions_.data(), cp ? kv_pos_.data() : positions_.data(), B,
                        Tl, Tk, d_.hq, d_.hkv, d_.d);
@@ -309,6 +325,12 @@ void CpuRank::b_attn_core(LayerActs& A, const LW& w, const LW& g, int l, int mb)
   A.dq = zeros(d_.T * d_.q);
   A.dkf = zeros(B * Tk * d_.kv);
   A.dvf = zeros(B * Tk * d_.kv);
+  if (const Packed* pk = packed(mb))
+    return ops_.attention_backward_packed(A.dq.data(), A.dkf.data(), A.dvf.data(), dO.data(), A.q.data(),
+                                          cp ? A.kf.data() : A.kk.data(), cp ? A.vf.data() : A.v.data(), A.o.data(),
+                                          A.lse.data(), positions_.data(), cp ? kv_pos_.data() : positions_.data(),
+                                          pk->doc.data(), cp ? pk->kv_doc.data() : pk->doc.data(), B, Tl, Tk, d_.hq,
+                                          d_.hkv, d_.d);
   ops_.attention_backward(A.dq.data(), A.dkf.data(), A.dvf.data(), dO.data(), A.q.data(), cp ? A.kf.data() : A.kk.data(),
                         cp ? A.vf.data() : A.v.data(), A.o.data(), A.lse.data(), positions_.data(),
                         cp ? kv_pos_.data() : positions_.data(), B, Tl, Tk, d_.hq, d_.hkv, d_.d);
@@ -336,11 +358,20 @@ void CpuRank::b_cp_reduce_kv(LayerActs& A) {
 
 // RoPE backward, the QKV input gradient, and (without TP) ln1's backward.
 void CpuRank::b_attn_qkv(LayerActs& A, int c, int mb, const LW& w, const LW& g) {
-  (void)mb;
   const std::int64_t T = d_.T, B = s_.plan.micro_batch_size, Tl = T / B;
   if (s_.model.position_embedding == PositionEmbedding::rope) {
-    ops_.rope_backward(A.dq.data(), A.dq.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
-    ops_.rope_backward(A.dkf.data(), A.dkf.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
+    if (const Packed* pk = packed(mb)) {
+      for (std::int64_t b = 0; b < B; ++b) {
+        const std::int32_t* pos = pk->doc_pos.data() + b * Tl;
+        float* dq = A.dq.data() + b * Tl * d_.q;
+        float* dk = A.dkf.data() + b * Tl * d_.kv;
+        ops_.rope_backward(dq, dq, pos, 1, Tl, d_.hq, d_.d, kRopeTheta);
+        ops_.rope_backward(dk, dk, pos, 1, Tl, d_.hkv, d_.d, kRopeTheta);
+      }
+    } else {
+      ops_.rope_backward(A.dq.data(), A.dq.data(), positions_.data(), B, Tl, d_.hq, d_.d, kRopeTheta);
+      ops_.rope_backward(A.dkf.data(), A.dkf.data(), positions_.data(), B, Tl, d_.hkv, d_.d, kRopeTheta);
+    }
   }
   const std::int64_t width = d_.q + 2 * d_.kv;
   A.dqkv = zeros(T * width);

@@ -26,7 +26,9 @@ namespace megascope::exec {
 
 namespace k = megascope::kernels;
 
-void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, double& grad_norm) {
+void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, double& grad_norm,
+                   const VarlenBatch* batch, const Program* program) {
+  if (program && program != p_) use_program(*program);
   step_ = step_index;
   loss_sum_ = 0;
   for (Chunk& c : chunks_) std::fill(c.g.begin(), c.g.end(), 0.0f);
@@ -39,13 +41,14 @@ void CpuRank::step(int step_index, std::vector<Span>& spans, double& loss_sum, d
   mb_done_.clear();
   grad_shard_.clear();
   gathered_chunks_.clear();
-  load_batch();
+  if (batch) load_varlen_batch(*batch);
+  else load_batch();
   const auto t0 = std::chrono::steady_clock::now();
   auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   spans.clear();
-  for (std::uint32_t i = 0; i < stage_.ops.size(); ++i) {
+  for (std::uint32_t i = 0; i < stage_->ops.size(); ++i) {
     const double start = now();
-    run_op(i, stage_.ops[i]);
+    run_op(i, stage_->ops[i]);
     spans.push_back({me_, i, start, now()});
   }
   p2p_.wait_all(sends_);
@@ -67,6 +70,7 @@ std::int32_t CpuRank::position(int cp_rank, std::int64_t t) const {
 void CpuRank::load_batch() {
   const std::int64_t S = s_.seq_length, b = s_.plan.micro_batch_size, Tl = S / s_.plan.cp;
   const int m = s_.num_microbatches;
+  packed_.clear();
   positions_.resize(static_cast<std::size_t>(d_.T));
   for (std::int64_t t = 0; t < d_.T; ++t) positions_[static_cast<std::size_t>(t)] = position(at_.cp, t % Tl);
   tokens_.assign(static_cast<std::size_t>(m * b * Tl), 0);
@@ -84,6 +88,91 @@ void CpuRank::load_batch() {
     }
 }
 
+void CpuRank::load_varlen_batch(const VarlenBatch& batch) {
+  const std::int64_t S = s_.seq_length, b = s_.plan.micro_batch_size, Tl = S / s_.plan.cp, cp = s_.plan.cp;
+  const int m = batch.microbatches;
+  const std::vector<SlotDocs>& mine = batch.slots.at(static_cast<std::size_t>(at_.dp));
+  if (static_cast<std::int64_t>(mine.size()) != m * b)
+    throw ProgramMismatch(fmt::format("the batch has {} sequence slots for replica {}, the step {} micro-batches of {}",
+                                      mine.size(), at_.dp, m, b));
+  loss_tokens_ = batch.loss_tokens;
+  // Sequence positions (causality and the CP chunks) as for fixed lengths.
+  positions_.resize(static_cast<std::size_t>(d_.T));
+  for (std::int64_t t = 0; t < d_.T; ++t) positions_[static_cast<std::size_t>(t)] = position(at_.cp, t % Tl);
+  if (cp > 1) {
+    kv_pos_.resize(static_cast<std::size_t>(S));
+    for (int r = 0; r < cp; ++r)
+      for (std::int64_t t = 0; t < Tl; ++t) kv_pos_[static_cast<std::size_t>(r * Tl + t)] = position(r, t);
+  }
+  tokens_.assign(static_cast<std::size_t>(m * b * Tl), 0);
+  targets_.assign(tokens_.size(), 0);
+  packed_.assign(static_cast<std::size_t>(m), Packed{});
+  // One slot's sequence: documents from position 0, then padding (token 0,
+  // no target, a document of its own).
+  std::vector<std::int32_t> tok(static_cast<std::size_t>(S)), tgt(static_cast<std::size_t>(S)),
+      doc(static_cast<std::size_t>(S)), doc_pos(static_cast<std::size_t>(S)), cu;
+  std::vector<float> mask(static_cast<std::size_t>(S));
+  std::vector<std::int64_t> element(static_cast<std::size_t>(S));
+  for (int mb = 0; mb < m; ++mb) {
+    Packed& pk = packed_[static_cast<std::size_t>(mb)];
+    pk.doc.resize(static_cast<std::size_t>(d_.T));
+    pk.doc_pos.resize(static_cast<std::size_t>(d_.T));
+    pk.mask.resize(static_cast<std::size_t>(d_.T));
+    pk.element.resize(static_cast<std::size_t>(d_.T));
+    if (cp > 1) pk.kv_doc.resize(static_cast<std::size_t>(b * S));
+    for (std::int64_t i = 0; i < b; ++i) {
+      const std::int64_t slot = mb * b + i;
+      const SlotDocs& docs = mine[static_cast<std::size_t>(slot)];
+      std::fill(tok.begin(), tok.end(), 0);
+      std::fill(tgt.begin(), tgt.end(), 0);
+      std::fill(mask.begin(), mask.end(), 0.0f);
+      cu.assign(1, 0);
+      for (std::size_t k = 0; k < docs.lengths.size(); ++k) {
+        const std::int64_t at = cu.back(), L = docs.lengths[k];
+        if (at + L > S) throw ProgramMismatch(fmt::format("a slot holds {} tokens, over seq_length {}", at + L, S));
+        data_.document(docs.offsets[k], L, tok.data() + at, tgt.data() + at);
+        for (std::int64_t t = 0; t + 1 < L; ++t) mask[static_cast<std::size_t>(at + t)] = 1.0f;
+        for (std::int64_t t = 0; t < L; ++t)
+          element[static_cast<std::size_t>(at + t)] = docs.offsets[k] - batch.stream_base + t;
+        cu.push_back(static_cast<std::int32_t>(at + L));
+      }
+      // Padding's dropout elements: after every token of the step, by the
+      // slot's global index (any plan-fixed choice would do: padding feeds
+      // nothing real).
+      const std::int64_t global_slot = static_cast<std::int64_t>(at_.dp) * m * b + slot;
+      for (std::int64_t p = cu.back(); p < S; ++p)
+        element[static_cast<std::size_t>(p)] = batch.stream_tokens + global_slot * S + p;
+      k::document_ids(doc.data(), doc_pos.data(), cu.data(), static_cast<std::int64_t>(cu.size()) - 1, S);
+      for (std::int64_t t = 0; t < Tl; ++t) {
+        const auto row = static_cast<std::size_t>(i * Tl + t);
+        const auto p = static_cast<std::size_t>(position(at_.cp, t));
+        tokens_[static_cast<std::size_t>(mb * b * Tl) + row] = tok[p];
+        targets_[static_cast<std::size_t>(mb * b * Tl) + row] = tgt[p];
+        pk.doc[row] = doc[p];
+        pk.doc_pos[row] = doc_pos[p];
+        pk.mask[row] = mask[p];
+        pk.element[row] = element[p];
+      }
+      // The gathered keys' documents, in cp_gather_kv's (B, S) CP-rank order.
+      for (std::int64_t j = 0; j < S && cp > 1; ++j) {
+        const auto p = static_cast<std::size_t>(kv_pos_[static_cast<std::size_t>(j)]);
+        pk.kv_doc[static_cast<std::size_t>(i * S + j)] = doc[p];
+      }
+    }
+  }
+}
+
+void CpuRank::use_program(const Program& p) {
+  p_ = &p;
+  stage_ = &p.of_rank(me_);
+  send_tag_.clear();
+  recv_tag_.clear();
+  build_tags();
+  grad_buckets_.clear();
+  mb_buckets_.clear();
+  mb_count_.clear();
+}
+
 std::int64_t CpuRank::first_sample(int mb) const {
   const std::int64_t per_dp = s_.training.global_batch_size / s_.dp;
   return at_.dp * per_dp + static_cast<std::int64_t>(mb) * s_.plan.micro_batch_size;
@@ -97,7 +186,7 @@ std::uint64_t CpuRank::seed_of(int layer, int site) const {
 
 void CpuRank::build_tags() {
   std::map<int, std::set<std::uint64_t>> sends, recvs;
-  for (const Op& op : stage_.ops) {
+  for (const Op& op : stage_->ops) {
     if (op.kind == OpKind::send) sends[op.peer_stage].insert(op.tag);
     if (op.kind == OpKind::recv) recvs[op.peer_stage].insert(op.tag);
   }
@@ -203,7 +292,7 @@ void CpuRank::dispatch(const Op& op) {
 void CpuRank::p2p(const Op& op) {
   const int c = op.chunk.value_or(0);
   const int mb = op.microbatch.value_or(0);
-  const int peer = p_.grid.on_stage(me_, op.peer_stage);
+  const int peer = p_->grid.on_stage(me_, op.peer_stage);
   const std::int64_t n = d_.Ts * d_.h;
   const bool activation = op.label == OpLabel::pp_activation;
   if (op.kind == OpKind::send) {
@@ -244,7 +333,7 @@ void CpuRank::grad_sync(const Op& op) {
     return reduce_microbatch(op, ch, expert);
   }
   if (grad_buckets_.empty())
-    for (const Op& o : stage_.ops)
+    for (const Op& o : stage_->ops)
       if (o.phase == Phase::gradient_sync && o.label == OpLabel::dp_grad)
         ++grad_buckets_[{o.chunk.value_or(0), o.group == CommGroup::edp}];
   // The buckets of a chunk are reduced as the backward completes them; the
@@ -369,7 +458,7 @@ void CpuRank::reduce_microbatch(const Op& op, Chunk& ch, bool expert) {
   const int c = op.chunk.value_or(0);
   if (mb_buckets_.empty()) {
     std::set<std::tuple<int, bool, int>> seen;
-    for (const Op& o : stage_.ops)
+    for (const Op& o : stage_->ops)
       if (o.phase == Phase::gradient_sync && o.label == OpLabel::dp_grad) {
         const std::tuple<int, bool, int> k{o.chunk.value_or(0), o.group == CommGroup::edp, o.microbatch.value_or(-1)};
         ++mb_buckets_[k];

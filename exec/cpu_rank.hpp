@@ -89,8 +89,8 @@ class CpuRank {
  public:
   CpuRank(const Setup& s, const Program& p, const RunOptions& o, const ByteCorpus& data, const GroupSet& groups,
           KernelOps& ops)
-      : s_(s), p_(p), o_(o), data_(data), groups_(groups), ops_(ops), me_(groups.world_rank()), at_(p.grid.coord(me_)),
-        d_(layer_shapes(s, at_.tp)), stage_(p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp, s.plan.cp)),
+      : s_(s), p_(&p), o_(o), data_(data), groups_(groups), ops_(ops), me_(groups.world_rank()), at_(p.grid.coord(me_)),
+        d_(layer_shapes(s, at_.tp)), stage_(&p.of_rank(me_)), fwd_(forward_steps(d_.tp, d_.sp, s.plan.cp)),
         bwd_(backward_steps(d_.tp, d_.sp, s.plan.cp)), fwd_moe_(forward_steps(d_.tp, d_.sp, s.plan.cp, true, s.plan.ep)),
         bwd_moe_(backward_steps(d_.tp, d_.sp, s.plan.cp, true, s.plan.ep)) {
     chunks_ = make_chunks(s, me_, o.seed);
@@ -108,11 +108,20 @@ class CpuRank {
   std::vector<Vec>& moments_v() { return v_; }
 
   // One training step; returns (local loss sum over tokens, spans).
-  void step(int step_index, std::vector<Span>& spans, double& loss_sum, double& grad_norm);
+  // Variable-length training passes the step's batch (exec/data.hpp) and,
+  // with packing, a Program of the batch's micro-batch count (the same Setup
+  // and grid but num_microbatches, and the same on every rank).
+  void step(int step_index, std::vector<Span>& spans, double& loss_sum, double& grad_norm,
+            const VarlenBatch* batch = nullptr, const Program* program = nullptr);
 
  private:
   // ---- data ----
   void load_batch();
+  // Variable-length training: the micro-batches' documents (varlen_batch).
+  void load_varlen_batch(const VarlenBatch& batch);
+  // Switches to another Program of the same Setup (a step's micro-batch
+  // count): its stage's ops and what is derived from them.
+  void use_program(const Program& p);
   // Global index of the first sample of micro-batch `mb` on this rank's DP slice.
   [[nodiscard]] std::int64_t first_sample(int mb) const;
   const std::int32_t* tokens(int mb) const { return tokens_.data() + static_cast<std::size_t>(mb) * static_cast<std::size_t>(d_.T); }
@@ -171,8 +180,8 @@ class CpuRank {
   // ---- a transformer layer ----
   void layer_forward(const Op& op, int c, int mb, int l, bool recompute);
 
-  void attn_qkv(LayerActs& A, const LW& w);
-  void attn_core(LayerActs& A);
+  void attn_qkv(LayerActs& A, const LW& w, int mb);
+  void attn_core(LayerActs& A, int mb);
   void attn_proj(LayerActs& A, const LW& w, int l, int mb);
   void cp_gather_kv(LayerActs& A);
   void b_attn_core(LayerActs& A, const LW& w, const LW& g, int l, int mb);
@@ -251,7 +260,7 @@ class CpuRank {
   void reduce_microbatch(const Op& op, Chunk& ch, bool expert);
 
   const Setup& s_;
-  const Program& p_;
+  const Program* p_;
   const RunOptions& o_;
   const ByteCorpus& data_;
   const GroupSet& groups_;
@@ -259,7 +268,7 @@ class CpuRank {
   int me_;
   GridCoord at_;
   LayerShapes d_;
-  const StageProgram& stage_;
+  const StageProgram* stage_;
   std::vector<Step> fwd_, bwd_, fwd_moe_, bwd_moe_;
   std::vector<Chunk> chunks_;          // the model chunks (dense parameters), then their experts
   std::size_t dense_chunks_ = 0;
@@ -268,6 +277,22 @@ class CpuRank {
   double loss_sum_ = 0, grad_norm_ = 0;
   Ids tokens_, targets_, positions_;   // per local row of a micro-batch
   Ids kv_pos_;                                                // positions of the CP-gathered keys
+  // Variable-length training (empty without): per micro-batch, per local row
+  // its document id, its position within the document (RoPE, learned
+  // positions), its loss mask (0 on a document's last token and on padding)
+  // and its dropout element (the token's index in the step's stream,
+  // plan-independent; padding after all of them); and the document ids of
+  // the CP-gathered keys (kv_pos_'s order).
+  struct Packed {
+    Ids doc, doc_pos, kv_doc;
+    Vec mask;
+    std::vector<std::int64_t> element;
+  };
+  std::vector<Packed> packed_;
+  std::int64_t loss_tokens_ = 0;                              // the global batch's tokens with a target
+  [[nodiscard]] const Packed* packed(int mb) const {
+    return packed_.empty() ? nullptr : &packed_.at(static_cast<std::size_t>(mb));
+  }
   std::map<std::int64_t, LayerActs> acts_;
   std::map<std::int64_t, EdgeActs> edges_;
   std::map<std::int64_t, Vec> hidden_, hidden_out_, grad_;
@@ -292,6 +317,17 @@ class CpuRank {
 
 template <class F>
 void CpuRank::for_runs(int mb, std::int64_t row0, std::int64_t rows, F f) const {
+  if (const Packed* pk = packed(mb)) {   // runs of consecutive tokens of the step's stream
+    std::int64_t r = 0;
+    while (r < rows) {
+      const std::int64_t e = pk->element[static_cast<std::size_t>(row0 + r)];
+      std::int64_t n = 1;
+      while (r + n < rows && pk->element[static_cast<std::size_t>(row0 + r + n)] == e + n) ++n;
+      f(r, n, static_cast<std::uint64_t>(e * d_.h));
+      r += n;
+    }
+    return;
+  }
   const std::int64_t Tl = s_.seq_length / s_.plan.cp;   // rows of one sample on this rank
   std::int64_t r = 0;
   while (r < rows) {

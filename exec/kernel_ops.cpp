@@ -17,6 +17,23 @@ namespace megascope::exec {
 
 namespace k = megascope::kernels;
 
+void KernelOps::attention_forward_packed(float* out, float* lse, const float* q, const float* k, const float* v,
+                                         const std::int32_t* q_pos, const std::int32_t* kv_pos,
+                                         const std::int32_t* q_doc, const std::int32_t* kv_doc, std::int64_t B,
+                                         std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                                         std::int64_t D) {
+  k::attention_forward_packed<float>(out, lse, q, k, v, q_pos, kv_pos, q_doc, kv_doc, B, Tq, Tk, Hq, Hkv, D);
+}
+void KernelOps::attention_backward_packed(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                          const float* k, const float* v, const float* out, const float* lse,
+                                          const std::int32_t* q_pos, const std::int32_t* kv_pos,
+                                          const std::int32_t* q_doc, const std::int32_t* kv_doc, std::int64_t B,
+                                          std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                                          std::int64_t D) {
+  k::attention_backward_packed<float>(dq, dk, dv, dout, q, k, v, out, lse, q_pos, kv_pos, q_doc, kv_doc, B, Tq, Tk, Hq,
+                                      Hkv, D);
+}
+
 const float* CpuKernelOps::rounded(int slot, const float* x, std::int64_t n) {
   if (x == nullptr) return nullptr;
   std::vector<float>& v = scratch_[slot];

@@ -108,6 +108,23 @@ class KernelOps {
   virtual ~KernelOps() = default;
   MEGASCOPE_KERNEL_OPS(MEGASCOPE_KERNEL_OP_PURE)
   virtual double sum_squares(const float* x, std::int64_t n) = 0;
+  // Packed sequences (variable-length training): attention_forward /
+  // _backward masked by document as well, q_doc (B, Tq) and kv_doc (B, Tk)
+  // one id per row (kernels/attention.hpp attention_forward_packed). Outside
+  // the list above, with the CPU reference as the default: a backend that
+  // has no twin of its own does not have to declare one. Only the cpu
+  // backend trains packed sequences (exec/runner.cpp refuses the others).
+  virtual void attention_forward_packed(float* out, float* lse, const float* q, const float* k, const float* v,
+                                        const std::int32_t* q_pos, const std::int32_t* kv_pos,
+                                        const std::int32_t* q_doc, const std::int32_t* kv_doc, std::int64_t B,
+                                        std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                                        std::int64_t D);
+  virtual void attention_backward_packed(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                         const float* k, const float* v, const float* out, const float* lse,
+                                         const std::int32_t* q_pos, const std::int32_t* kv_pos,
+                                         const std::int32_t* q_doc, const std::int32_t* kv_doc, std::int64_t B,
+                                         std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                                         std::int64_t D);
   // What runs the kernels, for messages ("cpu", "cuda: NVIDIA H100 ...").
   [[nodiscard]] virtual const char* name() const = 0;
 };

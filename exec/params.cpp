@@ -36,8 +36,11 @@ Result<void> check_supported(const Setup& s) {
   auto no = [](std::string field, std::string what) {
     return fail(std::move(field), what + " is not supported by the executor yet");
   };
-  if (s.training.varlen)
-    return no("training.lengths", "variable-length training (packed or padded sequences of sampled lengths)");
+  // Variable-length training: packed (THD, attention causal within each
+  // document) or padded sequences, on every plan but dynamic CP's regrouping.
+  if (s.training.varlen && p.dynamic_cp)
+    return no("plan.dynamic_cp", "dynamic context parallelism (CP groups regrouped per micro-batch; the executor "
+                                 "packs with the static dp_balanced scheduler and splits each pack over the plan's cp)");
   if (m.moe && p.tp > 1) return no("plan.tp", "tensor parallelism in a mixture-of-experts model");
   if (m.moe && m.moe->shared_expert_ffn_hidden > 0) return no("model.moe.shared_expert_ffn_hidden", "shared experts");
   if (m.moe && m.moe->capacity_factor)

@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 
+#include "core/program/builder.hpp"
 #include "core/trace.hpp"
 #include "exec/comm.hpp"
 #include "exec/cpu_rank.hpp"
@@ -241,6 +242,9 @@ Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const Run
 Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out,
                                           KernelOps& ops, bool staged) {
   if (auto ok = check_supported(s); !ok) return tl::unexpected(ok.error());
+  if (s.training.varlen && staged)
+    return fail("training.lengths", "variable-length training runs on the cpu backend only: the cuda backend's "
+                                    "attention has no document mask yet (run it with --backend cpu)");
   MpiEnv& env = MpiEnv::get();
   if (env.size() != p.grid.world())
     return fail("--plan", fmt::format("the plan runs on {} ranks (tp {} x cp {} x dp {} x pp {}) but the MPI job has {}; "
@@ -296,6 +300,25 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
 
   std::vector<StepLog> logs;
   std::vector<Span> spans;
+  // Packed variable-length training: a Program per micro-batch count (the
+  // same on every rank: the schedule is), built when first needed.
+  const bool packing = s.training.varlen && s.training.varlen->packing == Packing::pack;
+  std::map<int, Program> programs;
+  const Program* last_program = &p;
+  const auto program_of = [&](int microbatches) -> Result<const Program*> {
+    if (!packing || microbatches == s.num_microbatches) return &p;
+    auto it = programs.find(microbatches);
+    if (it == programs.end()) {
+      Setup step_setup = s;
+      step_setup.num_microbatches = microbatches;
+      auto built = o.build_program ? o.build_program(step_setup) : megascope::build_program(step_setup);
+      if (!built)
+        return fail("training.lengths", fmt::format("the Program of a step of {} packed micro-batches: {}",
+                                                    microbatches, built.error().str()));
+      it = programs.emplace(microbatches, std::move(*built)).first;
+    }
+    return &it->second;
+  };
   const int last = first + o.steps - 1;
   if (o.fail_rank && (o.fail_step < first || o.fail_step > last))   // it would never fire
     return fail("--inject-failure", fmt::format("step {} is not one of this run's steps ({} to {})", o.fail_step, first, last));
@@ -306,12 +329,28 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
         for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
       std::_Exit(9);
     }
-    rank.step(step, spans, loss_sum, grad_norm);
+    // The loss is averaged over the tokens with a target: every token of the
+    // global batch, or, with variable lengths, the documents' tokens but
+    // their last ones (the same count on every rank).
+    double loss_tokens = static_cast<double>(s.training.global_batch_size * s.seq_length);
+    if (s.training.varlen) {
+      // The same on every rank (the lengths and the schedule are), so an
+      // error here is every rank's.
+      auto batch = varlen_batch(s, step - 1);
+      if (!batch) return tl::unexpected(batch.error());
+      auto program = program_of(batch->microbatches);
+      if (!program) return tl::unexpected(program.error());
+      last_program = *program;
+      loss_tokens = static_cast<double>(std::max<std::int64_t>(batch->loss_tokens, 1));
+      rank.step(step, spans, loss_sum, grad_norm, &*batch, *program);
+    } else {
+      rank.step(step, spans, loss_sum, grad_norm);
+    }
     double sums[2] = {loss_sum, spans.empty() ? 0.0 : spans.back().end};
     double total_loss = 0, step_time = 0;
     world_allreduce(&sums[0], &total_loss, 1, MPI_DOUBLE, MPI_SUM, o.recv_timeout_s, "the step's loss");
     world_allreduce(&sums[1], &step_time, 1, MPI_DOUBLE, MPI_MAX, o.recv_timeout_s, "the step's time");
-    StepLog log{step, total_loss / static_cast<double>(s.training.global_batch_size * s.seq_length), grad_norm, step_time};
+    StepLog log{step, total_loss / loss_tokens, grad_norm, step_time};
     // A NaN or infinite loss or gradient norm stops the run before anything
     // is written (Megatron-LM's --check-for-nan-in-loss-and-grad); both are
     // the same on every rank (reduced over the job). With skip_nonfinite a
@@ -365,7 +404,7 @@ Result<std::vector<StepLog>> run_training(const Setup& s, const Program& p, cons
       for (int r = 0; r < env.size(); ++r) ranks[static_cast<std::size_t>(r)] = r;
       TraceInfo info{TraceSource::measured, logs.empty() ? 0.0 : logs.back().step_time_s, o.plan_text, o.model_name,
                      env.size()};
-      ok = write_trace(*o.trace, p, info, ranks, every);
+      ok = write_trace(*o.trace, *last_program, info, ranks, every);
     }
     if (auto agreed = agree(ok, env, "--trace"); !agreed) return tl::unexpected(agreed.error());
   }

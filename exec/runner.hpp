@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -44,11 +45,16 @@ struct RunOptions {
   double recv_timeout_s = 120;               // a pipeline receive or a collective waiting longer names its peer or group and aborts
   bool bf16 = false;                         // bf16 GEMMs (exec/kernel_ops.hpp), fp32 elsewhere
   std::string plan_text, model_name;         // for the trace header and the checkpoint check
+  // Packed variable-length training: builds the Program of a step's Setup
+  // (the run's, with the step's micro-batch count) as the run's own was
+  // built (`megascope run`: the simulator's order for zb-1p/zb-2p). Unset:
+  // core's build_program.
+  std::function<Result<Program>(const Setup&)> build_program;
 };
 
 struct StepLog {
   int step = 0;                // 1-based over the whole training (continues after a resume)
-  double loss = 0;             // mean cross-entropy over the global batch (nats per byte)
+  double loss = 0;             // mean cross-entropy over the global batch's tokens with a target (nats per byte)
   double grad_norm = 0;        // global gradient norm before clipping
   double step_time_s = 0;      // slowest rank
   bool skipped = false;        // no update: the gradient norm was not finite (RunOptions::skip_nonfinite)
@@ -56,6 +62,10 @@ struct StepLog {
 
 // Runs on the MPI world (its size must be the plan's world). Every rank
 // returns the same logs. Writes progress lines to `out` on world rank 0.
+// Variable-length training (s.training.varlen): each step's documents from
+// varlen_batch (exec/data.hpp); with packing, each step runs a Program of its
+// own micro-batch count (the Setup's num_microbatches replaced by the
+// scheduler's; `p` is then only the first step's fallback and the grid).
 Result<std::vector<StepLog>> run_cpu(const Setup& s, const Program& p, const RunOptions& o, std::ostream& out);
 
 // run_cpu's training loop with any kernels (exec/kernel_ops.hpp): the cuda

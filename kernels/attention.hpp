@@ -16,8 +16,14 @@
 // each KV block: dq from each block adds up, and each block's dk, dv are that
 // block's exact gradients (the caller accumulates and sends them around).
 //
+// Packed sequences (THD: documents concatenated into one sequence, Megatron-LM's
+// cu_seqlens): attention_forward_packed / _backward_packed also take a
+// document id per row, and a key is visible to a query only when both lie in
+// the same document (causal within it by the positions). Ids come from the
+// documents' boundaries through document_ids.
+//
 // Does not: dropout on the attention probabilities, sliding windows, ALiBi,
-// padding masks other than through positions, variable-length packing.
+// padding masks other than through positions or document ids.
 #pragma once
 
 #include <cmath>
@@ -46,6 +52,40 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
                         const T* lse, const std::int32_t* q_pos /*nullable*/, const std::int32_t* kv_pos /*nullable*/,
                         std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
                         std::int64_t D, bool causal = true, std::optional<float> scale = std::nullopt);
+
+// Packed sequences: as attention_forward / attention_backward, and key j of
+// sequence b visible to query i of b only when q_doc[b Tq + i] ==
+// kv_doc[b Tk + j] (with causal, also kv_pos[j] <= q_pos[i]; without it, every
+// key of the query's document). q_doc (B, Tq), kv_doc (B, Tk): one id per
+// row, both given or both null (null: attention_forward's mask). Padding
+// rows are a document of their own, so that real rows never see them.
+// Positions stay the rows' positions in the packed sequence (the causal
+// order within a document is theirs), so context parallelism passes its
+// chunks' global positions and the documents of those positions, as above.
+template <typename T>
+void attention_forward_packed(T* out, T* lse, const T* q, const T* k, const T* v,
+                              const std::int32_t* q_pos /*nullable*/, const std::int32_t* kv_pos /*nullable*/,
+                              const std::int32_t* q_doc /*nullable*/, const std::int32_t* kv_doc /*nullable*/,
+                              std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                              std::int64_t D, bool causal = true, std::optional<float> scale = std::nullopt);
+template <typename T>
+void attention_backward_packed(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                               const T* lse, const std::int32_t* q_pos /*nullable*/,
+                               const std::int32_t* kv_pos /*nullable*/, const std::int32_t* q_doc /*nullable*/,
+                               const std::int32_t* kv_doc /*nullable*/, std::int64_t B, std::int64_t Tq,
+                               std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D, bool causal = true,
+                               std::optional<float> scale = std::nullopt);
+
+// The rows of one packed sequence of S positions from its documents'
+// boundaries, Megatron-LM's cu_seqlens of that sequence: cu_seqlens (docs + 1),
+// cu_seqlens[0] = 0, non-decreasing, cu_seqlens[docs] <= S. Position p of
+// document i (cu_seqlens[i] <= p < cu_seqlens[i + 1]) gets doc[p] = i and
+// doc_pos[p] = p - cu_seqlens[i], its position within the document (RoPE's
+// and learned position embeddings' index, restarting at each document); the
+// positions from cu_seqlens[docs] on are padding, a document of their own:
+// doc[p] = docs, doc_pos[p] = p - cu_seqlens[docs]. doc_pos may be null.
+void document_ids(std::int32_t* doc, std::int32_t* doc_pos /*nullable*/, const std::int32_t* cu_seqlens,
+                  std::int64_t docs, std::int64_t S);
 
 // Merges a partial result (out2, lse2) over another set of keys into
 // (out, lse), in place: lse' = log(exp(lse) + exp(lse2)),

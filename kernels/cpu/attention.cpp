@@ -33,12 +33,17 @@ void check_dims(const Dims& d) {
   MEGASCOPE_KERNEL_REQUIRE(d.Hkv > 0 && d.Hq > 0 && d.Hq % d.Hkv == 0);
 }
 
-// Visibility of key j to query i (causal by positions).
+// Visibility of key j to query i: in the same document (packed sequences;
+// q_doc and kv_doc point at the current sequence's ids, null without
+// documents) and, causal, not after it by positions.
 struct Mask {
   const std::int32_t* q_pos;
   const std::int32_t* kv_pos;
   bool causal;
+  const std::int32_t* q_doc = nullptr;
+  const std::int32_t* kv_doc = nullptr;
   [[nodiscard]] bool visible(std::int64_t i, std::int64_t j) const {
+    if (q_doc != nullptr && q_doc[i] != kv_doc[j]) return false;
     if (!causal) return true;
     const std::int64_t qp = q_pos != nullptr ? q_pos[i] : i;
     const std::int64_t kp = kv_pos != nullptr ? kv_pos[j] : j;
@@ -56,20 +61,26 @@ Strided<T> head(T* base, std::int64_t b, std::int64_t h, std::int64_t Tn, std::i
   return Strided<T>(base + (b * Tn * H + h) * D, Tn, D, Eigen::OuterStride<>(H * D));
 }
 
-}  // namespace
-
+// The forward and backward over any Mask; the documents' ids (B, Tq) and
+// (B, Tk), or null.
 template <typename T>
-void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const std::int32_t* q_pos,
-                       const std::int32_t* kv_pos, std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq,
-                       std::int64_t Hkv, std::int64_t D, bool causal, std::optional<float> scale) {
+void forward_masked(T* out, T* lse, const T* q, const T* k, const T* v, const std::int32_t* q_pos,
+                    const std::int32_t* kv_pos, const std::int32_t* q_doc, const std::int32_t* kv_doc, std::int64_t B,
+                    std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D, bool causal,
+                    std::optional<float> scale) {
   const Dims dims{B, Tq, Tk, Hq, Hkv, D};
   check_dims(dims);
+  MEGASCOPE_KERNEL_REQUIRE((q_doc == nullptr) == (kv_doc == nullptr));
   const T sc = scale ? static_cast<T>(*scale) : T(1) / std::sqrt(static_cast<T>(D));
-  const Mask mask{q_pos, kv_pos, causal};
+  Mask mask{q_pos, kv_pos, causal};
   const std::int64_t group = Hq / Hkv;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   Mat<T> S, P;
   for (std::int64_t b = 0; b < B; ++b) {
+    if (q_doc != nullptr) {
+      mask.q_doc = q_doc + b * Tq;
+      mask.kv_doc = kv_doc + b * Tk;
+    }
     for (std::int64_t h = 0; h < Hq; ++h) {
       const auto Q = head(q, b, h, Tq, Hq, D);           // (Tq, D)
       const auto K = head(k, b, h / group, Tk, Hkv, D);  // (Tk, D)
@@ -106,19 +117,24 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
 }
 
 template <typename T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                        const T* lse, const std::int32_t* q_pos, const std::int32_t* kv_pos, std::int64_t B,
-                        std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D,
-                        bool causal, std::optional<float> scale) {
+void backward_masked(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                     const T* lse, const std::int32_t* q_pos, const std::int32_t* kv_pos, const std::int32_t* q_doc,
+                     const std::int32_t* kv_doc, std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq,
+                     std::int64_t Hkv, std::int64_t D, bool causal, std::optional<float> scale) {
   const Dims dims{B, Tq, Tk, Hq, Hkv, D};
   check_dims(dims);
+  MEGASCOPE_KERNEL_REQUIRE((q_doc == nullptr) == (kv_doc == nullptr));
   const T sc = scale ? static_cast<T>(*scale) : T(1) / std::sqrt(static_cast<T>(D));
-  const Mask mask{q_pos, kv_pos, causal};
+  Mask mask{q_pos, kv_pos, causal};
   const std::int64_t group = Hq / Hkv;
   std::fill(dk, dk + B * Tk * Hkv * D, T(0));
   std::fill(dv, dv + B * Tk * Hkv * D, T(0));
   Mat<T> S, dP;
   for (std::int64_t b = 0; b < B; ++b) {
+    if (q_doc != nullptr) {
+      mask.q_doc = q_doc + b * Tq;
+      mask.kv_doc = kv_doc + b * Tk;
+    }
     for (std::int64_t h = 0; h < Hq; ++h) {
       const auto Q = head(q, b, h, Tq, Hq, D);           // (Tq, D)
       const auto K = head(k, b, h / group, Tk, Hkv, D);  // (Tk, D)
@@ -154,6 +170,55 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T*
   }
 }
 
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const std::int32_t* q_pos,
+                       const std::int32_t* kv_pos, std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq,
+                       std::int64_t Hkv, std::int64_t D, bool causal, std::optional<float> scale) {
+  forward_masked(out, lse, q, k, v, q_pos, kv_pos, nullptr, nullptr, B, Tq, Tk, Hq, Hkv, D, causal, scale);
+}
+
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                        const T* lse, const std::int32_t* q_pos, const std::int32_t* kv_pos, std::int64_t B,
+                        std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D,
+                        bool causal, std::optional<float> scale) {
+  backward_masked(dq, dk, dv, dout, q, k, v, out, lse, q_pos, kv_pos, nullptr, nullptr, B, Tq, Tk, Hq, Hkv, D, causal,
+                  scale);
+}
+
+template <typename T>
+void attention_forward_packed(T* out, T* lse, const T* q, const T* k, const T* v, const std::int32_t* q_pos,
+                              const std::int32_t* kv_pos, const std::int32_t* q_doc, const std::int32_t* kv_doc,
+                              std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+                              std::int64_t D, bool causal, std::optional<float> scale) {
+  forward_masked(out, lse, q, k, v, q_pos, kv_pos, q_doc, kv_doc, B, Tq, Tk, Hq, Hkv, D, causal, scale);
+}
+
+template <typename T>
+void attention_backward_packed(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                               const T* lse, const std::int32_t* q_pos, const std::int32_t* kv_pos,
+                               const std::int32_t* q_doc, const std::int32_t* kv_doc, std::int64_t B, std::int64_t Tq,
+                               std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D, bool causal,
+                               std::optional<float> scale) {
+  backward_masked(dq, dk, dv, dout, q, k, v, out, lse, q_pos, kv_pos, q_doc, kv_doc, B, Tq, Tk, Hq, Hkv, D, causal,
+                  scale);
+}
+
+void document_ids(std::int32_t* doc, std::int32_t* doc_pos, const std::int32_t* cu_seqlens, std::int64_t docs,
+                  std::int64_t S) {
+  MEGASCOPE_KERNEL_REQUIRE(docs >= 0 && S >= 0 && doc != nullptr && cu_seqlens != nullptr);
+  MEGASCOPE_KERNEL_REQUIRE(cu_seqlens[0] == 0 && cu_seqlens[docs] <= S);
+  for (std::int64_t i = 0; i < docs; ++i) MEGASCOPE_KERNEL_REQUIRE(cu_seqlens[i] <= cu_seqlens[i + 1]);
+  std::int64_t i = 0;
+  for (std::int64_t p = 0; p < S; ++p) {
+    while (i < docs && p >= cu_seqlens[i + 1]) ++i;   // past document i: the next (padding once i = docs)
+    doc[p] = static_cast<std::int32_t>(i);
+    if (doc_pos != nullptr) doc_pos[p] = static_cast<std::int32_t>(p - cu_seqlens[i]);
+  }
+}
+
 template <typename T>
 void attention_merge(T* out, T* lse, const T* out2, const T* lse2, std::int64_t B, std::int64_t Tq, std::int64_t H,
                      std::int64_t D) {
@@ -185,6 +250,14 @@ void attention_merge(T* out, T* lse, const T* out2, const T* lse2, std::int64_t 
                                       const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t,          \
                                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool,                  \
                                       std::optional<float>);                                                         \
+  template void attention_forward_packed<T>(T*, T*, const T*, const T*, const T*, const std::int32_t*,               \
+                                            const std::int32_t*, const std::int32_t*, const std::int32_t*,            \
+                                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,    \
+                                            std::int64_t, bool, std::optional<float>);                               \
+  template void attention_backward_packed<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, \
+                                             const std::int32_t*, const std::int32_t*, const std::int32_t*,           \
+                                             const std::int32_t*, std::int64_t, std::int64_t, std::int64_t,           \
+                                             std::int64_t, std::int64_t, std::int64_t, bool, std::optional<float>);   \
   template void attention_merge<T>(T*, T*, const T*, const T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t);
 MEGASCOPE_INSTANTIATE(float)
 MEGASCOPE_INSTANTIATE(double)
