@@ -13,7 +13,6 @@
 
 #include "config/library.hpp"
 #include "config/plan_settings.hpp"
-#include "config/spec_toml.hpp"
 #include "apps/simulate.hpp"
 #include "core/accounting/memory.hpp"
 #include "core/program/builder.hpp"
@@ -142,13 +141,7 @@ int run_command(RunCommandOptions o, std::ostream& out, std::ostream& err) {
            "runs the Program's own precision\n";
     return 2;
   }
-  if (o.backend == "cuda" && !o.train) {
-    // The replay defaults the global batch to 8 when none is given, which
-    // would override the training TOML's: its batch is passed on instead.
-    if (o.scenario.training)
-      if (auto t = load_training_toml(*o.scenario.training)) o.scenario.global_batch = t->global_batch_size;
-    return run_cuda_command(o, out, err);
-  }
+  if (o.backend == "cuda" && !o.train) return run_cuda_command(o, out, err);
   if (o.train && o.backend != "cuda") {
     err << "megascope run: error: --train: the cpu backend always trains; --train selects training on --backend cuda\n";
     return 2;

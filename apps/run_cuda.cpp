@@ -74,7 +74,7 @@ int replay(const RunCommandOptions& o, std::ostream& out, std::ostream& err) {
     return 2;
   }
   if (!sc.plan) sc.plan = "tp=1";
-  if (!sc.global_batch) sc.global_batch = 8;
+  if (!sc.global_batch && !sc.training) sc.global_batch = 8;   // a training TOML carries its own
   if (!sc.gpus && !sc.nodes) sc.gpus = env.size();
   if (!sc.cluster) {   // the shipped cluster of this GPU
     exec::cuda::require_device();

@@ -18,32 +18,19 @@
 #include <string>
 #include <vector>
 
+#include "run_support.hpp"
 #include "subprocess.hpp"
 
 namespace {
 
-struct Step {
-  double loss = 0, grad_norm = 0;
-};
-
 using megascope::test::Launch;
+using megascope::test::mpirun;
 using megascope::test::shell;
-
-std::string mpirun(int np) {
-  return fmt::format("{} --allow-run-as-root --oversubscribe {} {}", MEGASCOPE_MPIEXEC, MEGASCOPE_MPIEXEC_NUMPROC_FLAG, np);
-}
+using megascope::test::Step;
 
 std::vector<Step> train(const std::string& model, int np, const std::string& plan, int steps = 2,
                         const std::string& extra = "") {
-  const std::string cmd = fmt::format("{} {} run --model {} --plan '{}' --steps {} --global-batch 8 --json {}",
-                                      np > 1 ? mpirun(np) : std::string(), MEGASCOPE_BINARY, model, plan, steps, extra);
-  const Launch l = shell(cmd);
-  INFO(cmd << "\n" << l.output);
-  REQUIRE(l.status == 0);
-  const auto j = nlohmann::json::parse(l.output.substr(l.output.find('{')));
-  std::vector<Step> out;
-  for (const auto& s : j.at("steps")) out.push_back({s.at("loss").get<double>(), s.at("grad_norm").get<double>()});
-  return out;
+  return megascope::test::run_steps(model, np, plan, fmt::format("--steps {} --global-batch 8 {}", steps, extra));
 }
 
 void check_close(const std::vector<Step>& got, const std::vector<Step>& want, double loss_eps, double norm_eps) {

@@ -27,6 +27,7 @@
 
 #include "exec/data.hpp"
 #include "kernels/attention.hpp"
+#include "run_support.hpp"
 #include "subprocess.hpp"
 #include "support.hpp"
 
@@ -73,24 +74,10 @@ Attn alone(const Vec& q, const Vec& kk, const Vec& v, const Vec& dout, std::int6
   return a;
 }
 
-struct Step {
-  double loss = 0, grad_norm = 0;
-};
-
-std::string mpirun(int np) {
-  return fmt::format("{} --allow-run-as-root --oversubscribe {} {}", MEGASCOPE_MPIEXEC, MEGASCOPE_MPIEXEC_NUMPROC_FLAG, np);
-}
+using megascope::test::Step;
 
 std::vector<Step> train(const std::string& model, int np, const std::string& plan, const std::string& args) {
-  const std::string cmd = fmt::format("{} {} run --model {} --plan '{}' --steps 3 --json {}",
-                                      np > 1 ? mpirun(np) : std::string(), MEGASCOPE_BINARY, model, plan, args);
-  const megascope::test::Launch l = megascope::test::shell(cmd);
-  INFO(cmd << "\n" << l.output);
-  REQUIRE(l.status == 0);
-  const auto j = nlohmann::json::parse(l.output.substr(l.output.find('{')));
-  std::vector<Step> out;
-  for (const auto& s : j.at("steps")) out.push_back({s.at("loss").get<double>(), s.at("grad_norm").get<double>()});
-  return out;
+  return megascope::test::run_steps(model, np, plan, "--steps 3 " + args);
 }
 
 // The equivalence tests' tolerances (fp32: summation orders differ).
